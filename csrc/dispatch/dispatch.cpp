@@ -1,0 +1,120 @@
+#include "dispatch/dispatch.h"
+
+#include <stdexcept>
+
+#include "dispatch/heuristics.h"
+#include "kernels/cpu/cpu_int8_gemm.h"
+#include "kernels/sm80/sm80_int8_gemm.h"
+#include "kernels/wmma/wmma_int8_gemm.h"
+
+namespace tcgemm {
+namespace {
+
+constexpr Backend kAllBackends[] = {Backend::kAuto, Backend::kCpu, Backend::kWmma, Backend::kWmmaSimple,
+                                    Backend::kSm80};
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// K-major with 16-byte aligned rows: what cp.async and 16-byte vector loads need.
+bool k_major_aligned(const Operand& op) {
+  return op.k_major() && op.stride_row % 16 == 0 && aligned16(op.ptr);
+}
+
+bool row_major_aligned(const Operand& op) {
+  return op.row_major() && op.stride_k % 16 == 0 && aligned16(op.ptr);
+}
+
+}  // namespace
+
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::kAuto: return "auto";
+    case Backend::kCpu: return "cpu";
+    case Backend::kWmma: return "wmma";
+    case Backend::kWmmaSimple: return "wmma_simple";
+    case Backend::kSm80: return "sm80";
+  }
+  return "?";
+}
+
+std::optional<Backend> parse_backend(std::string_view name) {
+  for (Backend b : kAllBackends)
+    if (name == backend_name(b)) return b;
+  return std::nullopt;
+}
+
+std::string backend_choices() {
+  std::string s;
+  for (Backend b : kAllBackends) s += (s.empty() ? "" : ", ") + std::string(backend_name(b));
+  return s;
+}
+
+std::vector<Backend> gpu_backends(const DeviceInfo& dev) {
+  std::vector<Backend> out;
+  if (dev.major >= 8) out.push_back(Backend::kSm80);
+  if (dev.major * 10 + dev.minor >= 72) {
+    out.push_back(Backend::kWmma);
+    out.push_back(Backend::kWmmaSimple);
+  }
+  return out;
+}
+
+std::string resolve_gpu_backend(Backend requested, const DeviceInfo& dev, Backend* out) {
+  const std::vector<Backend> usable = gpu_backends(dev);
+  const std::string cc = std::to_string(dev.major) + "." + std::to_string(dev.minor);
+  if (requested == Backend::kAuto) {
+    if (usable.empty()) return "no tensor-core backend supports compute capability " + cc + " (needs >= 7.2)";
+    *out = usable.front();
+    return "";
+  }
+  if (requested == Backend::kCpu) return "backend 'cpu' needs CPU tensors";
+  for (Backend b : usable) {
+    if (b == requested) {
+      *out = b;
+      return "";
+    }
+  }
+  const char* need = requested == Backend::kSm80 ? "8.0" : "7.2";
+  return std::string("backend '") + backend_name(requested) + "' needs compute capability >= " + need +
+         ", but this GPU has " + cc;
+}
+
+bool operand_fits(Backend b, const Operand& op) {
+  switch (b) {
+    case Backend::kSm80: return k_major_aligned(op);
+    case Backend::kWmma: return k_major_aligned(op) || row_major_aligned(op);
+    default: return true;  // the WMMA fallback and the CPU path read any strides
+  }
+}
+
+bool needs_row_offset(Backend b, const GemmParams& p) {
+  return (b == Backend::kWmma || b == Backend::kWmmaSimple) &&
+         wmma_gemm::sign_flip_for(p.a.is_signed, p.b.is_signed) == wmma_gemm::SignFlip::kFlipB;
+}
+
+bool needs_col_offset(Backend b, const GemmParams& p) {
+  return (b == Backend::kWmma || b == Backend::kWmmaSimple) &&
+         wmma_gemm::sign_flip_for(p.a.is_signed, p.b.is_signed) == wmma_gemm::SignFlip::kFlipA;
+}
+
+void run_gpu_gemm(Backend b, const GemmParams& p, const DeviceInfo& dev) {
+  switch (b) {
+    case Backend::kWmma:
+    case Backend::kWmmaSimple:
+      wmma_gemm::launch_wmma_int8_gemm(p, dev.sm_count, dev.smem_optin, b == Backend::kWmmaSimple);
+      return;
+    case Backend::kSm80:
+      switch (choose_sm80_tile(p.m, p.n, dev.sm_count, dev.smem_optin)) {
+        case Sm80Tile::kLarge: return sm80::launch_sm80_int8_gemm<Sm80Large>(p);
+        case Sm80Tile::kMid: return sm80::launch_sm80_int8_gemm<Sm80Mid>(p);
+        case Sm80Tile::kSmall: return sm80::launch_sm80_int8_gemm<Sm80Small>(p);
+      }
+      return;
+    default:
+      throw std::logic_error(std::string("tcgemm: run_gpu_gemm got non-GPU backend ") + backend_name(b));
+  }
+}
+
+void run_cpu_gemm(const GemmParams& p, int64_t m_begin, int64_t m_end) { cpu::int8_gemm_rows(p, m_begin, m_end); }
+
+}  // namespace tcgemm

@@ -1,0 +1,26 @@
+// The int32 epilogue every kernel applies to its accumulators, the CPU path included:
+//   D[m, n] = alpha * (acc + row_offset[m] + col_offset[n]) + beta * C[m, n]
+// with two's-complement wrap-around, so each backend returns the same bits modulo 2^32.
+#pragma once
+
+#include <cstdint>
+
+#include "common/gemm_params.h"
+#include "common/hd.h"
+#include "common/math.h"
+
+namespace tcgemm {
+
+struct Int32Epilogue {
+  Int32EpilogueParams p;
+
+  TCGEMM_HD int32_t operator()(int32_t acc, int64_t m, int64_t n) const {
+    if (p.row_offset != nullptr) acc = wrap_add(acc, p.row_offset[m]);
+    if (p.col_offset != nullptr) acc = wrap_add(acc, p.col_offset[n]);
+    int32_t out = wrap_mul(p.alpha, acc);
+    if (p.beta != 0) out = wrap_add(out, wrap_mul(p.beta, p.c[m * p.c_stride_m + n * p.c_stride_n]));
+    return out;
+  }
+};
+
+}  // namespace tcgemm

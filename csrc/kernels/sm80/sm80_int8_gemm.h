@@ -1,0 +1,12 @@
+// Host-side interface of the mma.sync kernel; instantiated per tile config in sm80_int8_gemm_*.cu.
+#pragma once
+
+#include "common/gemm_params.h"
+
+namespace tcgemm::sm80 {
+
+// Needs both operands K-major with 16-byte aligned base and row stride; M, N, K are free.
+template <class Cfg>
+void launch_sm80_int8_gemm(const GemmParams& p);
+
+}  // namespace tcgemm::sm80

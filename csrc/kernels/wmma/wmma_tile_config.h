@@ -1,0 +1,38 @@
+// Tile configuration of the portable WMMA kernel; the concrete config lives in dispatch/heuristics.h.
+#pragma once
+
+namespace tcgemm {
+
+// Block tile BM x BN, K staged Chunk bytes at a time; warps laid out WarpsM x WarpsN, each holding
+// a grid of 16x16 accumulator fragments. Every smem row is padded by kSkew bytes against bank
+// conflicts (the classic immaTensorCoreGemm layout).
+template <int BM, int BN, int Chunk, int WarpsM, int WarpsN>
+struct WmmaTileConfig {
+  static constexpr int kBM = BM;
+  static constexpr int kBN = BN;
+  static constexpr int kChunk = Chunk;
+  static constexpr int kWarpsM = WarpsM;
+  static constexpr int kWarpsN = WarpsN;
+  static constexpr int kThreads = 32 * WarpsM * WarpsN;
+  static constexpr int kFragsM = BM / WarpsM / 16;
+  static constexpr int kFragsN = BN / WarpsN / 16;
+  static constexpr int kSkew = 16;
+  // A K-major tile is [BM][Chunk]; an M-major one is [Chunk][BM]. Sizing both as the larger
+  // square lets one smem layout serve all four operand layouts.
+  static constexpr int kTileDim = BM > Chunk ? (BM > BN ? BM : BN) : Chunk;
+  static constexpr int kLds = kTileDim + kSkew;  // bytes between smem rows
+  static constexpr int kTileBytes = kTileDim * kLds;
+  static constexpr int kScratchLd = 20;  // int32 per row of a warp's 16x16 epilogue scratch (x4 bytes: 16B multiple)
+  static constexpr int kScratchBytes = (kThreads / 32) * 16 * kScratchLd * 4;
+  static constexpr int kSmemBytes = 2 * kTileBytes + kScratchBytes;
+  static constexpr int kChunksPerThread = kTileDim * kTileDim / 16 / kThreads;
+
+  static_assert(BM == BN && BN == Chunk, "one square staging tile serves every operand layout");
+  static_assert(BM % (16 * WarpsM) == 0 && BN % (16 * WarpsN) == 0, "warps cover whole fragments");
+  static_assert(Chunk % 16 == 0, "K chunks are whole wmma k-steps");
+  static_assert(kLds % 16 == 0, "wmma int8 loads need a leading dimension that is a multiple of 16 bytes");
+  static_assert((kTileDim * kTileDim / 16) % kThreads == 0, "a tile splits evenly into 16-byte copies");
+  static_assert((2 * kTileBytes) % 32 == 0, "the epilogue scratch must be 256-bit aligned for store_matrix_sync");
+};
+
+}  // namespace tcgemm

@@ -1,0 +1,231 @@
+// tcgemm::gemm and tcgemm::gemm_out: validation, layout preparation, output allocation, launch.
+// This is the only layer that sees torch; below it everything is GemmParams.
+#include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/Parallel.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/math.h"
+#include "dispatch/dispatch.h"
+
+namespace tcgemm {
+namespace {
+
+constexpr const char* kOp = "tcgemm.gemm";
+
+std::string dtype_name(at::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
+
+bool fits_int32(int64_t v) {
+  return v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
+}
+
+void check_operand(const at::Tensor& t, const char* name, const char* shape) {
+  TORCH_CHECK_VALUE(t.dim() == 2, kOp, ": argument '", name, "' must be a 2-D tensor ", shape, ", got a ", t.dim(),
+                    "-D tensor");
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kChar || t.scalar_type() == at::kByte, kOp, ": argument '", name,
+                   "' must have dtype torch.int8 or torch.uint8, got ", dtype_name(t.scalar_type()));
+  TORCH_CHECK_VALUE(t.size(0) <= std::numeric_limits<int32_t>::max() && t.size(1) <= std::numeric_limits<int32_t>::max(),
+                    kOp, ": argument '", name, "' has a dimension >= 2^31, which is not supported");
+}
+
+void check_same_device(const at::Tensor& t, const char* name, const at::Tensor& a) {
+  TORCH_CHECK_VALUE(t.device() == a.device(), kOp, ": argument '", name, "' must be on the same device as 'a' (",
+                    a.device(), "), got ", t.device());
+}
+
+void check_int32_mn(const at::Tensor& t, const char* name, int64_t m, int64_t n) {
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kInt, kOp, ": argument '", name, "' must have dtype torch.int32, got ",
+                   dtype_name(t.scalar_type()));
+  TORCH_CHECK_VALUE(t.dim() == 2 && t.size(0) == m && t.size(1) == n, kOp, ": argument '", name,
+                    "' must have shape [M, N] = [", m, ", ", n, "], got ", t.sizes());
+}
+
+Backend parse_backend_arg(std::string_view name) {
+  const std::optional<Backend> b = parse_backend(name);
+  TORCH_CHECK_VALUE(b.has_value(), kOp, ": argument 'backend' must be one of ", backend_choices(), "; got '",
+                    std::string(name), "'");
+  return *b;
+}
+
+// The [rows, K] view of an operand: A as given, B transposed. A size-1 dimension's stride is
+// arbitrary in torch, so it is set to whatever makes the layout recognisable to the kernels.
+Operand describe(const at::Tensor& t, bool transpose) {
+  const int64_t rows = t.size(transpose ? 1 : 0);
+  const int64_t k = t.size(transpose ? 0 : 1);
+  Operand op;
+  op.ptr = t.data_ptr();
+  op.stride_row = t.stride(transpose ? 1 : 0);
+  op.stride_k = t.stride(transpose ? 0 : 1);
+  op.is_signed = t.scalar_type() == at::kChar;
+  if (k == 1) op.stride_k = op.stride_row == 1 ? 16 : 1;
+  if (rows == 1) op.stride_row = op.stride_k == 1 ? 16 : 1;
+  return op;
+}
+
+// A K-major copy of the [rows, K] view (A, or B transposed) whose rows are padded to 16 bytes:
+// the layout every GPU kernel reads directly. Returns the [rows, K] view of the padded buffer.
+at::Tensor k_major_copy(const at::Tensor& t, bool transpose) {
+  const at::Tensor view = transpose ? t.t() : t;
+  at::Tensor buf = at::empty({view.size(0), round_up<int64_t>(view.size(1), 16)}, t.options());
+  at::Tensor rows_by_k = buf.narrow(1, 0, view.size(1));
+  rows_by_k.copy_(view);
+  return rows_by_k;
+}
+
+DeviceInfo device_info(const at::Device& device) {
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device.index());
+  DeviceInfo dev;
+  dev.major = prop->major;
+  dev.minor = prop->minor;
+  dev.sm_count = prop->multiProcessorCount;
+  dev.smem_optin = static_cast<int>(prop->sharedMemPerBlockOptin);
+  return dev;
+}
+
+void run_cuda(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmParams& p) {
+  const c10::cuda::CUDAGuard guard(a.device());
+  const DeviceInfo dev = device_info(a.device());
+  Backend backend = Backend::kAuto;
+  const std::string why_not = resolve_gpu_backend(requested, dev, &backend);
+  TORCH_CHECK_VALUE(why_not.empty(), kOp, ": ", why_not, " (argument 'backend')");
+
+  // Operands the backend cannot read in place get a K-major copy; the copies stay alive (and
+  // the caching allocator keeps their memory) until the launch below is enqueued on this stream.
+  at::Tensor a_copy, b_copy, row_offset, col_offset;
+  if (!operand_fits(backend, p.a)) {
+    a_copy = k_major_copy(a, false);
+    p.a = describe(a_copy, false);
+  }
+  if (!operand_fits(backend, p.b)) {
+    b_copy = k_major_copy(b, true);
+    p.b = describe(b_copy, false);
+  }
+  if (needs_row_offset(backend, p)) {
+    row_offset = a.sum(1, false, at::kLong).mul_(128).to(at::kInt);
+    p.epilogue.row_offset = row_offset.data_ptr<int32_t>();
+  }
+  if (needs_col_offset(backend, p)) {
+    col_offset = b.sum(0, false, at::kLong).mul_(128).to(at::kInt);
+    p.epilogue.col_offset = col_offset.data_ptr<int32_t>();
+  }
+  p.stream = at::cuda::getCurrentCUDAStream(a.device().index()).stream();
+  run_gpu_gemm(backend, p, dev);
+}
+
+void run_cpu(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmParams& p) {
+  TORCH_CHECK_VALUE(requested == Backend::kAuto || requested == Backend::kCpu, kOp, ": backend '",
+                    backend_name(requested), "' needs CUDA tensors, got tensors on cpu (argument 'backend')");
+  const at::Tensor a_k = p.a.k_major() ? a : a.contiguous();
+  const at::Tensor b_k = p.b.k_major() ? b : b.t().contiguous().t();
+  p.a = describe(a_k, false);
+  p.b = describe(b_k, true);
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, int64_t{p.n} * p.k));
+  at::parallel_for(0, p.m, grain, [&](int64_t begin, int64_t end) { run_cpu_gemm(p, begin, end); });
+}
+
+}  // namespace
+
+void gemm_out(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& c, int64_t alpha,
+              int64_t beta, std::string_view backend_arg, at::Tensor& out) {
+  const Backend requested = parse_backend_arg(backend_arg);
+  check_operand(a, "a", "[M, K]");
+  check_operand(b, "b", "[K, N]");
+  check_same_device(b, "b", a);
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  TORCH_CHECK_VALUE(b.size(0) == k, kOp, ": K mismatch: 'a' is [M, K] = ", a.sizes(), " but 'b' is [K, N] = ",
+                    b.sizes());
+  TORCH_CHECK_VALUE(fits_int32(alpha), kOp, ": argument 'alpha' must fit in int32, got ", alpha);
+  TORCH_CHECK_VALUE(fits_int32(beta), kOp, ": argument 'beta' must fit in int32, got ", beta);
+  const bool use_c = beta != 0;
+  TORCH_CHECK_VALUE(!use_c || c.has_value(), kOp, ": argument 'beta' is ", beta, " but no 'c' was given");
+  if (c.has_value()) {
+    check_int32_mn(*c, "c", m, n);
+    check_same_device(*c, "c", a);
+  }
+  check_int32_mn(out, "out", m, n);
+  check_same_device(out, "out", a);
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, a);
+  at::assert_no_overlap(out, b);
+  if (c.has_value()) at::assert_no_partial_overlap(out, *c);
+
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // A @ B is all zeros: nothing for a kernel to do
+    if (use_c) {
+      out.copy_(c->mul(beta));
+    } else {
+      out.zero_();
+    }
+    return;
+  }
+
+  // Kernels write D with unit stride along N; any other `out` gets the result through a copy.
+  const bool direct = out.stride(1) == 1 || n == 1;
+  at::Tensor d = direct ? out : at::empty({m, n}, out.options());
+
+  GemmParams p;
+  p.m = static_cast<int>(m);
+  p.n = static_cast<int>(n);
+  p.k = static_cast<int>(k);
+  p.a = describe(a, false);
+  p.b = describe(b, true);
+  p.d = d.data_ptr<int32_t>();
+  p.ldd = d.stride(0);
+  p.epilogue.alpha = static_cast<int32_t>(alpha);
+  p.epilogue.beta = static_cast<int32_t>(beta);
+  if (use_c) {
+    p.epilogue.c = c->data_ptr<int32_t>();
+    p.epilogue.c_stride_m = c->stride(0);
+    p.epilogue.c_stride_n = c->stride(1);
+  }
+
+  if (a.is_cuda()) {
+    run_cuda(requested, a, b, p);
+  } else {
+    TORCH_CHECK_VALUE(a.is_cpu(), kOp, ": argument 'a' must be a CPU or CUDA tensor, got ", a.device());
+    run_cpu(requested, a, b, p);
+  }
+  if (!direct) out.copy_(d);
+}
+
+at::Tensor gemm(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& c, int64_t alpha,
+                int64_t beta, std::string_view backend) {
+  check_operand(a, "a", "[M, K]");
+  check_operand(b, "b", "[K, N]");
+  at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options().dtype(at::kInt));
+  gemm_out(a, b, c, alpha, beta, backend, out);
+  return out;
+}
+
+// Comma-separated GPU backends of a device, best first; "" when it has none.
+std::string available_backends(int64_t device_index) {
+  std::string s;
+  for (Backend b : gpu_backends(device_info(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index)))))
+    s += (s.empty() ? "" : ",") + std::string(backend_name(b));
+  return s;
+}
+
+TORCH_LIBRARY(tcgemm, m) {
+  m.def("gemm(Tensor a, Tensor b, Tensor? c=None, int alpha=1, int beta=0, str backend='auto') -> Tensor");
+  m.def("gemm_out(Tensor a, Tensor b, Tensor? c, int alpha, int beta, str backend, *, Tensor(a!) out) -> ()");
+  m.def("available_backends(int device_index) -> str", &available_backends);
+}
+
+TORCH_LIBRARY_IMPL(tcgemm, CPU, m) {
+  m.impl("gemm", &gemm);
+  m.impl("gemm_out", &gemm_out);
+}
+
+TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) {
+  m.impl("gemm", &gemm);
+  m.impl("gemm_out", &gemm_out);
+}
+
+}  // namespace tcgemm

@@ -1,0 +1,47 @@
+"""Builds tcgemm._C, the CUDA/C++ extension behind torch.ops.tcgemm.
+
+Architectures: TORCH_CUDA_ARCH_LIST when set (e.g. "9.0a" on an H200), otherwise sm_75, sm_80 and
+sm_90a machine code plus compute_80 PTX, which newer GPUs compile at load time.
+"""
+
+import glob
+import os
+
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_ARCH_FLAGS = [
+    "-gencode=arch=compute_75,code=sm_75",
+    "-gencode=arch=compute_80,code=sm_80",
+    "-gencode=arch=compute_90a,code=sm_90a",
+    "-gencode=arch=compute_80,code=compute_80",
+]
+
+
+def cuda_arch_flags():
+    # torch.utils.cpp_extension turns TORCH_CUDA_ARCH_LIST into -gencode flags, and adds none of
+    # its own when the nvcc flags already name an architecture.
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return []
+    return DEFAULT_ARCH_FLAGS
+
+
+def sources():
+    files = glob.glob("csrc/**/*.cpp", recursive=True) + glob.glob("csrc/**/*.cu", recursive=True)
+    return sorted(os.path.relpath(f, ROOT) if os.path.isabs(f) else f for f in files)
+
+
+arch_flags = cuda_arch_flags()
+common = ["-O3", "-std=c++20"]
+ext = CUDAExtension(
+    name="tcgemm._C",
+    sources=sources(),
+    include_dirs=[os.path.join(ROOT, "csrc")],
+    extra_compile_args={
+        "cxx": common,
+        "nvcc": common + ["--expt-relaxed-constexpr", "-lineinfo", "-Xptxas=-warn-spills"] + arch_flags,
+    },
+)
+
+setup(ext_modules=[ext], cmdclass={"build_ext": BuildExtension})

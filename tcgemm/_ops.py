@@ -1,0 +1,100 @@
+"""Typed wrappers over torch.ops.tcgemm, each with its fake (meta) implementation beside it."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import _C  # noqa: F401  (loading the library registers torch.ops.tcgemm)
+
+BACKENDS = ("auto", "cpu", "wmma", "wmma_simple", "sm80")
+_OP = "tcgemm.gemm"
+
+
+def gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: Optional[torch.Tensor] = None,
+    alpha: int = 1,
+    beta: int = 0,
+    *,
+    out: Optional[torch.Tensor] = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """D = alpha * (A @ B) + beta * C, exact in int32 arithmetic that wraps modulo 2**32.
+
+    Args:
+        a: int8 or uint8 [M, K]; any strides (row- or column-major are read in place).
+        b: int8 or uint8 [K, N]; the dtypes of ``a`` and ``b`` may differ.
+        c: int32 [M, N], any strides (an ``expand``-ed row or column broadcasts); read only when
+            ``beta != 0``.
+        alpha, beta: int32 scalars.
+        out: optional int32 [M, N] to write into (may be ``c`` itself); returned.
+        backend: "auto", or force one: "cpu" (CPU tensors), "wmma", "wmma_simple", "sm80".
+
+    Returns:
+        int32 [M, N] on the device of ``a``.
+
+    Example:
+        >>> d = tcgemm.gemm(a, b, c, alpha=2, beta=-1)
+    """
+    if out is None:
+        return torch.ops.tcgemm.gemm.default(a, b, c, alpha, beta, backend)
+    torch.ops.tcgemm.gemm_out.default(a, b, c, alpha, beta, backend, out=out)
+    return out
+
+
+def int8_gemm(
+    a: torch.Tensor, b: torch.Tensor, *, out: Optional[torch.Tensor] = None, backend: str = "auto"
+) -> torch.Tensor:
+    """A @ B for int8/uint8 ``a`` [M, K] and ``b`` [K, N], returned as exact int32 [M, N].
+
+    Accumulation wraps modulo 2**32; with int8 inputs K <= 131071 can never overflow
+    (uint8 x uint8: K <= 33025). See :func:`gemm` for layouts, ``out`` and ``backend``.
+
+    Example:
+        >>> c = tcgemm.int8_gemm(x_int8, w_int8.t())   # w: nn.Linear-style [N, K]
+    """
+    return gemm(a, b, out=out, backend=backend)
+
+
+def available_backends(device: torch.device | str | int | None = None) -> list[str]:
+    """Backends that run on ``device``, best first: ["cpu"] for the CPU, else the GPU kernels
+    this GPU supports (e.g. ["sm80", "wmma", "wmma_simple"] on Ampere and Hopper)."""
+    device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    if device.type == "cpu":
+        return ["cpu"]
+    if device.type != "cuda":
+        raise ValueError(f"tcgemm.available_backends: expected a cpu or cuda device, got {device}")
+    index = torch.cuda.current_device() if device.index is None else device.index
+    names = torch.ops.tcgemm.available_backends(index)
+    return names.split(",") if names else []
+
+
+def _check_fake_operands(a: torch.Tensor, b: torch.Tensor) -> None:
+    for name, t, shape in (("a", a, "[M, K]"), ("b", b, "[K, N]")):
+        torch._check(t.dim() == 2, lambda: f"{_OP}: argument '{name}' must be a 2-D tensor {shape}, got a {t.dim()}-D tensor")
+        torch._check(
+            t.dtype in (torch.int8, torch.uint8),
+            lambda: f"{_OP}: argument '{name}' must have dtype torch.int8 or torch.uint8, got {t.dtype}",
+        )
+    torch._check(
+        a.shape[1] == b.shape[0],
+        lambda: f"{_OP}: K mismatch: 'a' is [M, K] = {list(a.shape)} but 'b' is [K, N] = {list(b.shape)}",
+    )
+
+
+@torch.library.register_fake("tcgemm::gemm")
+def _gemm_fake(a, b, c=None, alpha=1, beta=0, backend="auto"):
+    _check_fake_operands(a, b)
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.int32)
+
+
+@torch.library.register_fake("tcgemm::gemm_out")
+def _gemm_out_fake(a, b, c, alpha, beta, backend, *, out):
+    _check_fake_operands(a, b)
+    torch._check(
+        out.shape == (a.shape[0], b.shape[1]) and out.dtype == torch.int32,
+        lambda: f"{_OP}: argument 'out' must be int32 of shape [M, N] = [{a.shape[0]}, {b.shape[1]}]",
+    )
