@@ -106,7 +106,6 @@ void run_gpu_gemm(Backend b, const GemmParams& p, const DeviceInfo& dev) {
     case Backend::kSm80:
       switch (choose_sm80_tile(p.m, p.n, dev.sm_count, dev.smem_optin)) {
         case Sm80Tile::kLarge: return sm80::launch_sm80_int8_gemm<Sm80Large>(p);
-        case Sm80Tile::kMid: return sm80::launch_sm80_int8_gemm<Sm80Mid>(p);
         case Sm80Tile::kSmall: return sm80::launch_sm80_int8_gemm<Sm80Small>(p);
       }
       return;

@@ -10,20 +10,20 @@ namespace tcgemm {
 // 128 bytes at a time. ~46 KiB of shared memory: no opt-in needed on any CUDA GPU.
 using WmmaConfig = WmmaTileConfig<128, 128, 128, 2, 4>;
 
-// mma.sync tiles by regime. Large: big M and N, 8 warps of 64x64 (144 KiB: A100/H100-class smem).
-using Sm80Large = Sm80TileConfig<256, 128, 4, 2, 3>;
-// Mid: fewer tiles or consumer Ampere/Ada (<= 99 KiB smem); 8 warps of 64x32, 96 KiB.
-using Sm80Mid = Sm80TileConfig<128, 128, 2, 4, 3>;
-// Small: M <= 64-ish problems where big tiles would leave most SMs idle; 4 warps of 32x32, 64 KiB.
+// mma.sync tiles by regime (measured on the H200: benchmarks/NOTES-sm80.md).
+// Large: 128x128 blocks of 4 warps (64x64 each), 3 stages, 96 KiB: two blocks share an SM, and
+// their independent barriers beat one 8-warp 256x128 block (the cuBLAS shape) by 4-6%.
+using Sm80Large = Sm80TileConfig<128, 128, 2, 2, 3>;
+// Small: problems too small to give every SM a 128x128 block (small M, or small N and M);
+// 64x64 blocks of 4 warps (32x32 each), 4 stages, 64 KiB.
 using Sm80Small = Sm80TileConfig<64, 64, 2, 2, 4>;
 
-enum class Sm80Tile { kLarge, kMid, kSmall };
+enum class Sm80Tile { kLarge, kSmall };
 
-// Largest tile that still gives every SM a block and fits the device's shared memory.
 inline Sm80Tile choose_sm80_tile(int m, int n, int sm_count, int smem_optin) {
-  auto tiles = [&](int bm, int bn) { return static_cast<long long>((m + bm - 1) / bm) * ((n + bn - 1) / bn); };
-  if (smem_optin >= Sm80Large::kSmemBytes && tiles(Sm80Large::kBM, Sm80Large::kBN) >= sm_count) return Sm80Tile::kLarge;
-  if (smem_optin >= Sm80Mid::kSmemBytes && tiles(Sm80Mid::kBM, Sm80Mid::kBN) >= sm_count) return Sm80Tile::kMid;
+  const long long large_tiles = static_cast<long long>((m + Sm80Large::kBM - 1) / Sm80Large::kBM) *
+                                ((n + Sm80Large::kBN - 1) / Sm80Large::kBN);
+  if (smem_optin >= Sm80Large::kSmemBytes && large_tiles >= sm_count) return Sm80Tile::kLarge;
   return Sm80Tile::kSmall;
 }
 

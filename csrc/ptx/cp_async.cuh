@@ -18,6 +18,13 @@ __device__ __forceinline__ void cp_async_16_zfill(void* smem_dst, const void* gm
 #endif
 }
 
+// Copies 16 bytes that are known to lie inside the source: no size operand, no predicate math.
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem_dst)), "l"(gmem_src) : "memory");
+#endif
+}
+
 // Closes the group of cp.async issued since the previous commit.
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/gemm_params.h"
@@ -24,23 +25,58 @@ __device__ __forceinline__ int swizzled_offset(int row, int chunk) {
   return row * 128 + ((chunk ^ (row & 7)) << 4);
 }
 
-// Issues the cp.async copies of one [Rows x 128-byte] K slice of a K-major operand.
-// Rows past `rows_valid` and bytes past K are zero-filled without being read.
+// One thread's share of the cp.async copies that fill a [Rows x 128-byte] K slice of a K-major
+// operand. Thread t always copies chunk t % 8 of rows t / 8 + i * (Threads / 8), so its source
+// column and swizzled smem column are fixed; only k0 moves from slice to slice.
 template <int Rows, int Threads>
-__device__ __forceinline__ void load_slice_async(uint8_t* smem, const uint8_t* rows_base, int64_t ld,
-                                                 int rows_valid, int k0, int k) {
-  constexpr int kCopies = Rows * 8 / Threads;
-#pragma unroll
-  for (int i = 0; i < kCopies; ++i) {
-    const int idx = i * Threads + static_cast<int>(threadIdx.x);
-    const int row = idx >> 3;
-    const int chunk = idx & 7;
-    const int kb = k0 + chunk * 16;
-    const int bytes = row < rows_valid ? max(0, min(16, k - kb)) : 0;
-    const uint8_t* src = bytes > 0 ? rows_base + static_cast<int64_t>(row) * ld + kb : rows_base;
-    ptx::cp_async_16_zfill(smem + swizzled_offset(row, chunk), src, bytes);
+struct SliceCopier {
+  static constexpr int kRowsPerPass = Threads / 8;
+  static constexpr int kCopies = Rows / kRowsPerPass;
+
+  const uint8_t* tile;  // row 0, k 0 of this block's tile: always inside the matrix
+  const uint8_t* src;   // (row t / 8, k = chunk * 16) of the tile
+  int64_t pass_stride;  // bytes between the rows of consecutive copies
+  int dst_offset;       // swizzled offset of that element in a stage
+  int rows_left;        // rows of the tile inside the matrix, counted from this thread's first
+  int chunk_k;          // chunk * 16
+
+  __device__ __forceinline__ SliceCopier(const uint8_t* rows_base, int64_t ld, int rows_valid) {
+    const int row0 = static_cast<int>(threadIdx.x) >> 3;
+    const int chunk = static_cast<int>(threadIdx.x) & 7;
+    tile = rows_base;
+    src = rows_base + static_cast<int64_t>(row0) * ld + chunk * 16;
+    pass_stride = kRowsPerPass * ld;
+    dst_offset = swizzled_offset(row0, chunk);
+    rows_left = rows_valid - row0;
+    chunk_k = chunk * 16;
   }
-}
+
+  // Copy i of a slice whose 128 bytes of K lie inside the matrix, read at `cursor`, which then
+  // moves to copy i+1 (start it at src + k0). Rows past the matrix are zero-filled without
+  // being read, a test that interior tiles (RowsFull) skip.
+  template <bool RowsFull>
+  __device__ __forceinline__ void copy(uint8_t* stage, int i, const uint8_t*& cursor) const {
+    uint8_t* dst = stage + dst_offset + i * kRowsPerPass * 128;
+    if constexpr (RowsFull) {
+      ptx::cp_async_16(dst, cursor);
+    } else {
+      const bool in = i * kRowsPerPass < rows_left;
+      ptx::cp_async_16_zfill(dst, in ? cursor : tile, in ? 16 : 0);
+    }
+    cursor += pass_stride;
+  }
+
+  // The whole slice with every test: rows past the matrix and bytes past K read as zero.
+  __device__ __forceinline__ void copy_masked(uint8_t* stage, int k0, int k) const {
+    const int k_bytes = max(0, min(16, k - k0 - chunk_k));
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      const int bytes = i * kRowsPerPass < rows_left ? k_bytes : 0;
+      ptx::cp_async_16_zfill(stage + dst_offset + i * kRowsPerPass * 128,
+                             bytes > 0 ? src + k0 + i * pass_stride : tile, bytes);
+    }
+  }
+};
 
 // Maps a linear block index to a (tile_m, tile_n) pair, walking kGroupM tile rows at a time so
 // that concurrently running blocks share both A rows and B columns in L2.
@@ -54,31 +90,36 @@ __device__ __forceinline__ void rasterize(int pid, int tiles_m, int tiles_n, int
   tile_n = in_group / group_m;
 }
 
+// A warp's mma operands: A double-buffered across k-steps, B reloaded pair by pair as soon as a
+// pair of n8 tiles has met every A row, which keeps the register footprint small.
 template <class Cfg>
 struct WarpFragments {
-  uint32_t a[Cfg::kMmaM][4];
+  uint32_t a[2][Cfg::kMmaM][4];
   uint32_t b[Cfg::kMmaN][2];
 };
 
-// Loads the A and B fragments of mma k-step `ks` (32 bytes of K) for one warp.
+// The A fragments of mma k-step `ks` (32 bytes of K): one ldmatrix.x4 per m16 tile.
 template <class Cfg>
-__device__ __forceinline__ void load_fragments(WarpFragments<Cfg>& f, const uint8_t* sa, const uint8_t* sb,
-                                               int warp_m0, int warp_n0, int lane, int ks) {
+__device__ __forceinline__ void load_a_fragments(uint32_t (&a)[Cfg::kMmaM][4], const uint8_t* sa, int warp_m0,
+                                                 int lane, int ks) {
 #pragma unroll
   for (int i = 0; i < Cfg::kMmaM; ++i) {
     const int row = warp_m0 + i * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-    ptx::ldmatrix_x4(f.a[i], sa + swizzled_offset(row, ks * 2 + (lane >> 4)));
+    ptx::ldmatrix_x4(a[i], sa + swizzled_offset(row, ks * 2 + (lane >> 4)));
   }
-#pragma unroll
-  for (int j = 0; j < Cfg::kMmaN / 2; ++j) {
-    const int row = warp_n0 + j * 16 + (lane & 7) + (lane >> 4) * 8;
-    uint32_t r[4];
-    ptx::ldmatrix_x4(r, sb + swizzled_offset(row, ks * 2 + ((lane >> 3) & 1)));
-    f.b[2 * j][0] = r[0];
-    f.b[2 * j][1] = r[1];
-    f.b[2 * j + 1][0] = r[2];
-    f.b[2 * j + 1][1] = r[3];
-  }
+}
+
+// The B fragments of n8 tiles 2*jj and 2*jj+1 at k-step `ks`: one ldmatrix.x4.
+template <class Cfg>
+__device__ __forceinline__ void load_b_pair(uint32_t (&b)[Cfg::kMmaN][2], const uint8_t* sb, int warp_n0, int lane,
+                                            int ks, int jj) {
+  const int row = warp_n0 + jj * 16 + (lane & 7) + (lane >> 4) * 8;
+  uint32_t r[4];
+  ptx::ldmatrix_x4(r, sb + swizzled_offset(row, ks * 2 + ((lane >> 3) & 1)));
+  b[2 * jj][0] = r[0];
+  b[2 * jj][1] = r[1];
+  b[2 * jj + 1][0] = r[2];
+  b[2 * jj + 1][1] = r[3];
 }
 
 // Writes two horizontally adjacent results through the shared epilogue, 8 bytes at once when allowed.
@@ -113,19 +154,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_int8_gemm_kernel(const 
   const int warp_m0 = (warp / Cfg::kWarpsN) * Cfg::kWarpTileM;
   const int warp_n0 = (warp % Cfg::kWarpsN) * Cfg::kWarpTileN;
 
-  const uint8_t* a_rows = static_cast<const uint8_t*>(p.a.ptr) + static_cast<int64_t>(m0) * p.a.stride_row;
-  const uint8_t* b_rows = static_cast<const uint8_t*>(p.b.ptr) + static_cast<int64_t>(n0) * p.b.stride_row;
-  const int a_rows_valid = p.m - m0;
-  const int b_rows_valid = p.n - n0;
-  const int k_tiles = ceil_div(p.k, Cfg::kBK);
+  const SliceCopier<Cfg::kBM, Cfg::kThreads> copy_a(
+      static_cast<const uint8_t*>(p.a.ptr) + static_cast<int64_t>(m0) * p.a.stride_row, p.a.stride_row, p.m - m0);
+  const SliceCopier<Cfg::kBN, Cfg::kThreads> copy_b(
+      static_cast<const uint8_t*>(p.b.ptr) + static_cast<int64_t>(n0) * p.b.stride_row, p.b.stride_row, p.n - n0);
 
-  auto load_stage = [&](int stage, int k_tile) {
-    const int k0 = k_tile * Cfg::kBK;
-    load_slice_async<Cfg::kBM, Cfg::kThreads>(smem_a + stage * Cfg::kStageBytesA, a_rows, p.a.stride_row,
-                                              a_rows_valid, k0, p.k);
-    load_slice_async<Cfg::kBN, Cfg::kThreads>(smem_b + stage * Cfg::kStageBytesB, b_rows, p.b.stride_row,
-                                              b_rows_valid, k0, p.k);
-  };
+  // Integer sums do not care about order, so a partial last K slice is loaded first, in the
+  // prologue: every slice the main loop loads is then whole in K and needs no K predicate.
+  const int k_tiles = ceil_div(p.k, Cfg::kBK);
+  const int has_tail = p.k % Cfg::kBK != 0;
+  auto slice_k0 = [&](int t) { return has_tail && t == 0 ? (k_tiles - 1) * Cfg::kBK : (t - has_tail) * Cfg::kBK; };
 
   int32_t acc[Cfg::kMmaM][Cfg::kMmaN][4];
 #pragma unroll
@@ -138,33 +176,81 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_int8_gemm_kernel(const 
   // Prologue: Stages-1 slices in flight (empty groups past the end keep the wait counts uniform).
 #pragma unroll
   for (int s = 0; s < Cfg::kStages - 1; ++s) {
-    if (s < k_tiles) load_stage(s, s);
+    if (s < k_tiles) {
+      copy_a.copy_masked(smem_a + s * Cfg::kStageBytesA, slice_k0(s), p.k);
+      copy_b.copy_masked(smem_b + s * Cfg::kStageBytesB, slice_k0(s), p.k);
+    }
     ptx::cp_async_commit();
   }
+  ptx::cp_async_wait<Cfg::kStages - 2>();
+  __syncthreads();
 
-  WarpFragments<Cfg> frag[2];
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    ptx::cp_async_wait<Cfg::kStages - 2>();
-    // Slice kt has landed for every thread, and every warp is done with the stage refilled below.
-    __syncthreads();
-    const int next = kt + Cfg::kStages - 1;
-    if (next < k_tiles) load_stage(next % Cfg::kStages, next);
-    ptx::cp_async_commit();
+  // The main loop, instantiated twice: tiles with no M/N edge copy without any predicate.
+  auto mainloop = [&](auto rows_full) {
+    constexpr bool kRowsFull = decltype(rows_full)::value;
+    constexpr int kSteps = Cfg::kBK / 32;  // mma k-steps per slice
+    constexpr int kPairs = Cfg::kMmaN / 2;
+    constexpr int kCopiesA = SliceCopier<Cfg::kBM, Cfg::kThreads>::kCopies;
+    constexpr int kCopies = kCopiesA + SliceCopier<Cfg::kBN, Cfg::kThreads>::kCopies;
+    constexpr int kSlots = (kSteps - 1) * kPairs;  // the refill's copies go out between mma groups
+    constexpr int kPerSlot = (kCopies + kSlots - 1) / kSlots;
 
-    const int stage = kt % Cfg::kStages;
-    const uint8_t* sa = smem_a + stage * Cfg::kStageBytesA;
-    const uint8_t* sb = smem_b + stage * Cfg::kStageBytesB;
-    load_fragments<Cfg>(frag[0], sa, sb, warp_m0, warp_n0, lane, 0);
+    WarpFragments<Cfg> frag;
+    load_a_fragments<Cfg>(frag.a[0], smem_a, warp_m0, lane, 0);
 #pragma unroll
-    for (int ks = 0; ks < Cfg::kBK / 32; ++ks) {
-      // Fetch the next k-step's fragments before issuing this one's mma (register double buffer).
-      if (ks + 1 < Cfg::kBK / 32) load_fragments<Cfg>(frag[(ks + 1) & 1], sa, sb, warp_m0, warp_n0, lane, ks + 1);
+    for (int jj = 0; jj < kPairs; ++jj) load_b_pair<Cfg>(frag.b, smem_b, warp_n0, lane, 0, jj);
+
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const uint8_t* sa = smem_a + (kt % Cfg::kStages) * Cfg::kStageBytesA;
+      const uint8_t* sb = smem_b + (kt % Cfg::kStages) * Cfg::kStageBytesB;
+      const uint8_t* next_sa = smem_a + ((kt + 1) % Cfg::kStages) * Cfg::kStageBytesA;
+      const uint8_t* next_sb = smem_b + ((kt + 1) % Cfg::kStages) * Cfg::kStageBytesB;
+      // Slice kt+Stages-1 refills the stage that every warp finished reading before the last barrier.
+      const int refill = kt + Cfg::kStages - 1;
+      const bool do_refill = refill < k_tiles;
+      uint8_t* fill_a = smem_a + (refill % Cfg::kStages) * Cfg::kStageBytesA;
+      uint8_t* fill_b = smem_b + (refill % Cfg::kStages) * Cfg::kStageBytesB;
+      const uint8_t* cursor_a = copy_a.src + (refill - has_tail) * Cfg::kBK;
+      const uint8_t* cursor_b = copy_b.src + (refill - has_tail) * Cfg::kBK;
 #pragma unroll
-      for (int i = 0; i < Cfg::kMmaM; ++i)
+      for (int ks = 0; ks < kSteps; ++ks) {
+        const bool last = ks + 1 == kSteps;
+        if (last) {
+          // Slice kt+1 must have landed (and be visible to all warps) before its fragments load.
+          ptx::cp_async_commit();
+          ptx::cp_async_wait<Cfg::kStages - 2>();
+          __syncthreads();
+        }
+        const uint8_t* frag_a_src = last ? next_sa : sa;
+        const uint8_t* frag_b_src = last ? next_sb : sb;
+        const int next_ks = last ? 0 : ks + 1;
+        load_a_fragments<Cfg>(frag.a[(ks + 1) & 1], frag_a_src, warp_m0, lane, next_ks);
 #pragma unroll
-        for (int j = 0; j < Cfg::kMmaN; ++j)
-          ptx::mma_m16n8k32<ASigned, BSigned>(acc[i][j], frag[ks & 1].a[i], frag[ks & 1].b[j]);
+        for (int jj = 0; jj < kPairs; ++jj) {
+#pragma unroll
+          for (int j = 2 * jj; j < 2 * jj + 2; ++j)
+#pragma unroll
+            for (int i = 0; i < Cfg::kMmaM; ++i)
+              ptx::mma_m16n8k32<ASigned, BSigned>(acc[i][j], frag.a[ks & 1][i], frag.b[j]);
+          load_b_pair<Cfg>(frag.b, frag_b_src, warp_n0, lane, next_ks, jj);
+#pragma unroll
+          for (int c = (ks * kPairs + jj) * kPerSlot; c < (ks * kPairs + jj + 1) * kPerSlot; ++c) {
+            if (!last && c < kCopies && do_refill) {
+              if (c < kCopiesA) {
+                copy_a.template copy<kRowsFull>(fill_a, c, cursor_a);
+              } else {
+                copy_b.template copy<kRowsFull>(fill_b, c - kCopiesA, cursor_b);
+              }
+            }
+          }
+        }
+      }
     }
+  };
+  if (p.m - m0 >= Cfg::kBM && p.n - n0 >= Cfg::kBN) {
+    mainloop(std::true_type{});
+  } else {
+    mainloop(std::false_type{});
   }
   ptx::cp_async_wait<0>();
 
