@@ -6,7 +6,13 @@ from typing import Optional
 
 import torch
 
-from . import _C  # noqa: F401  (loading the library registers torch.ops.tcgemm)
+try:
+    from . import _C  # noqa: F401  (loading the library registers torch.ops.tcgemm)
+except ImportError as exc:  # pragma: no cover - only without a build
+    raise ImportError(
+        "tcgemm's compiled extension (tcgemm._C) is missing or was built for another torch: "
+        "reinstall with `pip install --no-build-isolation -e .`"
+    ) from exc
 
 BACKENDS = ("auto", "cpu", "wmma", "wmma_simple", "sm80")
 _OP = "tcgemm.gemm"

@@ -20,6 +20,17 @@ namespace {
 
 constexpr const char* kOp = "tcgemm.gemm";
 
+// Messages format numbers with std::to_string, never through an ostream: with some toolchain
+// pairings (seen: g++ 13 building against torch 2.11) the extension's own instantiation of
+// ostream's integer insertion picks the wrong locale facet and crashes.
+std::string num(int64_t v) { return std::to_string(v); }
+
+std::string shape_str(at::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + num(sizes[i]);
+  return s + "]";
+}
+
 std::string dtype_name(at::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
 
 bool fits_int32(int64_t v) {
@@ -27,7 +38,7 @@ bool fits_int32(int64_t v) {
 }
 
 void check_operand(const at::Tensor& t, const char* name, const char* shape) {
-  TORCH_CHECK_VALUE(t.dim() == 2, kOp, ": argument '", name, "' must be a 2-D tensor ", shape, ", got a ", t.dim(),
+  TORCH_CHECK_VALUE(t.dim() == 2, kOp, ": argument '", name, "' must be a 2-D tensor ", shape, ", got a ", num(t.dim()),
                     "-D tensor");
   TORCH_CHECK_TYPE(t.scalar_type() == at::kChar || t.scalar_type() == at::kByte, kOp, ": argument '", name,
                    "' must have dtype torch.int8 or torch.uint8, got ", dtype_name(t.scalar_type()));
@@ -37,14 +48,14 @@ void check_operand(const at::Tensor& t, const char* name, const char* shape) {
 
 void check_same_device(const at::Tensor& t, const char* name, const at::Tensor& a) {
   TORCH_CHECK_VALUE(t.device() == a.device(), kOp, ": argument '", name, "' must be on the same device as 'a' (",
-                    a.device(), "), got ", t.device());
+                    a.device().str(), "), got ", t.device().str());
 }
 
 void check_int32_mn(const at::Tensor& t, const char* name, int64_t m, int64_t n) {
   TORCH_CHECK_TYPE(t.scalar_type() == at::kInt, kOp, ": argument '", name, "' must have dtype torch.int32, got ",
                    dtype_name(t.scalar_type()));
   TORCH_CHECK_VALUE(t.dim() == 2 && t.size(0) == m && t.size(1) == n, kOp, ": argument '", name,
-                    "' must have shape [M, N] = [", m, ", ", n, "], got ", t.sizes());
+                    "' must have shape [M, N] = [", num(m), ", ", num(n), "], got ", shape_str(t.sizes()));
 }
 
 Backend parse_backend_arg(std::string_view name) {
@@ -139,12 +150,12 @@ void gemm_out(const at::Tensor& a, const at::Tensor& b, const std::optional<at::
   check_operand(b, "b", "[K, N]");
   check_same_device(b, "b", a);
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  TORCH_CHECK_VALUE(b.size(0) == k, kOp, ": K mismatch: 'a' is [M, K] = ", a.sizes(), " but 'b' is [K, N] = ",
-                    b.sizes());
-  TORCH_CHECK_VALUE(fits_int32(alpha), kOp, ": argument 'alpha' must fit in int32, got ", alpha);
-  TORCH_CHECK_VALUE(fits_int32(beta), kOp, ": argument 'beta' must fit in int32, got ", beta);
+  TORCH_CHECK_VALUE(b.size(0) == k, kOp, ": K mismatch: 'a' is [M, K] = ", shape_str(a.sizes()),
+                    " but 'b' is [K, N] = ", shape_str(b.sizes()));
+  TORCH_CHECK_VALUE(fits_int32(alpha), kOp, ": argument 'alpha' must fit in int32, got ", num(alpha));
+  TORCH_CHECK_VALUE(fits_int32(beta), kOp, ": argument 'beta' must fit in int32, got ", num(beta));
   const bool use_c = beta != 0;
-  TORCH_CHECK_VALUE(!use_c || c.has_value(), kOp, ": argument 'beta' is ", beta, " but no 'c' was given");
+  TORCH_CHECK_VALUE(!use_c || c.has_value(), kOp, ": argument 'beta' is ", num(beta), " but no 'c' was given");
   if (c.has_value()) {
     check_int32_mn(*c, "c", m, n);
     check_same_device(*c, "c", a);
@@ -189,7 +200,7 @@ void gemm_out(const at::Tensor& a, const at::Tensor& b, const std::optional<at::
   if (a.is_cuda()) {
     run_cuda(requested, a, b, p);
   } else {
-    TORCH_CHECK_VALUE(a.is_cpu(), kOp, ": argument 'a' must be a CPU or CUDA tensor, got ", a.device());
+    TORCH_CHECK_VALUE(a.is_cpu(), kOp, ": argument 'a' must be a CPU or CUDA tensor, got ", a.device().str());
     run_cpu(requested, a, b, p);
   }
   if (!direct) out.copy_(d);
