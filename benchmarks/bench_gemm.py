@@ -520,8 +520,9 @@ def write_plot(records: list[dict[str, Any]], backends: list[str], path: Path) -
         for s in backends + list(PEERS):
             points = [(r["M"], r["tops"][s]) for r in recs if r["tops"][s] is not None]
             if points:
-                ax.plot(*zip(*points), marker="o", markersize=3,
-                        label=s if s in PEERS else f"tcgemm:{s}")
+                # matplotlib hides legend labels that start with "_", hence "torch._int_mm"
+                label = f"torch.{s}" if s == "_int_mm" else s if s in PEERS else f"tcgemm:{s}"
+                ax.plot(*zip(*points), marker="o", markersize=3, label=label)
         ax.set_xscale("log", base=2)
         ax.set_title(f"N={n}, K={k}")
         ax.set_xlabel("M")

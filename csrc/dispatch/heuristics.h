@@ -14,7 +14,7 @@ using WmmaConfig = WmmaTileConfig<128, 128, 128, 2, 4>;
 // Large: 128x128 blocks of 4 warps (64x64 each), 3 stages, 96 KiB: two blocks share an SM, and
 // their independent barriers beat one 8-warp 256x128 block (the cuBLAS shape) by 4-6%.
 using Sm80Large = Sm80TileConfig<128, 128, 2, 2, 3>;
-// Small: problems too small to give every SM a 128x128 block (small M, or small N and M);
+// Small: problems that cannot give half the SMs a 128x128 block (small M, or small N and M);
 // 64x64 blocks of 4 warps (32x32 each), 4 stages, 64 KiB.
 using Sm80Small = Sm80TileConfig<64, 64, 2, 2, 4>;
 
@@ -23,7 +23,9 @@ enum class Sm80Tile { kLarge, kSmall };
 inline Sm80Tile choose_sm80_tile(int m, int n, int sm_count, int smem_optin) {
   const long long large_tiles = static_cast<long long>((m + Sm80Large::kBM - 1) / Sm80Large::kBM) *
                                 ((n + Sm80Large::kBN - 1) / Sm80Large::kBN);
-  if (smem_optin >= Sm80Large::kSmemBytes && large_tiles >= sm_count) return Sm80Tile::kLarge;
+  // One 128x128 block on each of half the SMs still beats four times as many 64x64 blocks
+  // (H200: 512x4096x4096 and 256x8192x28672, 128 blocks on 132 SMs).
+  if (smem_optin >= Sm80Large::kSmemBytes && 2 * large_tiles >= sm_count) return Sm80Tile::kLarge;
   return Sm80Tile::kSmall;
 }
 
