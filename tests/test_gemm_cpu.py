@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import tcgemm
+from cases import ALPHA_BETA_WRAP, alpha_beta_id, dtype_id, dtype_pair_id
 
 I8 = torch.int8
 U8 = torch.uint8
@@ -39,19 +40,6 @@ ALPHA_BETA = [(1, 1), (2, -3), (-1, -1), (0, 5), (-7, 0), (123457, -98765)]
 def shape_id(shape):
     m, n, k = shape
     return f"M{m}-N{n}-K{k}"
-
-
-def dtype_id(dtype):
-    return {I8: "i8", U8: "u8"}[dtype]
-
-
-def dtype_pair_id(pair):
-    return "x".join(dtype_id(d) for d in pair)
-
-
-def alpha_beta_id(pair):
-    alpha, beta = pair
-    return f"alpha{alpha}-beta{beta}"
 
 
 def test_available_backends_cpu():
@@ -270,13 +258,6 @@ def test_random_accumulator_wraps(backend, rng, make_operand, ref_gemm, check_ex
     assert (a.long() @ b.long()).min() >= 2**31, "every entry must overflow int32"
     check_exact(tcgemm.gemm(a, b, backend=backend), ref_gemm(a, b), backend)
 
-
-ALPHA_BETA_WRAP = [
-    (2**30, 0),
-    (-(2**31), 1),
-    (2**31 - 1, -(2**31)),
-    (65537, 65537),
-]
 
 
 @pytest.mark.parametrize("alpha_beta", ALPHA_BETA_WRAP, ids=alpha_beta_id)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import tcgemm
+from cases import ALPHA_BETA_WRAP, alpha_beta_id, dtype_pair_id
 
 pytestmark = [
     pytest.mark.gpu,
@@ -35,19 +36,6 @@ ALPHA_BETA = [(1, 1), (2, -3), (-1, -1), (0, 5), (-7, 0), (123457, -98765)]
 # Cycles for torch.cuda._sleep: tens of milliseconds on an H200, far longer
 # than it takes the host to launch the GEMM behind it.
 STREAM_DELAY_CYCLES = 50_000_000
-
-
-def dtype_id(dtype):
-    return {I8: "i8", U8: "u8"}[dtype]
-
-
-def dtype_pair_id(pair):
-    return "x".join(dtype_id(d) for d in pair)
-
-
-def alpha_beta_id(pair):
-    alpha, beta = pair
-    return f"alpha{alpha}-beta{beta}"
 
 
 def nk_id(nk):
@@ -296,13 +284,6 @@ def test_random_accumulator_wraps(gpu_backend, rng, make_operand, ref_gemm, chec
     got = tcgemm.gemm(a, b, backend=gpu_backend)
     check_exact(got, ref_gemm(a, b), gpu_backend)
 
-
-ALPHA_BETA_WRAP = [
-    (2**30, 0),
-    (-(2**31), 1),
-    (2**31 - 1, -(2**31)),
-    (65537, 65537),
-]
 
 
 @pytest.mark.parametrize("alpha_beta", ALPHA_BETA_WRAP, ids=alpha_beta_id)
