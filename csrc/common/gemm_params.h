@@ -42,6 +42,10 @@ struct GemmParams {
   int32_t* d = nullptr;      // [M, N], unit stride along N
   int64_t ldd = 0;           // elements between rows of D
   Int32EpilogueParams epilogue;
+  // Split-K (sm80): K is cut into split_k ranges of whole slices, one per blockIdx.y, and each
+  // adds alpha * (its partial sum) into D with wrapping atomics. The caller must first fill D
+  // with the epilogue of a zero accumulator (beta * C) and leave row/col offsets null.
+  int split_k = 1;
   cudaStream_t stream = nullptr;
 };
 

@@ -97,6 +97,11 @@ bool needs_col_offset(Backend b, const GemmParams& p) {
          wmma_gemm::sign_flip_for(p.a.is_signed, p.b.is_signed) == wmma_gemm::SignFlip::kFlipA;
 }
 
+int split_k_for(Backend b, const GemmParams& p, const DeviceInfo& dev) {
+  if (b != Backend::kSm80) return 1;
+  return choose_sm80_split_k(choose_sm80_tile(p.m, p.n, dev.sm_count, dev.smem_optin), p.m, p.n, p.k, dev.sm_count);
+}
+
 void run_gpu_gemm(Backend b, const GemmParams& p, const DeviceInfo& dev) {
   switch (b) {
     case Backend::kWmma:

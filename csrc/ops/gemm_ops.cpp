@@ -100,7 +100,8 @@ DeviceInfo device_info(const at::Device& device) {
   return dev;
 }
 
-void run_cuda(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmParams& p) {
+void run_cuda(Backend requested, const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& c,
+              at::Tensor& d, GemmParams& p) {
   const c10::cuda::CUDAGuard guard(a.device());
   const DeviceInfo dev = device_info(a.device());
   Backend backend = Backend::kAuto;
@@ -125,6 +126,14 @@ void run_cuda(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmP
   if (needs_col_offset(backend, p)) {
     col_offset = b.sum(0, false, at::kLong).mul_(128).to(at::kInt);
     p.epilogue.col_offset = col_offset.data_ptr<int32_t>();
+  }
+  p.split_k = split_k_for(backend, p, dev);
+  if (p.split_k > 1) {  // the splits add alpha * partial sums onto beta * C
+    if (p.epilogue.beta != 0) {
+      d.copy_(c->mul(p.epilogue.beta));
+    } else {
+      d.zero_();
+    }
   }
   p.stream = at::cuda::getCurrentCUDAStream(a.device().index()).stream();
   run_gpu_gemm(backend, p, dev);
@@ -198,7 +207,7 @@ void gemm_out(const at::Tensor& a, const at::Tensor& b, const std::optional<at::
   }
 
   if (a.is_cuda()) {
-    run_cuda(requested, a, b, p);
+    run_cuda(requested, a, b, c, d, p);
   } else {
     TORCH_CHECK_VALUE(a.is_cpu(), kOp, ": argument 'a' must be a CPU or CUDA tensor, got ", a.device().str());
     run_cpu(requested, a, b, p);

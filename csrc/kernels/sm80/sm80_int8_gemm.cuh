@@ -135,6 +135,15 @@ __device__ __forceinline__ void store_pair(const GemmParams& p, const Int32Epilo
   }
 }
 
+// Split-K: adds alpha * partial to two horizontally adjacent results of D. Integer atomics wrap
+// like the accumulators, so the sum is exact and the same in any order.
+__device__ __forceinline__ void add_split_pair(const GemmParams& p, int row, int col, int32_t v0, int32_t v1) {
+  if (row >= p.m || col >= p.n) return;
+  int32_t* dst = p.d + static_cast<int64_t>(row) * p.ldd + col;
+  atomicAdd(dst, wrap_mul(p.epilogue.alpha, v0));
+  if (col + 1 < p.n) atomicAdd(dst + 1, wrap_mul(p.epilogue.alpha, v1));
+}
+
 template <class Cfg, bool ASigned, bool BSigned>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_int8_gemm_kernel(const GemmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -159,11 +168,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_int8_gemm_kernel(const 
   const SliceCopier<Cfg::kBN, Cfg::kThreads> copy_b(
       static_cast<const uint8_t*>(p.b.ptr) + static_cast<int64_t>(n0) * p.b.stride_row, p.b.stride_row, p.n - n0);
 
+  // This block's K range: whole 128-byte slices [first, first + k_tiles) of split blockIdx.y.
+  const int all_slices = ceil_div(p.k, Cfg::kBK);
+  int first = 0;
+  int k_tiles = all_slices;
+  if constexpr (Cfg::kSplitK) {
+    const int per_split = ceil_div(all_slices, p.split_k);
+    first = static_cast<int>(blockIdx.y) * per_split;
+    k_tiles = min(all_slices, first + per_split) - first;
+    if (k_tiles <= 0) return;
+  }
   // Integer sums do not care about order, so a partial last K slice is loaded first, in the
   // prologue: every slice the main loop loads is then whole in K and needs no K predicate.
-  const int k_tiles = ceil_div(p.k, Cfg::kBK);
-  const int has_tail = p.k % Cfg::kBK != 0;
-  auto slice_k0 = [&](int t) { return has_tail && t == 0 ? (k_tiles - 1) * Cfg::kBK : (t - has_tail) * Cfg::kBK; };
+  const int has_tail = p.k % Cfg::kBK != 0 && first + k_tiles == all_slices;
+  auto slice_k0 = [&](int t) {
+    return (has_tail && t == 0 ? all_slices - 1 : first + t - has_tail) * Cfg::kBK;
+  };
 
   int32_t acc[Cfg::kMmaM][Cfg::kMmaN][4];
 #pragma unroll
@@ -210,8 +230,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_int8_gemm_kernel(const 
       const bool do_refill = refill < k_tiles;
       uint8_t* fill_a = smem_a + (refill % Cfg::kStages) * Cfg::kStageBytesA;
       uint8_t* fill_b = smem_b + (refill % Cfg::kStages) * Cfg::kStageBytesB;
-      const uint8_t* cursor_a = copy_a.src + (refill - has_tail) * Cfg::kBK;
-      const uint8_t* cursor_b = copy_b.src + (refill - has_tail) * Cfg::kBK;
+      const uint8_t* cursor_a = copy_a.src + slice_k0(refill);
+      const uint8_t* cursor_b = copy_b.src + slice_k0(refill);
 #pragma unroll
       for (int ks = 0; ks < kSteps; ++ks) {
         const bool last = ks + 1 == kSteps;
@@ -264,14 +284,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_int8_gemm_kernel(const 
     for (int j = 0; j < Cfg::kMmaN; ++j) {
       const int row = m0 + warp_m0 + i * 16 + g;
       const int col = n0 + warp_n0 + j * 8 + 2 * t;
-      store_pair(p, epi, vec2, row, col, acc[i][j][0], acc[i][j][1]);
-      store_pair(p, epi, vec2, row + 8, col, acc[i][j][2], acc[i][j][3]);
+      if (Cfg::kSplitK && p.split_k > 1) {
+        add_split_pair(p, row, col, acc[i][j][0], acc[i][j][1]);
+        add_split_pair(p, row + 8, col, acc[i][j][2], acc[i][j][3]);
+      } else {
+        store_pair(p, epi, vec2, row, col, acc[i][j][0], acc[i][j][1]);
+        store_pair(p, epi, vec2, row + 8, col, acc[i][j][2], acc[i][j][3]);
+      }
     }
   }
 #endif
 }
 
-// Host launcher: one block per output tile.
+// Host launcher: one block per output tile and K split.
 template <class Cfg>
 void launch_sm80_int8_gemm(const GemmParams& p) {
   auto kernel = sm80_int8_gemm_kernel<Cfg, true, true>;
@@ -280,7 +305,8 @@ void launch_sm80_int8_gemm(const GemmParams& p) {
   if (!p.a.is_signed && !p.b.is_signed) kernel = sm80_int8_gemm_kernel<Cfg, false, false>;
   TCGEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, Cfg::kBM)) * ceil_div(p.n, Cfg::kBN);
-  kernel<<<static_cast<unsigned>(tiles), Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(p);
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.split_k));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(p);
   TCGEMM_CHECK_LAUNCH();
 }
 
