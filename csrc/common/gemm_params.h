@@ -20,7 +20,7 @@ struct Operand {
   bool is_signed = true;   // int8 when true, uint8 otherwise
 
   TCGEMM_HD bool k_major() const { return stride_k == 1; }
-  TCGEMM_HD bool row_major() const { return stride_row == 1 && !k_major(); }  // contiguous along rows
+  TCGEMM_HD bool rows_contiguous() const { return stride_row == 1 && !k_major(); }  // M- (or N-) major
 };
 
 // D = alpha * (A @ B + row_offset[m] + col_offset[n]) + beta * C, in int32 arithmetic that wraps.

@@ -20,8 +20,8 @@ bool k_major_aligned(const Operand& op) {
   return op.k_major() && op.stride_row % 16 == 0 && aligned16(op.ptr);
 }
 
-bool row_major_aligned(const Operand& op) {
-  return op.row_major() && op.stride_k % 16 == 0 && aligned16(op.ptr);
+bool rows_contiguous_aligned(const Operand& op) {
+  return op.rows_contiguous() && op.stride_k % 16 == 0 && aligned16(op.ptr);
 }
 
 }  // namespace
@@ -82,7 +82,7 @@ std::string resolve_gpu_backend(Backend requested, const DeviceInfo& dev, Backen
 bool operand_fits(Backend b, const Operand& op) {
   switch (b) {
     case Backend::kSm80: return k_major_aligned(op);
-    case Backend::kWmma: return k_major_aligned(op) || row_major_aligned(op);
+    case Backend::kWmma: return k_major_aligned(op) || rows_contiguous_aligned(op);
     default: return true;  // the WMMA fallback and the CPU path read any strides
   }
 }
