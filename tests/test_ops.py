@@ -109,6 +109,18 @@ def test_bad_input_names_the_argument(case):
         call()
 
 
+def test_dimension_of_2_31_is_rejected():
+    a = torch.zeros(1, 16, dtype=torch.int8).expand(2**31, 16)  # a stride-0 view: no memory
+    b = torch.zeros(16, 4, dtype=torch.int8)
+    with pytest.raises(ValueError, match="argument 'a' has a dimension >= 2\\^31, which is not supported"):
+        tcgemm.int8_gemm(a, b)
+
+
+def test_available_backends_rejects_other_devices():
+    with pytest.raises(ValueError, match="expected a cpu or cuda device, got meta"):
+        tcgemm.available_backends("meta")
+
+
 def test_out_partially_overlapping_c_is_rejected():
     a, b = _ops()
     buf = torch.zeros(6, 3, dtype=torch.int32)
