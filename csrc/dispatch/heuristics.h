@@ -33,8 +33,8 @@ inline Sm80Tile choose_sm80_tile(int m, int n, int sm_count, int smem_optin) {
 }
 
 // Split-K when the tiles alone leave more than half the SMs idle (tiny M, or tiny M and N):
-// enough K splits for about two blocks per SM, each keeping at least 4 slices of 128 bytes so
-// its pipeline fills. Measured on the H200: 1x4096x4096 1.9 -> 2.4 TOPS, 16x4096x4096 32 -> 41;
+// enough K splits for about two blocks per SM, each keeping at least 4 K slices so its
+// pipeline fills. Measured on the H200: 1x4096x4096 1.9 -> 2.4 TOPS, 16x4096x4096 32 -> 41;
 // at 128-512 rows (about one wave of tiles) splitting lost 20-30% to the atomics and the fill.
 inline int choose_sm80_split_k(Sm80Tile tile, int m, int n, int k, int sm_count) {
   if (tile != Sm80Tile::kSmall) return 1;
@@ -42,7 +42,7 @@ inline int choose_sm80_split_k(Sm80Tile tile, int m, int n, int k, int sm_count)
                           ((n + Sm80Small::kBN - 1) / Sm80Small::kBN);
   if (2 * tiles > sm_count) return 1;
   const long long wanted = (2LL * sm_count + tiles - 1) / tiles;
-  const long long most = ((k + 127) / 128) / 4;
+  const long long most = ((k + Sm80Small::kBK - 1) / Sm80Small::kBK) / 4;
   return static_cast<int>(std::max(1LL, std::min({wanted, most, 16LL})));
 }
 
