@@ -53,6 +53,7 @@ SENTINEL = torch.iinfo(torch.int32).min  # never a valid int8 x int8 dot product
 L2_MULTIPLE = 3  # input sets must exceed this many times the L2 size
 DEFAULT_L2_BYTES = 60 * 1024 * 1024
 INPUT_BUDGET_BYTES = 24 * 1024**3  # int8 + bf16 + fp8 copies of all sets
+MAX_SETS = 64
 WARMUP_CALLS = 5
 MIN_REPS = 10
 TIME_BUDGET_MS = 60.0  # per measurement; limits reps for slow shapes
@@ -135,7 +136,9 @@ def select_shapes(sweep: str, quick: bool) -> dict[Shape, list[str]]:
     shapes: dict[Shape, list[str]] = {}
     for name, group in groups:
         for shape in group:
-            shapes.setdefault(shape, []).append(name)
+            names = shapes.setdefault(shape, [])
+            if name not in names:
+                names.append(name)
     return shapes
 
 
@@ -249,7 +252,7 @@ def count_sets(shape: Shape, l2: int) -> int:
     int8_bytes = (m + n) * k
     wanted = math.ceil(L2_MULTIPLE * l2 / int8_bytes)
     cap = INPUT_BUDGET_BYTES // (4 * int8_bytes)  # int8 + bf16 (2x) + fp8
-    return max(2, min(wanted, cap))
+    return max(2, min(wanted, cap, MAX_SETS))
 
 
 def make_input_sets(shape: Shape, n_sets: int, device: torch.device) -> InputSets:
@@ -404,7 +407,8 @@ def bench_shape(shape: Shape, tcgemm: Optional[ModuleType], backends: list[str],
     else:
         report.results["cublasLt"], report.cublaslt_algos = bench_cublaslt(
             peer, shape, sets, ref, workspace, max_reps, device)
-    report.results["_int_mm"] = measure("_int_mm", int_mm_fn(sets), shape, sets, ref,
+    int_mm_ref = None if ref_name == "_int_mm" else ref  # never checked against itself
+    report.results["_int_mm"] = measure("_int_mm", int_mm_fn(sets), shape, sets, int_mm_ref,
                                         max_reps, device)
     report.results["bf16"] = measure("bf16", bf16_fn(sets), shape, sets, None, max_reps, device)
     report.results["fp8"] = measure("fp8", fp8_fn(sets), shape, sets, None, max_reps, device)
@@ -467,7 +471,9 @@ def format_table(records: list[dict[str, Any]], backends: list[str]) -> str:
 
     def cell_tops(rec: dict[str, Any], s: str) -> str:
         value = rec["tops"][s]
-        return "-" if value is None else f"{value:.1f}" + ("!" if rec["exact"][s] is False else "")
+        if value is None:
+            return "-"
+        return f"{value:.{1 if value >= 10 else 2}f}" + ("!" if rec["exact"][s] is False else "")
 
     def cell_ratio(rec: dict[str, Any], b: str, kind: str) -> str:
         value = (rec["ratio_vs_best_int8_peer"] if kind == "peer" else rec["ratio_vs_int_mm"])[b]
@@ -516,13 +522,15 @@ def write_plot(records: list[dict[str, Any]], backends: list[str], path: Path) -
     cols = min(3, len(groups))
     rows = math.ceil(len(groups) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.2 * rows), squeeze=False)
+    colors = plt.get_cmap("tab10")  # one colour per series in every subplot
     for ax, (n, k, recs) in zip(axes.flat, groups):
-        for s in backends + list(PEERS):
+        for i, s in enumerate(backends + list(PEERS)):
             points = [(r["M"], r["tops"][s]) for r in recs if r["tops"][s] is not None]
             if points:
                 # matplotlib hides legend labels that start with "_", hence "torch._int_mm"
                 label = f"torch.{s}" if s == "_int_mm" else s if s in PEERS else f"tcgemm:{s}"
-                ax.plot(*zip(*points), marker="o", markersize=3, label=label)
+                ax.plot(*zip(*points), marker="o", markersize=3, color=colors(i % 10),
+                        linestyle="--" if s in PEERS else "-", label=label)
         ax.set_xscale("log", base=2)
         ax.set_title(f"N={n}, K={k}")
         ax.set_xlabel("M")

@@ -78,7 +78,8 @@ def available_backends(device: torch.device | str | int | None = None) -> list[s
     return names.split(",") if names else []
 
 
-def _check_fake_operands(a: torch.Tensor, b: torch.Tensor) -> None:
+def _check_fake_args(a, b, c, alpha, beta, out=None) -> None:
+    """The binding layer's checks, for fake tensors and meta kernels (same messages)."""
     for name, t, shape in (("a", a, "[M, K]"), ("b", b, "[K, N]")):
         torch._check(t.dim() == 2, lambda: f"{_OP}: argument '{name}' must be a 2-D tensor {shape}, got a {t.dim()}-D tensor")
         torch._check(
@@ -89,18 +90,31 @@ def _check_fake_operands(a: torch.Tensor, b: torch.Tensor) -> None:
         a.shape[1] == b.shape[0],
         lambda: f"{_OP}: K mismatch: 'a' is [M, K] = {list(a.shape)} but 'b' is [K, N] = {list(b.shape)}",
     )
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        torch._check(-(2**31) <= value < 2**31, lambda: f"{_OP}: argument '{name}' must fit in int32, got {value}")
+    torch._check(beta == 0 or c is not None, lambda: f"{_OP}: argument 'beta' is {beta} but no 'c' was given")
+    m, n = a.shape[0], b.shape[1]
+    for name, t in (("b", b), ("c", c), ("out", out)):
+        if t is None:
+            continue
+        torch._check(
+            t.device == a.device,
+            lambda: f"{_OP}: argument '{name}' must be on the same device as 'a' ({a.device}), got {t.device}",
+        )
+        if name != "b":
+            torch._check(t.dtype == torch.int32, lambda: f"{_OP}: argument '{name}' must have dtype torch.int32, got {t.dtype}")
+            torch._check(
+                t.dim() == 2 and t.shape[0] == m and t.shape[1] == n,
+                lambda: f"{_OP}: argument '{name}' must have shape [M, N] = [{m}, {n}], got {list(t.shape)}",
+            )
 
 
 @torch.library.register_fake("tcgemm::gemm")
 def _gemm_fake(a, b, c=None, alpha=1, beta=0, backend="auto"):
-    _check_fake_operands(a, b)
+    _check_fake_args(a, b, c, alpha, beta)
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.int32)
 
 
 @torch.library.register_fake("tcgemm::gemm_out")
 def _gemm_out_fake(a, b, c, alpha, beta, backend, *, out):
-    _check_fake_operands(a, b)
-    torch._check(
-        out.shape == (a.shape[0], b.shape[1]) and out.dtype == torch.int32,
-        lambda: f"{_OP}: argument 'out' must be int32 of shape [M, N] = [{a.shape[0]}, {b.shape[1]}]",
-    )
+    _check_fake_args(a, b, c, alpha, beta, out)

@@ -42,9 +42,9 @@ struct GemmParams {
   int32_t* d = nullptr;      // [M, N], unit stride along N
   int64_t ldd = 0;           // elements between rows of D
   Int32EpilogueParams epilogue;
-  // Split-K (sm80): K is cut into split_k ranges of whole slices, one per blockIdx.y, and each
-  // adds alpha * (its partial sum) into D with wrapping atomics. The caller must first fill D
-  // with the epilogue of a zero accumulator (beta * C) and leave row/col offsets null.
+  // Split-K (sm80, set by dispatch): K is cut into split_k ranges of whole slices, one per
+  // blockIdx.y, each adding its scaled partial sum with wrapping atomics onto D, which dispatch
+  // first fills with epilogue(0) (epilogue/int32_epilogue_fill.h).
   int split_k = 1;
   cudaStream_t stream = nullptr;
 };

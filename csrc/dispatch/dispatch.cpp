@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "dispatch/heuristics.h"
+#include "epilogue/int32_epilogue_fill.h"
 #include "kernels/cpu/cpu_int8_gemm.h"
 #include "kernels/sm80/sm80_int8_gemm.h"
 #include "kernels/wmma/wmma_int8_gemm.h"
@@ -52,7 +53,7 @@ std::string backend_choices() {
 std::vector<Backend> gpu_backends(const DeviceInfo& dev) {
   std::vector<Backend> out;
   if (dev.major >= 8) out.push_back(Backend::kSm80);
-  if (dev.major * 10 + dev.minor >= 72) {
+  if (dev.major * 10 + dev.minor >= 75) {  // the oldest architecture the package is built for
     out.push_back(Backend::kWmma);
     out.push_back(Backend::kWmmaSimple);
   }
@@ -63,7 +64,7 @@ std::string resolve_gpu_backend(Backend requested, const DeviceInfo& dev, Backen
   const std::vector<Backend> usable = gpu_backends(dev);
   const std::string cc = std::to_string(dev.major) + "." + std::to_string(dev.minor);
   if (requested == Backend::kAuto) {
-    if (usable.empty()) return "no tensor-core backend supports compute capability " + cc + " (needs >= 7.2)";
+    if (usable.empty()) return "no tensor-core backend supports compute capability " + cc + " (needs >= 7.5)";
     *out = usable.front();
     return "";
   }
@@ -74,7 +75,7 @@ std::string resolve_gpu_backend(Backend requested, const DeviceInfo& dev, Backen
       return "";
     }
   }
-  const char* need = requested == Backend::kSm80 ? "8.0" : "7.2";
+  const char* need = requested == Backend::kSm80 ? "8.0" : "7.5";
   return std::string("backend '") + backend_name(requested) + "' needs compute capability >= " + need +
          ", but this GPU has " + cc;
 }
@@ -97,23 +98,29 @@ bool needs_col_offset(Backend b, const GemmParams& p) {
          wmma_gemm::sign_flip_for(p.a.is_signed, p.b.is_signed) == wmma_gemm::SignFlip::kFlipA;
 }
 
-int split_k_for(Backend b, const GemmParams& p, const DeviceInfo& dev) {
-  if (b != Backend::kSm80) return 1;
-  return choose_sm80_split_k(choose_sm80_tile(p.m, p.n, dev.sm_count, dev.smem_optin), p.m, p.n, p.k, dev.sm_count);
+namespace {
+
+void run_sm80(GemmParams p, const DeviceInfo& dev) {
+  const Sm80Tile tile = choose_sm80_tile(p.m, p.n, dev.sm_count, dev.smem_optin);
+  p.split_k = choose_sm80_split_k(tile, p.m, p.n, p.k, dev.sm_count);
+  if (p.split_k > 1) launch_epilogue_fill(p);  // the splits add their scaled partial sums onto it
+  switch (tile) {
+    case Sm80Tile::kLarge: return sm80::launch_sm80_int8_gemm<Sm80Large>(p);
+    case Sm80Tile::kSmall: return sm80::launch_sm80_int8_gemm<Sm80Small>(p);
+  }
 }
 
+}  // namespace
+
 void run_gpu_gemm(Backend b, const GemmParams& p, const DeviceInfo& dev) {
+  if (p.k == 0) return launch_epilogue_fill(p);  // A @ B is all zeros: no GEMM kernel needed
   switch (b) {
     case Backend::kWmma:
-    case Backend::kWmmaSimple:
-      wmma_gemm::launch_wmma_int8_gemm(p, dev.sm_count, dev.smem_optin, b == Backend::kWmmaSimple);
-      return;
-    case Backend::kSm80:
-      switch (choose_sm80_tile(p.m, p.n, dev.sm_count, dev.smem_optin)) {
-        case Sm80Tile::kLarge: return sm80::launch_sm80_int8_gemm<Sm80Large>(p);
-        case Sm80Tile::kSmall: return sm80::launch_sm80_int8_gemm<Sm80Small>(p);
-      }
-      return;
+      // The classic design's fallback: one warp per tile when the device lacks the tiled kernel's smem.
+      if (dev.smem_optin >= WmmaConfig::kSmemBytes) return wmma_gemm::launch_wmma_int8_gemm(p, dev.sm_count);
+      return wmma_gemm::launch_wmma_int8_gemm_simple(p, dev.sm_count);
+    case Backend::kWmmaSimple: return wmma_gemm::launch_wmma_int8_gemm_simple(p, dev.sm_count);
+    case Backend::kSm80: return run_sm80(p, dev);
     default:
       throw std::logic_error(std::string("tcgemm: run_gpu_gemm got non-GPU backend ") + backend_name(b));
   }

@@ -39,11 +39,8 @@ bool operand_fits(Backend b, const Operand& op);
 bool needs_row_offset(Backend b, const GemmParams& p);
 bool needs_col_offset(Backend b, const GemmParams& p);
 
-// How many K splits the backend will run p with (1: none). With more than one, the caller must
-// fill D with beta * C (or zeros) first; see GemmParams::split_k.
-int split_k_for(Backend b, const GemmParams& p, const DeviceInfo& dev);
-
-// Launches the GEMM on p.stream. The caller has validated shapes, layouts and offsets.
+// Launches the GEMM on p.stream (p.k may be 0: D = epilogue(0)). The caller has validated
+// shapes, layouts and offsets.
 void run_gpu_gemm(Backend b, const GemmParams& p, const DeviceInfo& dev);
 
 // The plain C++ path for rows [m_begin, m_end) of D; both operands K-major.

@@ -14,10 +14,13 @@ namespace tcgemm {
 struct Int32Epilogue {
   Int32EpilogueParams p;
 
+  // The linear part: split-K adds scale(partial sum) of every split onto operator()(0, m, n).
+  TCGEMM_HD int32_t scale(int32_t acc) const { return wrap_mul(p.alpha, acc); }
+
   TCGEMM_HD int32_t operator()(int32_t acc, int64_t m, int64_t n) const {
     if (p.row_offset != nullptr) acc = wrap_add(acc, p.row_offset[m]);
     if (p.col_offset != nullptr) acc = wrap_add(acc, p.col_offset[n]);
-    int32_t out = wrap_mul(p.alpha, acc);
+    int32_t out = scale(acc);
     if (p.beta != 0) out = wrap_add(out, wrap_mul(p.beta, p.c[m * p.c_stride_m + n * p.c_stride_n]));
     return out;
   }

@@ -42,8 +42,9 @@ void check_operand(const at::Tensor& t, const char* name, const char* shape) {
                     "-D tensor");
   TORCH_CHECK_TYPE(t.scalar_type() == at::kChar || t.scalar_type() == at::kByte, kOp, ": argument '", name,
                    "' must have dtype torch.int8 or torch.uint8, got ", dtype_name(t.scalar_type()));
-  TORCH_CHECK_VALUE(t.size(0) <= std::numeric_limits<int32_t>::max() && t.size(1) <= std::numeric_limits<int32_t>::max(),
-                    kOp, ": argument '", name, "' has a dimension >= 2^31, which is not supported");
+  // Kernels index tiles and K slices in 32-bit arithmetic with headroom for rounding up.
+  TORCH_CHECK_VALUE(t.size(0) < (int64_t{1} << 30) && t.size(1) < (int64_t{1} << 30), kOp, ": argument '", name,
+                    "' has a dimension >= 2^30, which is not supported");
 }
 
 void check_same_device(const at::Tensor& t, const char* name, const at::Tensor& a) {
@@ -100,8 +101,7 @@ DeviceInfo device_info(const at::Device& device) {
   return dev;
 }
 
-void run_cuda(Backend requested, const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& c,
-              at::Tensor& d, GemmParams& p) {
+void run_cuda(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmParams& p) {
   const c10::cuda::CUDAGuard guard(a.device());
   const DeviceInfo dev = device_info(a.device());
   Backend backend = Backend::kAuto;
@@ -110,12 +110,13 @@ void run_cuda(Backend requested, const at::Tensor& a, const at::Tensor& b, const
 
   // Operands the backend cannot read in place get a K-major copy; the copies stay alive (and
   // the caching allocator keeps their memory) until the launch below is enqueued on this stream.
+  // With K = 0 no kernel reads them.
   at::Tensor a_copy, b_copy, row_offset, col_offset;
-  if (!operand_fits(backend, p.a)) {
+  if (p.k > 0 && !operand_fits(backend, p.a)) {
     a_copy = k_major_copy(a, false);
     p.a = describe(a_copy, false);
   }
-  if (!operand_fits(backend, p.b)) {
+  if (p.k > 0 && !operand_fits(backend, p.b)) {
     b_copy = k_major_copy(b, true);
     p.b = describe(b_copy, false);
   }
@@ -126,14 +127,6 @@ void run_cuda(Backend requested, const at::Tensor& a, const at::Tensor& b, const
   if (needs_col_offset(backend, p)) {
     col_offset = b.sum(0, false, at::kLong).mul_(128).to(at::kInt);
     p.epilogue.col_offset = col_offset.data_ptr<int32_t>();
-  }
-  p.split_k = split_k_for(backend, p, dev);
-  if (p.split_k > 1) {  // the splits add alpha * partial sums onto beta * C
-    if (p.epilogue.beta != 0) {
-      d.copy_(c->mul(p.epilogue.beta));
-    } else {
-      d.zero_();
-    }
   }
   p.stream = at::cuda::getCurrentCUDAStream(a.device().index()).stream();
   run_gpu_gemm(backend, p, dev);
@@ -171,23 +164,20 @@ void gemm_out(const at::Tensor& a, const at::Tensor& b, const std::optional<at::
   }
   check_int32_mn(out, "out", m, n);
   check_same_device(out, "out", a);
-  at::assert_no_internal_overlap(out);
-  at::assert_no_overlap(out, a);
-  at::assert_no_overlap(out, b);
-  if (c.has_value()) at::assert_no_partial_overlap(out, *c);
-
+  TORCH_CHECK_VALUE(at::has_internal_overlap(out) != at::MemOverlap::Yes, kOp,
+                    ": argument 'out' has elements that share memory (an expand()-ed view?); every element "
+                    "must be writable on its own");
+  TORCH_CHECK_VALUE(!out.is_alias_of(a), kOp, ": argument 'out' must not share memory with 'a'");
+  TORCH_CHECK_VALUE(!out.is_alias_of(b), kOp, ": argument 'out' must not share memory with 'b'");
   if (m == 0 || n == 0) return;
-  if (k == 0) {  // A @ B is all zeros: nothing for a kernel to do
-    if (use_c) {
-      out.copy_(c->mul(beta));
-    } else {
-      out.zero_();
-    }
-    return;
-  }
 
-  // Kernels write D with unit stride along N; any other `out` gets the result through a copy.
-  const bool direct = out.stride(1) == 1 || n == 1;
+  // Kernels write D with unit stride along N, each element after reading the C element at the
+  // same place, so `out` may be `c` itself. Any other layout of `out`, or other memory shared
+  // between `out` and `c`, goes through a fresh result buffer and a copy.
+  const bool c_is_out = use_c && c->data_ptr() == out.data_ptr() && c->strides() == out.strides();
+  const bool c_shares_out = use_c && c->is_alias_of(out) && !c_is_out;
+  const bool direct = (out.stride(1) == 1 || n == 1) && !c_shares_out &&
+                      at::has_internal_overlap(out) == at::MemOverlap::No;
   at::Tensor d = direct ? out : at::empty({m, n}, out.options());
 
   GemmParams p;
@@ -207,7 +197,7 @@ void gemm_out(const at::Tensor& a, const at::Tensor& b, const std::optional<at::
   }
 
   if (a.is_cuda()) {
-    run_cuda(requested, a, b, c, d, p);
+    run_cuda(requested, a, b, p);
   } else {
     TORCH_CHECK_VALUE(a.is_cpu(), kOp, ": argument 'a' must be a CPU or CUDA tensor, got ", a.device().str());
     run_cpu(requested, a, b, p);
@@ -226,6 +216,9 @@ at::Tensor gemm(const at::Tensor& a, const at::Tensor& b, const std::optional<at
 
 // Comma-separated GPU backends of a device, best first; "" when it has none.
 std::string available_backends(int64_t device_index) {
+  TORCH_CHECK_VALUE(device_index >= 0 && device_index < at::cuda::device_count(), "tcgemm.available_backends: "
+                    "argument 'device' must name one of the ", num(at::cuda::device_count()),
+                    " visible CUDA devices, got index ", num(device_index));
   std::string s;
   for (Backend b : gpu_backends(device_info(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index)))))
     s += (s.empty() ? "" : ",") + std::string(backend_name(b));

@@ -135,13 +135,15 @@ __device__ __forceinline__ void store_pair(const GemmParams& p, const Int32Epilo
   }
 }
 
-// Split-K: adds alpha * partial to two horizontally adjacent results of D. Integer atomics wrap
-// like the accumulators, so the sum is exact and the same in any order.
-__device__ __forceinline__ void add_split_pair(const GemmParams& p, int row, int col, int32_t v0, int32_t v1) {
+// Split-K: adds the scaled partial sums of two horizontally adjacent results onto D, which
+// dispatch filled with epilogue(0). Integer atomics wrap like the accumulators, so the sum is
+// exact and the same in any order.
+__device__ __forceinline__ void add_split_pair(const GemmParams& p, const Int32Epilogue& epi, int row, int col,
+                                               int32_t v0, int32_t v1) {
   if (row >= p.m || col >= p.n) return;
   int32_t* dst = p.d + static_cast<int64_t>(row) * p.ldd + col;
-  atomicAdd(dst, wrap_mul(p.epilogue.alpha, v0));
-  if (col + 1 < p.n) atomicAdd(dst + 1, wrap_mul(p.epilogue.alpha, v1));
+  atomicAdd(dst, epi.scale(v0));
+  if (col + 1 < p.n) atomicAdd(dst + 1, epi.scale(v1));
 }
 
 template <class Cfg, bool ASigned, bool BSigned>
@@ -285,8 +287,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_int8_gemm_kernel(const 
       const int row = m0 + warp_m0 + i * 16 + g;
       const int col = n0 + warp_n0 + j * 8 + 2 * t;
       if (Cfg::kSplitK && p.split_k > 1) {
-        add_split_pair(p, row, col, acc[i][j][0], acc[i][j][1]);
-        add_split_pair(p, row + 8, col, acc[i][j][2], acc[i][j][3]);
+        add_split_pair(p, epi, row, col, acc[i][j][0], acc[i][j][1]);
+        add_split_pair(p, epi, row + 8, col, acc[i][j][2], acc[i][j][3]);
       } else {
         store_pair(p, epi, vec2, row, col, acc[i][j][0], acc[i][j][1]);
         store_pair(p, epi, vec2, row + 8, col, acc[i][j][2], acc[i][j][3]);

@@ -17,7 +17,7 @@ void launch_simple(const GemmParams& p, int sm_count, uint32_t flip_a, uint32_t 
 template <class Cfg, typename T, bool AKMajor, bool BKMajor>
 void launch_tiled(const GemmParams& p, int sm_count, uint32_t flip_a, uint32_t flip_b) {
   auto kernel = wmma_int8_gemm_kernel<Cfg, T, AKMajor, BKMajor>;
-  if (Cfg::kSmemBytes > 48 * 1024) {
+  if constexpr (Cfg::kSmemBytes > 48 * 1024) {
     TCGEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   }
   int per_sm = 0;
@@ -37,19 +37,30 @@ void launch_tiled_layout(const GemmParams& p, int sm_count, uint32_t flip_a, uin
   return launch_tiled<Cfg, T, false, false>(p, sm_count, flip_a, flip_b);
 }
 
+// A mixed int8/uint8 pair runs as int8 x int8 with the uint8 operand's sign bit flipped.
+struct FlipMasks {
+  uint32_t a, b;
+  bool as_signed;
+};
+
+FlipMasks flip_masks(const GemmParams& p) {
+  const SignFlip flip = sign_flip_for(p.a.is_signed, p.b.is_signed);
+  return {flip == SignFlip::kFlipA ? kFlipMask : 0u, flip == SignFlip::kFlipB ? kFlipMask : 0u,
+          p.a.is_signed || p.b.is_signed};
+}
+
 }  // namespace
 
-void launch_wmma_int8_gemm(const GemmParams& p, int sm_count, int smem_optin, bool force_simple) {
-  const SignFlip flip = sign_flip_for(p.a.is_signed, p.b.is_signed);
-  const uint32_t flip_a = flip == SignFlip::kFlipA ? kFlipMask : 0u;
-  const uint32_t flip_b = flip == SignFlip::kFlipB ? kFlipMask : 0u;
-  const bool as_signed = p.a.is_signed || p.b.is_signed;  // a flipped pair runs as int8 x int8
-  if (force_simple || smem_optin < WmmaConfig::kSmemBytes) {
-    if (as_signed) return launch_simple<signed char>(p, sm_count, flip_a, flip_b);
-    return launch_simple<unsigned char>(p, sm_count, flip_a, flip_b);
-  }
-  if (as_signed) return launch_tiled_layout<WmmaConfig, signed char>(p, sm_count, flip_a, flip_b);
-  return launch_tiled_layout<WmmaConfig, unsigned char>(p, sm_count, flip_a, flip_b);
+void launch_wmma_int8_gemm(const GemmParams& p, int sm_count) {
+  const FlipMasks f = flip_masks(p);
+  if (f.as_signed) return launch_tiled_layout<WmmaConfig, signed char>(p, sm_count, f.a, f.b);
+  launch_tiled_layout<WmmaConfig, unsigned char>(p, sm_count, f.a, f.b);
+}
+
+void launch_wmma_int8_gemm_simple(const GemmParams& p, int sm_count) {
+  const FlipMasks f = flip_masks(p);
+  if (f.as_signed) return launch_simple<signed char>(p, sm_count, f.a, f.b);
+  launch_simple<unsigned char>(p, sm_count, f.a, f.b);
 }
 
 }  // namespace tcgemm::wmma_gemm

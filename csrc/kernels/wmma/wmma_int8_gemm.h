@@ -18,9 +18,12 @@ inline SignFlip sign_flip_for(bool a_signed, bool b_signed) {
 
 constexpr uint32_t kFlipMask = 0x80808080u;
 
-// The tiled kernel when the device gives it its shared memory (and !force_simple), else the
-// one-warp-per-tile fallback. The tiled kernel needs each operand K-major or row-major with a
-// 16-byte aligned base and leading dimension; the fallback takes any strides.
-void launch_wmma_int8_gemm(const GemmParams& p, int sm_count, int smem_optin, bool force_simple);
+// The tiled kernel (WmmaConfig, dispatch/heuristics.h). Each operand must be K-major or
+// rows-contiguous with a 16-byte aligned base and leading dimension.
+void launch_wmma_int8_gemm(const GemmParams& p, int sm_count);
+
+// The one-warp-per-tile fallback for devices that cannot give the tiled kernel its shared
+// memory; any strides.
+void launch_wmma_int8_gemm_simple(const GemmParams& p, int sm_count);
 
 }  // namespace tcgemm::wmma_gemm

@@ -17,9 +17,9 @@ struct WmmaTileConfig {
   static constexpr int kFragsM = BM / WarpsM / 16;
   static constexpr int kFragsN = BN / WarpsN / 16;
   static constexpr int kSkew = 16;
-  // A K-major tile is [BM][Chunk]; an M-major one is [Chunk][BM]. Sizing both as the larger
-  // square lets one smem layout serve all four operand layouts.
-  static constexpr int kTileDim = BM > Chunk ? (BM > BN ? BM : BN) : Chunk;
+  // A K-major tile is [BM][Chunk], an M-major one [Chunk][BM]: with BM == BN == Chunk one
+  // square smem layout serves all four operand layouts.
+  static constexpr int kTileDim = BM;
   static constexpr int kLds = kTileDim + kSkew;  // bytes between smem rows
   static constexpr int kTileBytes = kTileDim * kLds;
   static constexpr int kScratchLd = 20;  // int32 per row of a warp's 16x16 epilogue scratch (x4 bytes: 16B multiple)
