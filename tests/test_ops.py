@@ -167,6 +167,12 @@ def test_mixed_devices_are_rejected():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_available_backends_rejects_a_missing_cuda_device():
+    with pytest.raises(ValueError, match="argument 'device' must name one of the .* visible CUDA devices, got index 99"):
+        tcgemm.available_backends(99)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_unavailable_backend_is_rejected():
     major, minor = torch.cuda.get_device_capability()
     if major >= 8:
