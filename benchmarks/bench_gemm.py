@@ -42,6 +42,12 @@ MRANGE_NK = ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (8192, 2
 QUICK_SHAPES: tuple[Shape, ...] = ((4096, 4096, 4096), (8192, 8192, 8192)) + tuple(
     (m, 4096, 4096) for m in (1, 16, 128, 512, 4096)
 )
+# The shapes the sm90 kernel's bars name: large, mid M and small M against N = K = 8192.
+BARS_SHAPES: tuple[Shape, ...] = (
+    (4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096), (4096, 4096, 14336), (2048, 28672, 8192),
+    (128, 8192, 8192), (256, 8192, 8192), (512, 8192, 8192),
+    (1, 8192, 8192), (16, 8192, 8192), (32, 8192, 8192), (64, 8192, 8192),
+)
 SLOW_BACKENDS = ("wmma_simple",)
 PEERS = ("cublasLt", "_int_mm", "bf16", "fp8")
 INT8_PEERS = ("cublasLt", "_int_mm")
@@ -99,7 +105,7 @@ class ShapeReport:
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sweep", choices=("square", "mrange", "all"), default="all")
+    p.add_argument("--sweep", choices=("square", "mrange", "bars", "all"), default="all")
     p.add_argument("--quick", action="store_true",
                    help="4096^3, 8192^3 and M in {1,16,128,512,4096} on N=K=4096")
     p.add_argument("--backends", default=None,
@@ -133,6 +139,8 @@ def select_shapes(sweep: str, quick: bool) -> dict[Shape, list[str]]:
             groups.append(("square", [(s, s, s) for s in SQUARE_SIZES]))
         if sweep in ("mrange", "all"):
             groups.append(("mrange", [(m, n, k) for n, k in MRANGE_NK for m in MRANGE_MS]))
+        if sweep in ("bars", "all"):
+            groups.append(("bars", list(BARS_SHAPES)))
     shapes: dict[Shape, list[str]] = {}
     for name, group in groups:
         for shape in group:

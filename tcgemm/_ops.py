@@ -14,7 +14,7 @@ except ImportError as exc:  # pragma: no cover - only without a build
         "reinstall with `pip install --no-build-isolation -e .`"
     ) from exc
 
-BACKENDS = ("auto", "cpu", "wmma", "wmma_simple", "sm80")
+BACKENDS = ("auto", "cpu", "wmma", "wmma_simple", "sm80", "sm90")
 _OP = "tcgemm.gemm"
 
 

@@ -6,13 +6,15 @@
 #include "epilogue/int32_epilogue_fill.h"
 #include "kernels/cpu/cpu_int8_gemm.h"
 #include "kernels/sm80/sm80_int8_gemm.h"
+#include "kernels/sm90/sm90_int8_gemm.h"
+#include "kernels/sm90/sm90_tensor_map.h"
 #include "kernels/wmma/wmma_int8_gemm.h"
 
 namespace tcgemm {
 namespace {
 
 constexpr Backend kAllBackends[] = {Backend::kAuto, Backend::kCpu, Backend::kWmma, Backend::kWmmaSimple,
-                                    Backend::kSm80};
+                                    Backend::kSm80,   Backend::kSm90};
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -34,6 +36,7 @@ const char* backend_name(Backend b) {
     case Backend::kWmma: return "wmma";
     case Backend::kWmmaSimple: return "wmma_simple";
     case Backend::kSm80: return "sm80";
+    case Backend::kSm90: return "sm90";
   }
   return "?";
 }
@@ -50,8 +53,11 @@ std::string backend_choices() {
   return s;
 }
 
+bool sm90_kernels_available() { return sm90::kernel_available(); }
+
 std::vector<Backend> gpu_backends(const DeviceInfo& dev) {
   std::vector<Backend> out;
+  if (dev.sm90_kernels) out.push_back(Backend::kSm90);
   if (dev.major >= 8) out.push_back(Backend::kSm80);
   if (dev.major * 10 + dev.minor >= 75) {  // the oldest architecture the package is built for
     out.push_back(Backend::kWmma);
@@ -75,13 +81,20 @@ std::string resolve_gpu_backend(Backend requested, const DeviceInfo& dev, Backen
       return "";
     }
   }
+  if (requested == Backend::kSm90) {
+    if (dev.major == 9 && dev.minor == 0)
+      return "backend 'sm90' needs sm_90a kernels, and this build has none (rebuild with TORCH_CUDA_ARCH_LIST "
+             "including 9.0a)";
+    return "backend 'sm90' needs compute capability 9.0 (sm_90a), but this GPU has " + cc;
+  }
   const char* need = requested == Backend::kSm80 ? "8.0" : "7.5";
   return std::string("backend '") + backend_name(requested) + "' needs compute capability >= " + need +
          ", but this GPU has " + cc;
 }
 
-bool operand_fits(Backend b, const Operand& op) {
+bool operand_fits(Backend b, const Operand& op, int64_t rows, int64_t k) {
   switch (b) {
+    case Backend::kSm90: return sm90::tma_describable(op, rows, k);
     case Backend::kSm80: return k_major_aligned(op);
     case Backend::kWmma: return k_major_aligned(op) || rows_contiguous_aligned(op);
     default: return true;  // the WMMA fallback and the CPU path read any strides
@@ -110,6 +123,17 @@ void run_sm80(GemmParams p, const DeviceInfo& dev) {
   }
 }
 
+void run_sm90(GemmParams p, const DeviceInfo& dev) {
+  const Sm90Plan plan = choose_sm90_plan(p.m, p.n, p.k, dev.sm_count);
+  p.split_k = plan.split_k;
+  if (p.split_k > 1) launch_epilogue_fill(p);  // the splits add their scaled partial sums onto it
+  switch (plan.tile) {
+    case Sm90Tile::kLarge: return sm90::launch_sm90_int8_gemm<Sm90Large>(p, dev.sm_count);
+    case Sm90Tile::kMid: return sm90::launch_sm90_int8_gemm<Sm90Mid>(p, dev.sm_count);
+    case Sm90Tile::kSmall: return sm90::launch_sm90_int8_gemm<Sm90Small>(p, dev.sm_count);
+  }
+}
+
 }  // namespace
 
 void run_gpu_gemm(Backend b, const GemmParams& p, const DeviceInfo& dev) {
@@ -121,6 +145,7 @@ void run_gpu_gemm(Backend b, const GemmParams& p, const DeviceInfo& dev) {
       return wmma_gemm::launch_wmma_int8_gemm_simple(p, dev.sm_count);
     case Backend::kWmmaSimple: return wmma_gemm::launch_wmma_int8_gemm_simple(p, dev.sm_count);
     case Backend::kSm80: return run_sm80(p, dev);
+    case Backend::kSm90: return run_sm90(p, dev);
     default:
       throw std::logic_error(std::string("tcgemm: run_gpu_gemm got non-GPU backend ") + backend_name(b));
   }

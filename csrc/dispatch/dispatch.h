@@ -11,7 +11,7 @@
 
 namespace tcgemm {
 
-enum class Backend { kAuto, kCpu, kWmma, kWmmaSimple, kSm80 };
+enum class Backend { kAuto, kCpu, kWmma, kWmmaSimple, kSm80, kSm90 };
 
 const char* backend_name(Backend b);
 std::optional<Backend> parse_backend(std::string_view name);
@@ -21,7 +21,11 @@ struct DeviceInfo {
   int major = 0, minor = 0;
   int sm_count = 0;
   int smem_optin = 0;  // largest dynamic shared memory a block may ask for, bytes
+  bool sm90_kernels = false;  // this build's sm_90a kernels run on the device (sm90::kernel_available)
 };
+
+// Whether the sm90 kernels of this build run on the current CUDA device (fills DeviceInfo).
+bool sm90_kernels_available();
 
 // GPU backends this device can run, best first (what "auto" picks is the first).
 std::vector<Backend> gpu_backends(const DeviceInfo& dev);
@@ -30,9 +34,9 @@ std::vector<Backend> gpu_backends(const DeviceInfo& dev);
 // else a sentence saying why not.
 std::string resolve_gpu_backend(Backend requested, const DeviceInfo& dev, Backend* out);
 
-// The operand layouts a backend reads directly; anything else the binding layer copies into a
-// K-major buffer whose rows are padded to 16 bytes.
-bool operand_fits(Backend b, const Operand& op);
+// The operand layouts a backend reads directly ([rows, K] view); anything else the binding layer
+// copies into a K-major buffer whose rows are padded to 16 bytes.
+bool operand_fits(Backend b, const Operand& op, int64_t rows, int64_t k);
 
 // Whether this backend adds 128 * (row sums of A) or 128 * (column sums of B) to fix up a
 // flipped operand (mixed int8 x uint8 on WMMA); see kernels/wmma.

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/sm80/sm80_tile_config.h"
+#include "kernels/sm90/sm90_tile_config.h"
 #include "kernels/wmma/wmma_tile_config.h"
 
 namespace tcgemm {
@@ -44,6 +45,70 @@ inline int choose_sm80_split_k(Sm80Tile tile, int m, int n, int k, int sm_count)
   const long long wanted = (2LL * sm_count + tiles - 1) / tiles;
   const long long most = ((k + Sm80Small::kBK - 1) / Sm80Small::kBK) / 4;
   return static_cast<int>(std::max(1LL, std::min({wanted, most, 16LL})));
+}
+
+// wgmma + TMA tiles by regime (sm_90a; measured on the H200: benchmarks/NOTES-sm90.md).
+// Large: 128x256, two consumer warpgroups of 64x256, 4 stages of 48 KiB.
+using Sm90Large = Sm90TileConfig<2, 1, 256, 4>;
+// Mid: 128x128, two consumer warpgroups of 64x128, 6 stages of 32 KiB: twice the tiles of Large
+// for problems that would leave SMs idle.
+using Sm90Mid = Sm90TileConfig<2, 1, 128, 6>;
+// Small M (<= 64 rows): 64x128, two consumer warpgroups of 64x64 side by side, 8 stages of 24 KiB;
+// these problems stream B, so the deep ring matters more than the MMA shape.
+using Sm90Small = Sm90TileConfig<1, 2, 64, 8>;
+
+enum class Sm90Tile { kLarge, kMid, kSmall };
+
+struct Sm90Plan {
+  Sm90Tile tile = Sm90Tile::kLarge;
+  int split_k = 1;
+};
+
+// Picks tile and K split by a cost model in units of one 128x128x128 MAC block on one SM:
+//   waves(units) x per-unit cost, per-unit cost = tile area x K blocks per split x the config's
+//   relative cost per MAC (larger wgmma N amortizes shared-memory reads and issue better),
+//   plus ~2 K blocks for the atomic epilogue of a split.
+// Splits are tried only while the tiles alone cannot fill the SMs.
+namespace detail {
+
+template <class Cfg>
+inline double sm90_cost(int m, int n, int k, int sm_count, double per_mac, int split) {
+  const long long tiles = static_cast<long long>((m + Cfg::kBM - 1) / Cfg::kBM) * ((n + Cfg::kBN - 1) / Cfg::kBN);
+  const long long k_blocks = (static_cast<long long>(k) + Cfg::kBK - 1) / Cfg::kBK;
+  const long long per_split = (k_blocks + split - 1) / split;
+  const long long units = tiles * ((k_blocks + per_split - 1) / per_split);
+  const long long waves = (units + sm_count - 1) / sm_count;
+  const double area = static_cast<double>(Cfg::kBM) * Cfg::kBN / (128.0 * 128.0);
+  return static_cast<double>(waves) * area * per_mac * (static_cast<double>(per_split) + (split > 1 ? 2.0 : 0.0));
+}
+
+template <class Cfg>
+inline void sm90_consider(Sm90Tile tile, double per_mac, int m, int n, int k, int sm_count, Sm90Plan* best,
+                          double* best_cost) {
+  const long long tiles = static_cast<long long>((m + Cfg::kBM - 1) / Cfg::kBM) * ((n + Cfg::kBN - 1) / Cfg::kBN);
+  const long long k_blocks = (static_cast<long long>(k) + Cfg::kBK - 1) / Cfg::kBK;
+  for (int split = 1; split <= 16; ++split) {
+    if (split > 1 && (tiles >= sm_count || k_blocks / split < 4)) break;
+    const double cost = sm90_cost<Cfg>(m, n, k, sm_count, per_mac, split);
+    if (cost < *best_cost) {
+      *best_cost = cost;
+      *best = Sm90Plan{tile, split};
+    }
+  }
+}
+
+}  // namespace detail
+
+inline Sm90Plan choose_sm90_plan(int m, int n, int k, int sm_count) {
+  Sm90Plan best;
+  double best_cost = 1e300;
+  if (m <= 64) {
+    detail::sm90_consider<Sm90Small>(Sm90Tile::kSmall, 1.3, m, n, k, sm_count, &best, &best_cost);
+    return best;
+  }
+  detail::sm90_consider<Sm90Large>(Sm90Tile::kLarge, 1.0, m, n, k, sm_count, &best, &best_cost);
+  detail::sm90_consider<Sm90Mid>(Sm90Tile::kMid, 1.15, m, n, k, sm_count, &best, &best_cost);
+  return best;
 }
 
 }  // namespace tcgemm

@@ -98,6 +98,8 @@ DeviceInfo device_info(const at::Device& device) {
   dev.minor = prop->minor;
   dev.sm_count = prop->multiProcessorCount;
   dev.smem_optin = static_cast<int>(prop->sharedMemPerBlockOptin);
+  const c10::cuda::CUDAGuard guard(device);
+  dev.sm90_kernels = sm90_kernels_available();
   return dev;
 }
 
@@ -112,11 +114,11 @@ void run_cuda(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmP
   // the caching allocator keeps their memory) until the launch below is enqueued on this stream.
   // With K = 0 no kernel reads them.
   at::Tensor a_copy, b_copy, row_offset, col_offset;
-  if (p.k > 0 && !operand_fits(backend, p.a)) {
+  if (p.k > 0 && !operand_fits(backend, p.a, p.m, p.k)) {
     a_copy = k_major_copy(a, false);
     p.a = describe(a_copy, false);
   }
-  if (p.k > 0 && !operand_fits(backend, p.b)) {
+  if (p.k > 0 && !operand_fits(backend, p.b, p.n, p.k)) {
     b_copy = k_major_copy(b, true);
     p.b = describe(b_copy, false);
   }

@@ -1,0 +1,42 @@
+// One tile config per translation unit so the configs compile in parallel. This one also
+// answers kernel_available(), probing the large config's kernel.
+#include <array>
+#include <atomic>
+
+#include "dispatch/heuristics.h"
+#include "kernels/sm90/sm90_int8_gemm.cuh"
+
+namespace tcgemm::sm90 {
+
+bool kernel_available() {
+  // Per device: 0 unknown, 1 no, 2 yes. A race only repeats the probe.
+  static std::array<std::atomic<int>, 64> known{};
+  int device = 0;
+  TCGEMM_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= static_cast<int>(known.size())) return false;
+  int state = known[device].load();
+  if (state == 0) {
+    int major = 0, minor = 0;
+    TCGEMM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    TCGEMM_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    bool ok = false;
+    if (major == 9 && minor == 0) {
+      // sm_90a machine code runs only on compute capability 9.0; the image the driver picked
+      // must come from sm_90a PTX (a build without it would JIT the empty compute_80 body).
+      cudaFuncAttributes attr{};
+      const cudaError_t status = cudaFuncGetAttributes(&attr, sm90_int8_gemm_kernel<Sm90Large, true, true>);
+      if (status == cudaSuccess) {
+        ok = attr.ptxVersion >= 90 && attr.binaryVersion == 90;
+      } else {
+        (void)cudaGetLastError();  // "no kernel image": clear the sticky-free error and report no
+      }
+    }
+    state = ok ? 2 : 1;
+    known[device].store(state);
+  }
+  return state == 2;
+}
+
+template void launch_sm90_int8_gemm<Sm90Large>(const GemmParams&, int);
+
+}  // namespace tcgemm::sm90

@@ -1,0 +1,64 @@
+#include "kernels/sm90/sm90_tensor_map.h"
+
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+#include "common/cuda_check.h"
+#include "common/math.h"
+
+namespace tcgemm::sm90 {
+namespace {
+
+// cuTensorMapEncodeTiled lives in the driver library; the runtime hands out its address, so the
+// extension needs no link against libcuda.
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    TCGEMM_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault,
+                                                       &found));
+    if (found == cudaDriverEntryPointSuccess) fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  });
+  if (fn == nullptr) throw std::runtime_error("tcgemm: the CUDA driver does not provide cuTensorMapEncodeTiled");
+  return fn;
+}
+
+int64_t row_stride_bytes(const Operand& op, int64_t rows, int64_t k) {
+  // A single row is never stepped over: give TMA any legal stride.
+  return rows == 1 ? round_up<int64_t>(k, 16) : op.stride_row;
+}
+
+}  // namespace
+
+bool tma_describable(const Operand& op, int64_t rows, int64_t k) {
+  if (!op.k_major() || reinterpret_cast<uintptr_t>(op.ptr) % 16 != 0) return false;
+  const int64_t stride = row_stride_bytes(op, rows, k);
+  return stride % 16 == 0 && stride >= k && stride < (int64_t{1} << 40);
+}
+
+CUtensorMap make_operand_tensor_map(const Operand& op, int64_t rows, int64_t k, int box_rows, const char* name) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_stride_bytes(op, rows, k))};
+  const cuuint32_t box[2] = {128, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult status =
+      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(op.ptr), dims, strides, box,
+                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (status != CUDA_SUCCESS) {
+    throw std::runtime_error(std::string("tcgemm: cuTensorMapEncodeTiled failed (CUresult ") +
+                             std::to_string(static_cast<int>(status)) + ") for operand '" + name + "' [" +
+                             std::to_string(rows) + ", " + std::to_string(k) + "] with row stride " +
+                             std::to_string(op.stride_row));
+  }
+  return map;
+}
+
+}  // namespace tcgemm::sm90

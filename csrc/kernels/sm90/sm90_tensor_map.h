@@ -1,0 +1,20 @@
+// TMA descriptors for the int8 operands: a [rows, K] K-major matrix read in boxes of
+// [box_rows, 128] bytes with 128-byte swizzle, the layout wgmma's descriptors expect.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda.h>
+
+#include "common/gemm_params.h"
+
+namespace tcgemm::sm90 {
+
+// What TMA needs of an operand: K-major, 16-byte aligned base, and (for more than one row) a
+// row stride that is a multiple of 16 bytes and no smaller than K.
+bool tma_describable(const Operand& op, int64_t rows, int64_t k);
+
+// Encodes the descriptor; throws std::runtime_error naming the operand if the driver refuses.
+CUtensorMap make_operand_tensor_map(const Operand& op, int64_t rows, int64_t k, int box_rows, const char* name);
+
+}  // namespace tcgemm::sm90

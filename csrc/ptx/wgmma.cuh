@@ -1,0 +1,58 @@
+// wgmma (sm_90a): the warpgroup-wide asynchronous tensor-core MMA and its ordering instructions.
+// The MMA wrappers themselves are generated (ptx/wgmma_int8.cuh); this file holds the pieces
+// around them: the shared-memory matrix descriptor, fence, commit and wait.
+#pragma once
+
+#include <cstdint>
+
+#include "ptx/smem.cuh"
+#include "ptx/wgmma_int8.cuh"
+
+namespace tcgemm::ptx {
+
+// Matrix descriptor of a K-major tile written by TMA with 128-byte swizzle: rows of 128 bytes,
+// 8-row (1024-byte) swizzle atoms stacked along M/N. The tile must start 1024-byte aligned so
+// the hardware's swizzle (a function of address bits 4-9) matches the one TMA wrote; a K offset
+// inside the 128-byte row is then a plain start-address offset (see wgmma_desc_advance).
+//   bits  0-13  start address >> 4
+//   bits 16-29  leading-dimension byte offset >> 4 (unused for swizzled K-major; 1 by convention)
+//   bits 32-45  stride-dimension byte offset >> 4: 1024 bytes from one 8-row atom to the next
+//   bits 62-63  swizzle mode, 1 = 128-byte
+__device__ __forceinline__ uint64_t wgmma_desc_k_major_sw128(const void* smem_tile) {
+  const uint64_t start = (smem_addr(smem_tile) & 0x3FFFF) >> 4;
+  return start | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+
+// The same descriptor moved `bytes` (a multiple of 16) further along the tile.
+__device__ __forceinline__ uint64_t wgmma_desc_advance(uint64_t desc, uint32_t bytes) {
+  return desc + (bytes >> 4);
+}
+
+// wgmma.fence: orders this warpgroup's register and shared-memory accesses before the wgmma
+// that follow; needed before the first wgmma and whenever other instructions touched the
+// accumulators.
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+// Closes the wgmma issued since the last commit into one group.
+__device__ __forceinline__ void wgmma_commit_group() {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most `Pending` committed wgmma groups are still running. The accumulators must
+// be passed so the compiler keeps every read and write of them after the wait.
+template <int Pending, int Regs>
+__device__ __forceinline__ void wgmma_wait_group(int32_t (&acc)[Regs]) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
+#pragma unroll
+  for (int i = 0; i < Regs; ++i) asm volatile("" : "+r"(acc[i])::"memory");
+#endif
+}
+
+}  // namespace tcgemm::ptx
