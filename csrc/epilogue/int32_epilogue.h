@@ -17,13 +17,19 @@ struct Int32Epilogue {
   // The linear part: split-K adds scale(partial sum) of every split onto operator()(0, m, n).
   TCGEMM_HD int32_t scale(int32_t acc) const { return wrap_mul(p.alpha, acc); }
 
-  TCGEMM_HD int32_t operator()(int32_t acc, int64_t m, int64_t n) const {
-    if (p.row_offset != nullptr) acc = wrap_add(acc, p.row_offset[m]);
-    if (p.col_offset != nullptr) acc = wrap_add(acc, p.col_offset[n]);
-    int32_t out = scale(acc);
-    if (p.beta != 0) out = wrap_add(out, wrap_mul(p.beta, p.c[m * p.c_stride_m + n * p.c_stride_n]));
-    return out;
+  // Whether D = scale(acc) already (no offsets, no C term): kernels may then skip finish().
+  TCGEMM_HD bool plain() const { return p.row_offset == nullptr && p.col_offset == nullptr && p.beta == 0; }
+
+  // The rest of the epilogue on an already scaled accumulator, using alpha*(acc + r + c) =
+  // alpha*acc + alpha*r + alpha*c modulo 2^32.
+  TCGEMM_HD int32_t finish(int32_t scaled, int64_t m, int64_t n) const {
+    if (p.row_offset != nullptr) scaled = wrap_add(scaled, scale(p.row_offset[m]));
+    if (p.col_offset != nullptr) scaled = wrap_add(scaled, scale(p.col_offset[n]));
+    if (p.beta != 0) scaled = wrap_add(scaled, wrap_mul(p.beta, p.c[m * p.c_stride_m + n * p.c_stride_n]));
+    return scaled;
   }
+
+  TCGEMM_HD int32_t operator()(int32_t acc, int64_t m, int64_t n) const { return finish(scale(acc), m, n); }
 };
 
 }  // namespace tcgemm

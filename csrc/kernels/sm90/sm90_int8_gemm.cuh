@@ -8,8 +8,10 @@
 //   warpgroups 1.. (consumers): each owns a 64 x WN piece of the BM x BN tile; per slot it waits
 //     on "full", issues four m64nWNk32 wgmma (K = 128 bytes), and once those have retired
 //     (wait_group with one group still in flight) frees the previous slot. At the end of a unit
-//     it applies the int32 epilogue on its registers and writes D, while the producer already
-//     fills the ring for the next unit.
+//     it applies the int32 epilogue on its registers and hands D to TMA stores through two
+//     small swizzled staging buffers, then goes on to the next unit while the stores drain
+//     (the producer has meanwhile filled the ring). Direct register-to-global stores (wrapping
+//     atomics for split-K) serve an output TMA cannot describe.
 //
 // Work units are output tiles in grouped order (GroupM tile rows per group, for L2 reuse of B),
 // times split_k ranges of K. Units go round-robin to gridDim.x <= #SMs resident blocks, and both
@@ -28,6 +30,7 @@
 #include "epilogue/int32_epilogue.h"
 #include "kernels/sm90/sm90_int8_gemm.h"
 #include "kernels/sm90/sm90_tensor_map.h"
+#include "ptx/cache_policy.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/tma.cuh"
 #include "ptx/warpgroup.cuh"
@@ -45,6 +48,7 @@ struct Sm90Args {
   int32_t* d;
   int64_t ldd;
   bool d_vec2;          // D rows start 8-byte aligned: columns pairs go out as one 8-byte store
+  bool d_tma;           // D is written through its tensor map (TMA reduce-add with split-K)
   Int32EpilogueParams epilogue;
 };
 
@@ -101,10 +105,83 @@ __device__ __forceinline__ void store_fragment(const Sm90Args& args, const int32
   }
 }
 
+// Writes one warpgroup's 64 x WN result through TMA, 32 columns at a time, in two passes that
+// keep the unrolled code small (it runs once per tile and must not thrash the instruction cache):
+//   1. every thread stores alpha * its accumulators into the staging buffer. Thread (warp, lane)
+//      holds rows 16*warp + lane/4 + {0, 8} and columns 8j + 2*(lane%4) + {0, 1}
+//      (ptx/wgmma_int8.cuh); the buffer is [64][32] int32 with TMA's 128-byte swizzle (16-byte
+//      chunk c of row r at chunk c ^ (r % 8)), which also keeps these stores free of bank conflicts;
+//   2. only when the epilogue has offsets or a C term: each thread finishes 16 consecutive
+//      elements of one row (C read row-wise), a plain loop.
+// `staging` is this warpgroup's two buffers; thread 0 of the warpgroup owns the bulk groups.
+template <class Cfg>
+__device__ __forceinline__ void store_tile_tma(const Sm90Args& args, const CUtensorMap* map_d,
+                                               const int32_t (&acc)[Cfg::kAccRegs], uint8_t* staging, int row_base,
+                                               int col_base, int warp, int lane, int barrier_id) {
+  const Int32Epilogue epilogue{args.epilogue};
+  // Split-K: D was prefilled with the rest of the epilogue; each split adds alpha * its sum.
+  const bool split = args.split_k > 1;
+  const bool plain = split || epilogue.plain();
+  const bool leader = warp == 0 && lane == 0;
+  const int xor_chunk = (lane / 4) % 8;  // r % 8 for both of this thread's rows
+#pragma unroll
+  for (int chunk = 0; chunk < Cfg::kWN / Cfg::kEpiCols; ++chunk) {
+    uint8_t* buffer = staging + (chunk % 2) * Cfg::kEpiBufferBytes;
+    const uint32_t buffer_addr = ptx::smem_addr(buffer);
+    // The store issued from this buffer two chunks ago (or in the previous tile) has read it.
+    if (leader) ptx::bulk_wait_group_read<1>();
+    ptx::named_barrier_sync(barrier_id, 128);
+#pragma unroll
+    for (int jj = 0; jj < Cfg::kEpiCols / 8; ++jj) {
+      const int j = chunk * (Cfg::kEpiCols / 8) + jj;
+      const int byte_in_row = 32 * jj + 8 * (lane % 4);
+      const int swizzled = (((byte_in_row >> 4) ^ xor_chunk) << 4) | (byte_in_row & 15);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 16 * warp + lane / 4 + 8 * h;
+        const int2 v = make_int2(epilogue.scale(acc[4 * j + 2 * h]), epilogue.scale(acc[4 * j + 2 * h + 1]));
+        ptx::st_shared_v2(buffer_addr + r * 128 + swizzled, v.x, v.y);
+      }
+    }
+    if (!plain) {
+      ptx::named_barrier_sync(barrier_id, 128);
+      const int tid = warp * 32 + lane;
+      const int r = tid / 2;
+      const int row = row_base + r;
+#pragma unroll 1
+      for (int i = 0; i < 4; ++i) {
+        const int c16 = 4 * (tid % 2) + i;  // 16-byte chunk of the row: columns 4*c16 .. 4*c16 + 3
+        const uint32_t addr = buffer_addr + r * 128 + ((c16 ^ (r % 8)) << 4);
+        int4 v = ptx::ld_shared_v4(addr);
+        const int col = col_base + chunk * Cfg::kEpiCols + 4 * c16;
+        if (row < args.m) {
+          if (col < args.n) v.x = epilogue.finish(v.x, row, col);
+          if (col + 1 < args.n) v.y = epilogue.finish(v.y, row, col + 1);
+          if (col + 2 < args.n) v.z = epilogue.finish(v.z, row, col + 2);
+          if (col + 3 < args.n) v.w = epilogue.finish(v.w, row, col + 3);
+        }
+        ptx::st_shared_v4(addr, v);
+      }
+    }
+    ptx::fence_proxy_async_shared();
+    ptx::named_barrier_sync(barrier_id, 128);
+    if (leader) {
+      // D is written once and read by no later tile: keep L2 for A and B.
+      const uint64_t policy = ptx::l2_policy_evict_first();
+      if (split) {
+        ptx::tma_reduce_add_2d(map_d, buffer, col_base + chunk * Cfg::kEpiCols, row_base, policy);
+      } else {
+        ptx::tma_store_2d(map_d, buffer, col_base + chunk * Cfg::kEpiCols, row_base, policy);
+      }
+      ptx::bulk_commit_group();
+    }
+  }
+}
+
 template <class Cfg, bool ASigned, bool BSigned>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_int8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                          const Sm90Args args) {
+                          const __grid_constant__ CUtensorMap map_d, const Sm90Args args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mma = ptx::WgmmaInt8<Cfg::kWN, ASigned, BSigned>;
   constexpr int kStages = Cfg::kStages;
@@ -113,7 +190,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint8_t* smem = reinterpret_cast<uint8_t*>(round_up<uintptr_t>(reinterpret_cast<uintptr_t>(smem_raw), 1024));
   uint8_t* a_tiles = smem;                                   // kStages x [BM][128], swizzled
   uint8_t* b_tiles = smem + kStages * Cfg::kATileBytes;      // kStages x [BN][128], swizzled
-  uint64_t* full = reinterpret_cast<uint64_t*>(b_tiles + kStages * Cfg::kBTileBytes);
+  uint8_t* epi_buffers = b_tiles + kStages * Cfg::kBTileBytes;  // per consumer warpgroup: 2 x [64][32] int32
+  uint64_t* full = reinterpret_cast<uint64_t*>(epi_buffers + Cfg::kEpiBytes);
   uint64_t* empty = full + kStages;
 
   const int warpgroup = threadIdx.x / 128;
@@ -125,6 +203,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     ptx::mbarrier_fence_init();
     ptx::tma_prefetch_descriptor(&map_a);
     ptx::tma_prefetch_descriptor(&map_b);
+    if (args.d_tma) ptx::tma_prefetch_descriptor(&map_d);
   }
   __syncthreads();
 
@@ -135,13 +214,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if (threadIdx.x != 0) return;
     int slot = 0;
     uint32_t phase = 0;
+    // Every A box is read by all blocks of its tile row and every B box by all of its tile column.
+    const uint64_t policy = ptx::l2_policy_evict_last();
     for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
       const WorkUnit w = work_unit<Cfg::kGroupM>(args, unit);
       for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
         ptx::mbarrier_wait(&empty[slot], phase ^ 1);
         ptx::mbarrier_arrive_expect_tx(&full[slot], Cfg::kStageBytes);
-        ptx::tma_load_2d(a_tiles + slot * Cfg::kATileBytes, &map_a, &full[slot], kb * Cfg::kBK, w.tile_m * Cfg::kBM);
-        ptx::tma_load_2d(b_tiles + slot * Cfg::kBTileBytes, &map_b, &full[slot], kb * Cfg::kBK, w.tile_n * Cfg::kBN);
+        ptx::tma_load_2d(a_tiles + slot * Cfg::kATileBytes, &map_a, &full[slot], kb * Cfg::kBK, w.tile_m * Cfg::kBM, policy);
+        ptx::tma_load_2d(b_tiles + slot * Cfg::kBTileBytes, &map_b, &full[slot], kb * Cfg::kBK, w.tile_n * Cfg::kBN, policy);
         if (++slot == kStages) {
           slot = 0;
           phase ^= 1;
@@ -191,10 +272,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       ptx::wgmma_wait_group<0>(acc);
       if (lane == 0) ptx::mbarrier_arrive(&empty[prev_slot]);
 
-      const int row0 = w.tile_m * Cfg::kBM + wg_m * 64 + warp * 16 + lane / 4;
-      const int col0 = w.tile_n * Cfg::kBN + wg_n * Cfg::kWN + 2 * (lane % 4);
-      store_fragment<Cfg::kWN>(args, acc, row0, col0);
+      const int row_base = w.tile_m * Cfg::kBM + wg_m * 64;
+      const int col_base = w.tile_n * Cfg::kBN + wg_n * Cfg::kWN;
+      if (row_base >= args.m || col_base >= args.n) continue;  // this warpgroup's piece lies outside D
+      if (args.d_tma) {
+        store_tile_tma<Cfg>(args, &map_d, acc, epi_buffers + consumer * 2 * Cfg::kEpiBufferBytes, row_base,
+                            col_base, warp, lane, /*barrier_id=*/1 + consumer);
+      } else {
+        store_fragment<Cfg::kWN>(args, acc, row_base + warp * 16 + lane / 4, col_base + 2 * (lane % 4));
+      }
     }
+    // The shared-memory sources of the last stores must stay valid until TMA has read them.
+    if (args.d_tma && warp == 0 && lane == 0) ptx::bulk_wait_group<0>();
   }
 #endif
 }
@@ -214,9 +303,12 @@ void launch_sm90_int8_gemm(const GemmParams& p, int sm_count) {
   args.ldd = p.ldd;
   args.d_vec2 = p.ldd % 2 == 0 && reinterpret_cast<uintptr_t>(p.d) % 8 == 0;
   args.epilogue = p.epilogue;
+  args.d_tma = tma_storable(p.d, p.m, p.ldd);
 
   const CUtensorMap map_a = make_operand_tensor_map(p.a, p.m, p.k, Cfg::kBM, "a");
   const CUtensorMap map_b = make_operand_tensor_map(p.b, p.n, p.k, Cfg::kBN, "b");
+  CUtensorMap map_d{};
+  if (args.d_tma) map_d = make_output_tensor_map(p.d, p.m, p.n, p.ldd, 64, Cfg::kEpiCols);
 
   auto kernel = sm90_int8_gemm_kernel<Cfg, true, true>;
   if (p.a.is_signed && !p.b.is_signed) kernel = sm90_int8_gemm_kernel<Cfg, true, false>;
@@ -225,7 +317,7 @@ void launch_sm90_int8_gemm(const GemmParams& p, int sm_count) {
   TCGEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const int64_t units = static_cast<int64_t>(args.tiles_m) * args.tiles_n * args.split_k;
   const int grid = static_cast<int>(std::min<int64_t>(units, sm_count));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(map_a, map_b, args);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(map_a, map_b, map_d, args);
   TCGEMM_CHECK_LAUNCH();
 }
 

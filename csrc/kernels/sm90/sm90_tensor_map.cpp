@@ -61,4 +61,25 @@ CUtensorMap make_operand_tensor_map(const Operand& op, int64_t rows, int64_t k, 
   return map;
 }
 
+bool tma_storable(const int32_t* d, int64_t m, int64_t ldd) {
+  return reinterpret_cast<uintptr_t>(d) % 16 == 0 && (m == 1 || ldd % 4 == 0);
+}
+
+CUtensorMap make_output_tensor_map(int32_t* d, int64_t m, int64_t n, int64_t ldd, int box_rows, int box_cols) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(n), static_cast<cuuint64_t>(m)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(m == 1 ? round_up<int64_t>(n, 4) * 4 : ldd * 4)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult status = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_INT32, 2, d, dims, strides, box,
+                                         element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                         CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (status != CUDA_SUCCESS) {
+    throw std::runtime_error(std::string("tcgemm: cuTensorMapEncodeTiled failed (CUresult ") +
+                             std::to_string(static_cast<int>(status)) + ") for output [" + std::to_string(m) +
+                             ", " + std::to_string(n) + "] with row stride " + std::to_string(ldd));
+  }
+  return map;
+}
+
 }  // namespace tcgemm::sm90

@@ -23,8 +23,17 @@ struct Sm90TileConfig {
   static constexpr int kATileBytes = kBM * kBK;
   static constexpr int kBTileBytes = kBN * kBK;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
-  // Stages, then 2 mbarriers per stage; +1024 to align the tiles to the 128-byte swizzle atom.
-  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;
+
+  // Epilogue staging: each consumer warpgroup writes its 64 x WN int32 result 32 columns at a
+  // time (one 128-byte swizzle row per output row) into one of two buffers, and TMA stores it
+  // while the warpgroup fills the other and then goes on to its next tile.
+  static constexpr int kEpiCols = 32;
+  static constexpr int kEpiBufferBytes = 64 * kEpiCols * 4;
+  static constexpr int kEpiBytes = kConsumerWarpgroups * 2 * kEpiBufferBytes;
+
+  // Stages, epilogue buffers, then 2 mbarriers per stage; +1024 to align everything to the
+  // 128-byte swizzle atom.
+  static constexpr int kSmemBytes = kStages * kStageBytes + kEpiBytes + 2 * kStages * 8 + 1024;
 
   // setmaxnreg split of the 64K-register file: the producer needs few, the consumers hold
   // the accumulators.
@@ -34,6 +43,8 @@ struct Sm90TileConfig {
   static_assert(WN % 8 == 0 && WN >= 8 && WN <= 256, "wgmma N must be a multiple of 8 up to 256");
   static_assert(kBN <= 256 && kBM <= 256, "a TMA box holds at most 256 rows");
   static_assert(kATileBytes % 1024 == 0 && kBTileBytes % 1024 == 0, "tiles must keep 1024-byte alignment");
+  static_assert(WN % kEpiCols == 0, "the epilogue stores whole 32-column chunks");
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an H100/H200 block can have");
   static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= 65536, "register file");
 };
 
