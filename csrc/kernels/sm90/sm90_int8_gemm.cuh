@@ -105,32 +105,32 @@ __device__ __forceinline__ void store_fragment(const Sm90Args& args, const int32
   }
 }
 
-// Writes one warpgroup's 64 x WN result through TMA, 32 columns at a time, in two passes that
-// keep the unrolled code small (it runs once per tile and must not thrash the instruction cache):
-//   1. every thread stores alpha * its accumulators into the staging buffer. Thread (warp, lane)
-//      holds rows 16*warp + lane/4 + {0, 8} and columns 8j + 2*(lane%4) + {0, 1}
-//      (ptx/wgmma_int8.cuh); the buffer is [64][32] int32 with TMA's 128-byte swizzle (16-byte
-//      chunk c of row r at chunk c ^ (r % 8)), which also keeps these stores free of bank conflicts;
-//   2. only when the epilogue has offsets or a C term: each thread finishes 16 consecutive
+// Writes one warp's 16 x WN piece of the result through TMA, 32 columns at a time, in two passes
+// that keep the unrolled code small (it runs once per tile and must not thrash the instruction
+// cache):
+//   1. every lane stores alpha * its accumulators into the staging buffer. Lane l holds rows
+//      l/4 + {0, 8} and columns 8j + 2*(l%4) + {0, 1} of the warp's piece (ptx/wgmma_int8.cuh);
+//      the buffer is [16][32] int32 with TMA's 128-byte swizzle (16-byte chunk c of row r at
+//      chunk c ^ (r % 8)), which also keeps these stores free of bank conflicts;
+//   2. only when the epilogue has offsets or a C term: each lane finishes 16 consecutive
 //      elements of one row (C read row-wise), a plain loop.
-// `staging` is this warpgroup's two buffers; thread 0 of the warpgroup owns the bulk groups.
+// Lane 0 issues the copy and owns the warp's bulk groups; a buffer is refilled once the store
+// issued from it two chunks earlier has read it. With split-K the copy is a reduce-add onto D.
 template <class Cfg>
-__device__ __forceinline__ void store_tile_tma(const Sm90Args& args, const CUtensorMap* map_d,
-                                               const int32_t (&acc)[Cfg::kAccRegs], uint8_t* staging, int row_base,
-                                               int col_base, int warp, int lane, int barrier_id) {
+__device__ __forceinline__ void store_warp_tile(const Sm90Args& args, const CUtensorMap* map_d,
+                                                const int32_t (&acc)[Cfg::kAccRegs], uint8_t* staging, int row_base,
+                                                int col_base, int lane) {
   const Int32Epilogue epilogue{args.epilogue};
   // Split-K: D was prefilled with the rest of the epilogue; each split adds alpha * its sum.
   const bool split = args.split_k > 1;
   const bool plain = split || epilogue.plain();
-  const bool leader = warp == 0 && lane == 0;
-  const int xor_chunk = (lane / 4) % 8;  // r % 8 for both of this thread's rows
+  const int xor_chunk = (lane / 4) % 8;  // r % 8 for both of this lane's rows
+  const uint32_t staging_addr = ptx::smem_addr(staging);
 #pragma unroll
   for (int chunk = 0; chunk < Cfg::kWN / Cfg::kEpiCols; ++chunk) {
-    uint8_t* buffer = staging + (chunk % 2) * Cfg::kEpiBufferBytes;
-    const uint32_t buffer_addr = ptx::smem_addr(buffer);
-    // The store issued from this buffer two chunks ago (or in the previous tile) has read it.
-    if (leader) ptx::bulk_wait_group_read<1>();
-    ptx::named_barrier_sync(barrier_id, 128);
+    const uint32_t buffer = staging_addr + (chunk % 2) * Cfg::kEpiBufferBytes;
+    if (lane == 0) ptx::bulk_wait_group_read<1>();
+    __syncwarp();
 #pragma unroll
     for (int jj = 0; jj < Cfg::kEpiCols / 8; ++jj) {
       const int j = chunk * (Cfg::kEpiCols / 8) + jj;
@@ -138,20 +138,19 @@ __device__ __forceinline__ void store_tile_tma(const Sm90Args& args, const CUten
       const int swizzled = (((byte_in_row >> 4) ^ xor_chunk) << 4) | (byte_in_row & 15);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int r = 16 * warp + lane / 4 + 8 * h;
-        const int2 v = make_int2(epilogue.scale(acc[4 * j + 2 * h]), epilogue.scale(acc[4 * j + 2 * h + 1]));
-        ptx::st_shared_v2(buffer_addr + r * 128 + swizzled, v.x, v.y);
+        const int r = lane / 4 + 8 * h;
+        ptx::st_shared_v2(buffer + r * 128 + swizzled, epilogue.scale(acc[4 * j + 2 * h]),
+                          epilogue.scale(acc[4 * j + 2 * h + 1]));
       }
     }
     if (!plain) {
-      ptx::named_barrier_sync(barrier_id, 128);
-      const int tid = warp * 32 + lane;
-      const int r = tid / 2;
+      __syncwarp();
+      const int r = lane / 2;
       const int row = row_base + r;
 #pragma unroll 1
       for (int i = 0; i < 4; ++i) {
-        const int c16 = 4 * (tid % 2) + i;  // 16-byte chunk of the row: columns 4*c16 .. 4*c16 + 3
-        const uint32_t addr = buffer_addr + r * 128 + ((c16 ^ (r % 8)) << 4);
+        const int c16 = 4 * (lane % 2) + i;  // 16-byte chunk of the row: columns 4*c16 .. 4*c16 + 3
+        const uint32_t addr = buffer + r * 128 + ((c16 ^ (r % 8)) << 4);
         int4 v = ptx::ld_shared_v4(addr);
         const int col = col_base + chunk * Cfg::kEpiCols + 4 * c16;
         if (row < args.m) {
@@ -164,14 +163,15 @@ __device__ __forceinline__ void store_tile_tma(const Sm90Args& args, const CUten
       }
     }
     ptx::fence_proxy_async_shared();
-    ptx::named_barrier_sync(barrier_id, 128);
-    if (leader) {
+    __syncwarp();
+    if (lane == 0) {
       // D is written once and read by no later tile: keep L2 for A and B.
       const uint64_t policy = ptx::l2_policy_evict_first();
+      const void* src = staging + (buffer - staging_addr);
       if (split) {
-        ptx::tma_reduce_add_2d(map_d, buffer, col_base + chunk * Cfg::kEpiCols, row_base, policy);
+        ptx::tma_reduce_add_2d(map_d, src, col_base + chunk * Cfg::kEpiCols, row_base, policy);
       } else {
-        ptx::tma_store_2d(map_d, buffer, col_base + chunk * Cfg::kEpiCols, row_base, policy);
+        ptx::tma_store_2d(map_d, src, col_base + chunk * Cfg::kEpiCols, row_base, policy);
       }
       ptx::bulk_commit_group();
     }
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint8_t* smem = reinterpret_cast<uint8_t*>(round_up<uintptr_t>(reinterpret_cast<uintptr_t>(smem_raw), 1024));
   uint8_t* a_tiles = smem;                                   // kStages x [BM][128], swizzled
   uint8_t* b_tiles = smem + kStages * Cfg::kATileBytes;      // kStages x [BN][128], swizzled
-  uint8_t* epi_buffers = b_tiles + kStages * Cfg::kBTileBytes;  // per consumer warpgroup: 2 x [64][32] int32
+  uint8_t* epi_buffers = b_tiles + kStages * Cfg::kBTileBytes;  // per consumer warp: 2 x [16][32] int32
   uint64_t* full = reinterpret_cast<uint64_t*>(epi_buffers + Cfg::kEpiBytes);
   uint64_t* empty = full + kStages;
 
@@ -276,14 +276,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int col_base = w.tile_n * Cfg::kBN + wg_n * Cfg::kWN;
       if (row_base >= args.m || col_base >= args.n) continue;  // this warpgroup's piece lies outside D
       if (args.d_tma) {
-        store_tile_tma<Cfg>(args, &map_d, acc, epi_buffers + consumer * 2 * Cfg::kEpiBufferBytes, row_base,
-                            col_base, warp, lane, /*barrier_id=*/1 + consumer);
+        if (row_base + 16 * warp < args.m) {
+          uint8_t* staging = epi_buffers + (consumer * 4 + warp) * 2 * Cfg::kEpiBufferBytes;
+          store_warp_tile<Cfg>(args, &map_d, acc, staging, row_base + 16 * warp, col_base, lane);
+        }
       } else {
         store_fragment<Cfg::kWN>(args, acc, row_base + warp * 16 + lane / 4, col_base + 2 * (lane % 4));
       }
     }
     // The shared-memory sources of the last stores must stay valid until TMA has read them.
-    if (args.d_tma && warp == 0 && lane == 0) ptx::bulk_wait_group<0>();
+    if (args.d_tma && lane == 0) ptx::bulk_wait_group<0>();
   }
 #endif
 }
@@ -308,7 +310,7 @@ void launch_sm90_int8_gemm(const GemmParams& p, int sm_count) {
   const CUtensorMap map_a = make_operand_tensor_map(p.a, p.m, p.k, Cfg::kBM, "a");
   const CUtensorMap map_b = make_operand_tensor_map(p.b, p.n, p.k, Cfg::kBN, "b");
   CUtensorMap map_d{};
-  if (args.d_tma) map_d = make_output_tensor_map(p.d, p.m, p.n, p.ldd, 64, Cfg::kEpiCols);
+  if (args.d_tma) map_d = make_output_tensor_map(p.d, p.m, p.n, p.ldd, Cfg::kEpiRows, Cfg::kEpiCols);
 
   auto kernel = sm90_int8_gemm_kernel<Cfg, true, true>;
   if (p.a.is_signed && !p.b.is_signed) kernel = sm90_int8_gemm_kernel<Cfg, true, false>;

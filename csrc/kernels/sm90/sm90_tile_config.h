@@ -24,12 +24,13 @@ struct Sm90TileConfig {
   static constexpr int kBTileBytes = kBN * kBK;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
 
-  // Epilogue staging: each consumer warpgroup writes its 64 x WN int32 result 32 columns at a
-  // time (one 128-byte swizzle row per output row) into one of two buffers, and TMA stores it
-  // while the warpgroup fills the other and then goes on to its next tile.
+  // Epilogue staging: each consumer warp writes its 16 x WN int32 rows 32 columns at a time (one
+  // 128-byte swizzle row per output row) into one of its two buffers, and TMA stores it while
+  // the warp fills the other and then goes on to its next tile. Per warp, so no barriers.
+  static constexpr int kEpiRows = 16;
   static constexpr int kEpiCols = 32;
-  static constexpr int kEpiBufferBytes = 64 * kEpiCols * 4;
-  static constexpr int kEpiBytes = kConsumerWarpgroups * 2 * kEpiBufferBytes;
+  static constexpr int kEpiBufferBytes = kEpiRows * kEpiCols * 4;
+  static constexpr int kEpiBytes = kConsumerWarpgroups * 4 * 2 * kEpiBufferBytes;
 
   // Stages, epilogue buffers, then 2 mbarriers per stage; +1024 to align everything to the
   // 128-byte swizzle atom.
