@@ -37,7 +37,8 @@ def gemm(
             ``beta != 0``.
         alpha, beta: int32 scalars.
         out: optional int32 [M, N] to write into (may be ``c`` itself); returned.
-        backend: "auto", or force one: "cpu" (CPU tensors), "wmma", "wmma_simple", "sm80".
+        backend: "auto", or force one: "cpu" (CPU tensors), "wmma", "wmma_simple", "sm80",
+            "sm90" (Hopper, compute capability 9.0).
 
     Returns:
         int32 [M, N] on the device of ``a``.
@@ -67,7 +68,8 @@ def int8_gemm(
 
 def available_backends(device: torch.device | str | int | None = None) -> list[str]:
     """Backends that run on ``device``, best first: ["cpu"] for the CPU, else the GPU kernels
-    this GPU supports (e.g. ["sm80", "wmma", "wmma_simple"] on Ampere and Hopper)."""
+    this GPU supports, best first (e.g. ["sm90", "sm80", "wmma", "wmma_simple"] on an H100/H200,
+    ["sm80", "wmma", "wmma_simple"] on Ampere)."""
     device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
     if device.type == "cpu":
         return ["cpu"]

@@ -3,8 +3,8 @@
     compute-sanitizer --tool memcheck  python tests/sanitize_gemm.py
     compute-sanitizer --tool racecheck python tests/sanitize_gemm.py
 
-Shapes are small and odd so every edge path (M/N/K tails, padded copies, sign-flip offsets)
-runs; each result is also checked bit-exact, and the script exits non-zero on a mismatch.
+Shapes are small and odd so every edge path (M/N/K tails, padded copies, sign-flip offsets,
+split-K) runs; each result is also checked bit-exact, and the script exits non-zero on a mismatch.
 """
 
 import sys
@@ -19,7 +19,7 @@ def main() -> int:
     gen = torch.Generator().manual_seed(7)
     failures = 0
     for backend in tcgemm.available_backends("cuda"):
-        for m, n, k in [(33, 17, 100), (130, 129, 257)]:
+        for m, n, k in [(33, 17, 100), (130, 129, 257), (20, 200, 3000)]:
             for da, db, a_col in [(torch.int8, torch.int8, False), (torch.uint8, torch.int8, True)]:
                 low_a = -128 if da == torch.int8 else 0
                 a = torch.randint(low_a, low_a + 256, (k, m) if a_col else (m, k), generator=gen).to(da).cuda()

@@ -180,3 +180,13 @@ def test_unavailable_backend_is_rejected():
     a, b = _ops()
     with pytest.raises(ValueError, match=rf"backend 'sm80' needs compute capability >= 8.0, but this GPU has {major}.{minor}"):
         tcgemm.int8_gemm(a.cuda(), b.cuda(), backend="sm80")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_sm90_needs_compute_capability_9_0():
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) == (9, 0):
+        pytest.skip("sm90 runs on this GPU")
+    a, b = _ops()
+    with pytest.raises(ValueError, match=rf"backend 'sm90' needs compute capability 9.0 \(sm_90a\), but this GPU has {major}.{minor}"):
+        tcgemm.int8_gemm(a.cuda(), b.cuda(), backend="sm90")

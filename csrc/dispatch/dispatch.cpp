@@ -129,7 +129,7 @@ void run_sm90(GemmParams p, const DeviceInfo& dev) {
   if (p.split_k > 1) launch_epilogue_fill(p);  // the splits add their scaled partial sums onto it
   switch (plan.tile) {
     case Sm90Tile::kLarge: return sm90::launch_sm90_int8_gemm<Sm90Large>(p, dev.sm_count);
-    case Sm90Tile::kMid: return sm90::launch_sm90_int8_gemm<Sm90Mid>(p, dev.sm_count);
+    case Sm90Tile::kPingPong: return sm90::launch_sm90_int8_gemm<Sm90PingPong>(p, dev.sm_count);
     case Sm90Tile::kSmall: return sm90::launch_sm90_int8_gemm<Sm90Small>(p, dev.sm_count);
   }
 }

@@ -48,16 +48,18 @@ inline int choose_sm80_split_k(Sm80Tile tile, int m, int n, int k, int sm_count)
 }
 
 // wgmma + TMA tiles by regime (sm_90a; measured on the H200: benchmarks/NOTES-sm90.md).
-// Large: 128x256, two consumer warpgroups of 64x256, 4 stages of 48 KiB.
-using Sm90Large = Sm90TileConfig<2, 1, 256, 4>;
-// Mid: 128x128, two consumer warpgroups of 64x128, 6 stages of 32 KiB: twice the tiles of Large
-// for problems that would leave SMs idle.
-using Sm90Mid = Sm90TileConfig<2, 1, 128, 6>;
+// Large: 128x256, two cooperative consumer warpgroups of 64x256, 4 stages of 48 KiB.
+using Sm90Large = Sm90TileConfig<128, 256, 2, 1, 4>;
+// Ping-pong: 128x128 tiles, each consumer warpgroup computes whole tiles (2 x m64n128) in turn,
+// 6 stages of 32 KiB: one warpgroup's epilogue hides under the other's main loop.
+using Sm90PingPong = Sm90TileConfig<128, 128, 1, 1, 6, /*PingPong=*/true>;
+// (A cooperative 128x128 config measured the same as ping-pong 128x128 at M = 128 and 256,
+// 463 vs 460 and 1000 vs 986 TOPS, and was dropped.)
 // Small M (<= 64 rows): 64x128, two consumer warpgroups of 64x64 side by side, 8 stages of 24 KiB;
 // these problems stream B, so the deep ring matters more than the MMA shape.
-using Sm90Small = Sm90TileConfig<1, 2, 64, 8>;
+using Sm90Small = Sm90TileConfig<64, 128, 1, 2, 8>;
 
-enum class Sm90Tile { kLarge, kMid, kSmall };
+enum class Sm90Tile { kLarge, kPingPong, kSmall };
 
 struct Sm90Plan {
   Sm90Tile tile = Sm90Tile::kLarge;
@@ -66,10 +68,15 @@ struct Sm90Plan {
 
 // Picks tile and K split by a cost model in units of one 128x128x128 MAC block on one SM:
 //   waves(units) x per-unit cost, per-unit cost = tile area x K blocks per split x the config's
-//   relative cost per MAC (larger wgmma N amortizes shared-memory reads and issue better),
-//   plus ~2 K blocks for the atomic epilogue of a split.
+//   relative cost per MAC, plus ~12 K blocks for a split's prefill and TMA reduce-add.
+// Fitted to H200 runs (benchmarks/NOTES-sm90.md): at 128x8192x8192, 64x128 tiles unsplit beat
+// 128x128 split 2 and 128x256 split 4 (568 / 463 / 426 TOPS); at 256x8192x8192, 128x128 beat
+// 64x128 and 128x256 split 2 (1000 / 882 / 684). Ping-pong 128x128 beats cooperative 128x256 by
+// 2-6% when K <= 4096 (short main loops, epilogue exposed) and loses 2-7% at K >= 8192.
 // Splits are tried only while the tiles alone cannot fill the SMs.
 namespace detail {
+
+constexpr double kSm90SplitPenaltyBlocks = 12.0;
 
 template <class Cfg>
 inline double sm90_cost(int m, int n, int k, int sm_count, double per_mac, int split) {
@@ -77,9 +84,11 @@ inline double sm90_cost(int m, int n, int k, int sm_count, double per_mac, int s
   const long long k_blocks = (static_cast<long long>(k) + Cfg::kBK - 1) / Cfg::kBK;
   const long long per_split = (k_blocks + split - 1) / split;
   const long long units = tiles * ((k_blocks + per_split - 1) / per_split);
+  // Ping-pong blocks run their two warpgroups' tiles one after the other: a block is a slot.
   const long long waves = (units + sm_count - 1) / sm_count;
   const double area = static_cast<double>(Cfg::kBM) * Cfg::kBN / (128.0 * 128.0);
-  return static_cast<double>(waves) * area * per_mac * (static_cast<double>(per_split) + (split > 1 ? 2.0 : 0.0));
+  const double penalty = split > 1 ? kSm90SplitPenaltyBlocks : 0.0;
+  return static_cast<double>(waves) * area * per_mac * (static_cast<double>(per_split) + penalty);
 }
 
 template <class Cfg>
@@ -102,12 +111,10 @@ inline void sm90_consider(Sm90Tile tile, double per_mac, int m, int n, int k, in
 inline Sm90Plan choose_sm90_plan(int m, int n, int k, int sm_count) {
   Sm90Plan best;
   double best_cost = 1e300;
-  if (m <= 64) {
-    detail::sm90_consider<Sm90Small>(Sm90Tile::kSmall, 1.3, m, n, k, sm_count, &best, &best_cost);
-    return best;
-  }
   detail::sm90_consider<Sm90Large>(Sm90Tile::kLarge, 1.0, m, n, k, sm_count, &best, &best_cost);
-  detail::sm90_consider<Sm90Mid>(Sm90Tile::kMid, 1.15, m, n, k, sm_count, &best, &best_cost);
+  detail::sm90_consider<Sm90PingPong>(Sm90Tile::kPingPong, k <= 4096 ? 0.97 : 1.04, m, n, k, sm_count, &best,
+                                      &best_cost);
+  detail::sm90_consider<Sm90Small>(Sm90Tile::kSmall, 1.3, m, n, k, sm_count, &best, &best_cost);
   return best;
 }
 

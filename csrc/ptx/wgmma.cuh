@@ -55,4 +55,16 @@ __device__ __forceinline__ void wgmma_wait_group(int32_t (&acc)[Regs]) {
 #endif
 }
 
+// The same for stacked accumulator sets (several m64 pieces per warpgroup).
+template <int Pending, int Sets, int Regs>
+__device__ __forceinline__ void wgmma_wait_group(int32_t (&acc)[Sets][Regs]) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
+#pragma unroll
+  for (int s = 0; s < Sets; ++s)
+#pragma unroll
+    for (int i = 0; i < Regs; ++i) asm volatile("" : "+r"(acc[s][i])::"memory");
+#endif
+}
+
 }  // namespace tcgemm::ptx

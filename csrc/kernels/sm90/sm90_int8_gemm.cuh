@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&full[s], 1);                                 // the producer's expect_tx
-      ptx::mbarrier_init(&empty[s], Cfg::kConsumerWarpgroups * 4);     // one arrival per consumer warp
+      ptx::mbarrier_init(&empty[s], Cfg::kSlotReaders);                // one arrival per reading warp
     }
     ptx::mbarrier_fence_init();
     ptx::tma_prefetch_descriptor(&map_a);
@@ -232,56 +232,72 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   } else {
     ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
     const int consumer = warpgroup - 1;
-    const int wg_m = consumer / Cfg::kWgN;
-    const int wg_n = consumer % Cfg::kWgN;
+    const int wg_m = Cfg::kPingPong ? 0 : consumer / Cfg::kWgN;
+    const int wg_n = Cfg::kPingPong ? 0 : consumer % Cfg::kWgN;
     const int warp = (threadIdx.x / 32) % 4;
     const int lane = threadIdx.x % 32;
-    const uint64_t desc_a0 = ptx::wgmma_desc_k_major_sw128(a_tiles + wg_m * 64 * Cfg::kBK);
+    const uint64_t desc_a0 = ptx::wgmma_desc_k_major_sw128(a_tiles + wg_m * Cfg::kWgRows * Cfg::kBK);
     const uint64_t desc_b0 = ptx::wgmma_desc_k_major_sw128(b_tiles + wg_n * Cfg::kWN * Cfg::kBK);
 
-    int32_t acc[Cfg::kAccRegs];
+    int32_t acc[Cfg::kMmaM][Cfg::kAccRegs];
 #pragma unroll
-    for (int i = 0; i < Cfg::kAccRegs; ++i) acc[i] = 0;
+    for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+      for (int i = 0; i < Cfg::kAccRegs; ++i) acc[mi][i] = 0;
 
-    int slot = 0;
-    uint32_t phase = 0;
-    for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
-      const WorkUnit w = work_unit<Cfg::kGroupM>(args, unit);
-      if (w.kb_begin >= w.kb_end) continue;
+    // Ping-pong turns: warpgroup c waits on named barrier 1 + c before its main loop, and the
+    // other warpgroup arrives there when its own main loop has issued. Besides keeping the two
+    // main loops apart, this keeps a warpgroup from waiting on a ring slot two phases ahead of
+    // the barrier (the other warpgroup has waited on every K block before this tile's).
+    const int my_units = (units - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
+                         static_cast<int>(gridDim.x);
+    uint32_t ring = 0;  // K blocks handed out by the ring so far (slot = ring % kStages)
+    // Units never have an empty K range (the launcher makes every split non-empty).
+    for (int nth = 0; nth < my_units; ++nth) {
+      const WorkUnit w = work_unit<Cfg::kGroupM>(args, static_cast<int>(blockIdx.x) + nth * static_cast<int>(gridDim.x));
+      if (Cfg::kPingPong && nth % 2 != consumer) {
+        ring += w.kb_end - w.kb_begin;  // the other warpgroup's tile
+        continue;
+      }
+      if (Cfg::kPingPong && nth > 0) ptx::named_barrier_sync(1 + consumer, 256);
       int prev_slot = -1;
-      for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
-        ptx::mbarrier_wait(&full[slot], phase);
+      for (int kb = w.kb_begin; kb < w.kb_end; ++kb, ++ring) {
+        const int slot = static_cast<int>(ring % kStages);
+        ptx::mbarrier_wait(&full[slot], (ring / kStages) & 1);
         ptx::wgmma_fence();
         const uint64_t desc_a = ptx::wgmma_desc_advance(desc_a0, slot * Cfg::kATileBytes);
         const uint64_t desc_b = ptx::wgmma_desc_advance(desc_b0, slot * Cfg::kBTileBytes);
 #pragma unroll
         for (int kk = 0; kk < Cfg::kBK / Cfg::kMmaK; ++kk) {
-          Mma::mma(ptx::wgmma_desc_advance(desc_a, kk * Cfg::kMmaK), ptx::wgmma_desc_advance(desc_b, kk * Cfg::kMmaK),
-                   acc, kb > w.kb_begin || kk > 0);
+#pragma unroll
+          for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+            Mma::mma(ptx::wgmma_desc_advance(desc_a, mi * 64 * Cfg::kBK + kk * Cfg::kMmaK),
+                     ptx::wgmma_desc_advance(desc_b, kk * Cfg::kMmaK), acc[mi], kb > w.kb_begin || kk > 0);
+          }
         }
         ptx::wgmma_commit_group();
         // The group of the previous K block has retired: its slot can be refilled.
         ptx::wgmma_wait_group<1>(acc);
         if (prev_slot >= 0 && lane == 0) ptx::mbarrier_arrive(&empty[prev_slot]);
         prev_slot = slot;
-        if (++slot == kStages) {
-          slot = 0;
-          phase ^= 1;
-        }
       }
+      if (Cfg::kPingPong && nth + 1 < my_units) ptx::named_barrier_arrive(1 + (1 - consumer), 256);
       ptx::wgmma_wait_group<0>(acc);
       if (lane == 0) ptx::mbarrier_arrive(&empty[prev_slot]);
 
-      const int row_base = w.tile_m * Cfg::kBM + wg_m * 64;
       const int col_base = w.tile_n * Cfg::kBN + wg_n * Cfg::kWN;
-      if (row_base >= args.m || col_base >= args.n) continue;  // this warpgroup's piece lies outside D
-      if (args.d_tma) {
-        if (row_base + 16 * warp < args.m) {
-          uint8_t* staging = epi_buffers + (consumer * 4 + warp) * 2 * Cfg::kEpiBufferBytes;
-          store_warp_tile<Cfg>(args, &map_d, acc, staging, row_base + 16 * warp, col_base, lane);
+#pragma unroll
+      for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+        const int row_base = w.tile_m * Cfg::kBM + wg_m * Cfg::kWgRows + 64 * mi;
+        if (row_base >= args.m || col_base >= args.n) continue;  // this piece lies outside D
+        if (args.d_tma) {
+          if (row_base + 16 * warp < args.m) {
+            uint8_t* staging = epi_buffers + (consumer * 4 + warp) * 2 * Cfg::kEpiBufferBytes;
+            store_warp_tile<Cfg>(args, &map_d, acc[mi], staging, row_base + 16 * warp, col_base, lane);
+          }
+        } else {
+          store_fragment<Cfg::kWN>(args, acc[mi], row_base + warp * 16 + lane / 4, col_base + 2 * (lane % 4));
         }
-      } else {
-        store_fragment<Cfg::kWN>(args, acc, row_base + warp * 16 + lane / 4, col_base + 2 * (lane % 4));
       }
     }
     // The shared-memory sources of the last stores must stay valid until TMA has read them.

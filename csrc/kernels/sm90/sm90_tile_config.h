@@ -4,21 +4,32 @@
 
 namespace tcgemm {
 
-// A block is one producer warpgroup (TMA) and WgM x WgN consumer warpgroups (wgmma), each of
-// which owns a 64 x WN piece of the BM x BN output tile (one m64nWNk32 wgmma per 32 K bytes).
-// K advances 128 bytes per pipeline stage: one 128-byte swizzle row per operand row.
-template <int WgM, int WgN, int WN, int Stages, int GroupM = 8>
+// A block is one producer warpgroup (TMA) and two consumer warpgroups (wgmma); K advances 128
+// bytes per pipeline stage, one 128-byte swizzle row per operand row.
+//   cooperative (PingPong = false): the WgM x WgN consumer warpgroups split each BM x BN tile,
+//     each owning (BM / WgM) x (BN / WgN);
+//   ping-pong (PingPong = true, WgM = WgN = 1): the two consumer warpgroups take alternate
+//     tiles whole, so one's epilogue overlaps the other's main loop (the ring hands out K blocks
+//     in tile order, which keeps the two main loops mostly apart).
+// A warpgroup's piece is MmaM = rows / 64 stacked m64nWNk32 wgmma per 32 K bytes.
+template <int BM, int BN, int WgM, int WgN, int Stages, bool PingPong = false, int GroupM = 8>
 struct Sm90TileConfig {
-  static constexpr int kWgM = WgM, kWgN = WgN, kWN = WN;
-  static constexpr int kConsumerWarpgroups = WgM * WgN;
+  static constexpr bool kPingPong = PingPong;
+  static constexpr int kWgM = WgM, kWgN = WgN;
+  static constexpr int kConsumerWarpgroups = PingPong ? 2 : WgM * WgN;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
-  static constexpr int kBM = 64 * WgM;
-  static constexpr int kBN = WN * WgN;
+  static constexpr int kBM = BM;
+  static constexpr int kBN = BN;
+  static constexpr int kWgRows = BM / WgM;
+  static constexpr int kWN = BN / WgN;
+  static constexpr int kMmaM = kWgRows / 64;
   static constexpr int kBK = 128;
   static constexpr int kMmaK = 32;
   static constexpr int kStages = Stages;
   static constexpr int kGroupM = GroupM;  // rasterization: tile rows per group (L2 reuse of B)
-  static constexpr int kAccRegs = WN / 2;
+  static constexpr int kAccRegs = kWN / 2;  // per m64 piece
+  // Arrivals that free a ring slot: every warp of the warpgroups that read it.
+  static constexpr int kSlotReaders = PingPong ? 4 : 4 * kConsumerWarpgroups;
 
   static constexpr int kATileBytes = kBM * kBK;
   static constexpr int kBTileBytes = kBN * kBK;
@@ -41,10 +52,13 @@ struct Sm90TileConfig {
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = kConsumerWarpgroups == 1 ? 240 : 232;
 
-  static_assert(WN % 8 == 0 && WN >= 8 && WN <= 256, "wgmma N must be a multiple of 8 up to 256");
+  static_assert(!PingPong || (WgM == 1 && WgN == 1), "ping-pong warpgroups take whole tiles");
+  static_assert(kWgRows % 64 == 0 && kWgRows * WgM == BM && kWN * WgN == BN, "tile split");
+  static_assert(kWN % 8 == 0 && kWN >= 8 && kWN <= 256, "wgmma N must be a multiple of 8 up to 256");
+  static_assert(kMmaM * kAccRegs <= 128, "accumulators per consumer thread");
   static_assert(kBN <= 256 && kBM <= 256, "a TMA box holds at most 256 rows");
   static_assert(kATileBytes % 1024 == 0 && kBTileBytes % 1024 == 0, "tiles must keep 1024-byte alignment");
-  static_assert(WN % kEpiCols == 0, "the epilogue stores whole 32-column chunks");
+  static_assert(kWN % (2 * kEpiCols) == 0, "the epilogue alternates its two buffers over whole 32-column chunks");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an H100/H200 block can have");
   static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= 65536, "register file");
 };

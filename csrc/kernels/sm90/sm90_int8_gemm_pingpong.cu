@@ -2,4 +2,4 @@
 #include "dispatch/heuristics.h"
 #include "kernels/sm90/sm90_int8_gemm.cuh"
 
-template void tcgemm::sm90::launch_sm90_int8_gemm<tcgemm::Sm90Mid>(const tcgemm::GemmParams&, int);
+template void tcgemm::sm90::launch_sm90_int8_gemm<tcgemm::Sm90PingPong>(const tcgemm::GemmParams&, int);
