@@ -1,7 +1,8 @@
 """Paths of the sm90 (wgmma + TMA) kernel that the backend-generic sweep may not reach.
 
 Each shape below lands on one tile plan of csrc/dispatch/heuristics.h (cooperative 128x256,
-ping-pong 128x128, 64x128, 64x128 with split-K), and each is run through every epilogue path:
+ping-pong 128x128, 64x128 and 64x64, each tile with and without split-K), and each is run
+through every epilogue path:
   plain       alpha * A@B staged in shared memory and written by TMA stores;
   c           beta * C as well (the second, row-wise epilogue pass);
   odd_out     `out` whose row stride TMA cannot describe (direct register stores, or wrapping
@@ -32,9 +33,10 @@ PLAN_SHAPES = [
     pytest.param(2048, 4096, 4608, id="coop128x256"),
     pytest.param(1536, 4096, 1024, id="pingpong128x128"),
     pytest.param(3000, 3000, 513, id="pingpong-odd"),
-    pytest.param(300, 1000, 2000, id="small64x128"),
-    pytest.param(130, 1030, 3000, id="small-split4"),
-    pytest.param(40, 300, 8192, id="small-split16"),
+    pytest.param(200, 2600, 600, id="small64x128"),
+    pytest.param(64, 4096, 14336, id="small-split4"),
+    pytest.param(300, 1000, 2000, id="tiny64x64"),
+    pytest.param(40, 300, 8192, id="tiny-split16"),
 ]
 
 EPILOGUES = ("plain", "c", "odd_out")

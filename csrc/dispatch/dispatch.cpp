@@ -131,6 +131,7 @@ void run_sm90(GemmParams p, const DeviceInfo& dev) {
     case Sm90Tile::kLarge: return sm90::launch_sm90_int8_gemm<Sm90Large>(p, dev.sm_count);
     case Sm90Tile::kPingPong: return sm90::launch_sm90_int8_gemm<Sm90PingPong>(p, dev.sm_count);
     case Sm90Tile::kSmall: return sm90::launch_sm90_int8_gemm<Sm90Small>(p, dev.sm_count);
+    case Sm90Tile::kTiny: return sm90::launch_sm90_int8_gemm<Sm90Tiny>(p, dev.sm_count);
   }
 }
 

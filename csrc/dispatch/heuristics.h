@@ -58,8 +58,11 @@ using Sm90PingPong = Sm90TileConfig<128, 128, 1, 1, 6, /*PingPong=*/true>;
 // Small M (<= 64 rows): 64x128, two consumer warpgroups of 64x64 side by side, 8 stages of 24 KiB;
 // these problems stream B, so the deep ring matters more than the MMA shape.
 using Sm90Small = Sm90TileConfig<64, 128, 1, 2, 8>;
+// Tiny: 64x64, one consumer warpgroup, 12 stages of 16 KiB: twice the tiles of Small, so that
+// skinny problems fill the SMs without splitting K.
+using Sm90Tiny = Sm90TileConfig<64, 64, 1, 1, 12>;
 
-enum class Sm90Tile { kLarge, kPingPong, kSmall };
+enum class Sm90Tile { kLarge, kPingPong, kSmall, kTiny };
 
 struct Sm90Plan {
   Sm90Tile tile = Sm90Tile::kLarge;
@@ -68,15 +71,20 @@ struct Sm90Plan {
 
 // Picks tile and K split by a cost model in units of one 128x128x128 MAC block on one SM:
 //   waves(units) x per-unit cost, per-unit cost = tile area x K blocks per split x the config's
-//   relative cost per MAC, plus ~12 K blocks for a split's prefill and TMA reduce-add.
-// Fitted to H200 runs (benchmarks/NOTES-sm90.md): at 128x8192x8192, 64x128 tiles unsplit beat
-// 128x128 split 2 and 128x256 split 4 (568 / 463 / 426 TOPS); at 256x8192x8192, 128x128 beat
-// 64x128 and 128x256 split 2 (1000 / 882 / 684). Ping-pong 128x128 beats cooperative 128x256 by
-// 2-6% when K <= 4096 (short main loops, epilogue exposed) and loses 2-7% at K >= 8192.
-// Splits are tried only while the tiles alone cannot fill the SMs.
+//   relative cost per MAC, plus ~32 K blocks for a split's prefill kernel and TMA reduce-adds.
+// The per-MAC factors stand for what waves miss: small tiles issue narrower wgmma and, on
+// skinny problems, the run is bound by streaming B, which fewer, larger tiles do as well.
+// Fitted to H200 runs (benchmarks/NOTES-sm90.md), e.g. TOPS at
+//   128x8192x8192: 64x128 unsplit 702, 64x64 654, 128x128 615, 64x128 split 2 515;
+//   256x8192x8192: 128x128 1000, 64x128 882, 128x256 split 2 684;
+//   64x8192x8192: 64x64 unsplit 377, 64x128 unsplit 366, either split 2 ~310;
+//   16x28672x8192: 64x128 116, 64x64 87.
+// Ping-pong 128x128 beats cooperative 128x256 by 2-6% when K <= 4096 (short main loops, the
+// epilogue exposed) and loses 2-7% at K >= 8192.
+// Splits are tried only while the tiles alone leave more than half the SMs idle.
 namespace detail {
 
-constexpr double kSm90SplitPenaltyBlocks = 12.0;
+constexpr double kSm90SplitPenaltyBlocks = 32.0;
 
 template <class Cfg>
 inline double sm90_cost(int m, int n, int k, int sm_count, double per_mac, int split) {
@@ -97,7 +105,7 @@ inline void sm90_consider(Sm90Tile tile, double per_mac, int m, int n, int k, in
   const long long tiles = static_cast<long long>((m + Cfg::kBM - 1) / Cfg::kBM) * ((n + Cfg::kBN - 1) / Cfg::kBN);
   const long long k_blocks = (static_cast<long long>(k) + Cfg::kBK - 1) / Cfg::kBK;
   for (int split = 1; split <= 16; ++split) {
-    if (split > 1 && (tiles >= sm_count || k_blocks / split < 4)) break;
+    if (split > 1 && (2 * tiles > sm_count || k_blocks / split < 4)) break;
     const double cost = sm90_cost<Cfg>(m, n, k, sm_count, per_mac, split);
     if (cost < *best_cost) {
       *best_cost = cost;
@@ -115,6 +123,7 @@ inline Sm90Plan choose_sm90_plan(int m, int n, int k, int sm_count) {
   detail::sm90_consider<Sm90PingPong>(Sm90Tile::kPingPong, k <= 4096 ? 0.97 : 1.04, m, n, k, sm_count, &best,
                                       &best_cost);
   detail::sm90_consider<Sm90Small>(Sm90Tile::kSmall, 1.3, m, n, k, sm_count, &best, &best_cost);
+  detail::sm90_consider<Sm90Tiny>(Sm90Tile::kTiny, 2.2, m, n, k, sm_count, &best, &best_cost);
   return best;
 }
 

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include <cuda.h>
 
@@ -49,6 +50,7 @@ struct Sm90Args {
   int64_t ldd;
   bool d_vec2;          // D rows start 8-byte aligned: columns pairs go out as one 8-byte store
   bool d_tma;           // D is written through its tensor map (TMA reduce-add with split-K)
+  int debug;
   Int32EpilogueParams epilogue;
 };
 
@@ -220,9 +222,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const WorkUnit w = work_unit<Cfg::kGroupM>(args, unit);
       for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
         ptx::mbarrier_wait(&empty[slot], phase ^ 1);
-        ptx::mbarrier_arrive_expect_tx(&full[slot], Cfg::kStageBytes);
+        const bool skip_b = (args.debug & 1) && (kb & 1);
+        ptx::mbarrier_arrive_expect_tx(&full[slot], skip_b ? Cfg::kATileBytes : Cfg::kStageBytes);
         ptx::tma_load_2d(a_tiles + slot * Cfg::kATileBytes, &map_a, &full[slot], kb * Cfg::kBK, w.tile_m * Cfg::kBM, policy);
-        ptx::tma_load_2d(b_tiles + slot * Cfg::kBTileBytes, &map_b, &full[slot], kb * Cfg::kBK, w.tile_n * Cfg::kBN, policy);
+        if (!skip_b) ptx::tma_load_2d(b_tiles + slot * Cfg::kBTileBytes, &map_b, &full[slot], kb * Cfg::kBK, w.tile_n * Cfg::kBN, policy);
         if (++slot == kStages) {
           slot = 0;
           phase ^= 1;
@@ -322,6 +325,7 @@ void launch_sm90_int8_gemm(const GemmParams& p, int sm_count) {
   args.d_vec2 = p.ldd % 2 == 0 && reinterpret_cast<uintptr_t>(p.d) % 8 == 0;
   args.epilogue = p.epilogue;
   args.d_tma = tma_storable(p.d, p.m, p.ldd);
+  args.debug = getenv("TCGEMM_SM90_DEBUG") ? atoi(getenv("TCGEMM_SM90_DEBUG")) : 0;
 
   const CUtensorMap map_a = make_operand_tensor_map(p.a, p.m, p.k, Cfg::kBM, "a");
   const CUtensorMap map_b = make_operand_tensor_map(p.b, p.n, p.k, Cfg::kBN, "b");
