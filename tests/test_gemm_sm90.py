@@ -1,7 +1,7 @@
 """Paths of the sm90 (wgmma + TMA) kernel that the backend-generic sweep may not reach.
 
 Each shape below lands on one tile plan of csrc/dispatch/heuristics.h (cooperative 128x256,
-ping-pong 128x128, 64x128 and 64x64, each tile with and without split-K), and each is run
+ping-pong 128x128, and 64x128 and 64x64 with and without split-K), and each is run
 through every epilogue path:
   plain       alpha * A@B staged in shared memory and written by TMA stores;
   c           beta * C as well (the second, row-wise epilogue pass);

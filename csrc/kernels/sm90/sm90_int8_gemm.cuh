@@ -3,25 +3,28 @@
 //
 //   warpgroup 0 (producer): one thread walks the block's work units and, for every 128-byte K
 //     block, waits until the ring slot is free ("empty" mbarrier), then has TMA copy the A and B
-//     boxes into it and land on the slot's "full" mbarrier. The other producer threads idle
-//     with few registers (setmaxnreg.dec).
-//   warpgroups 1.. (consumers): each owns a 64 x WN piece of the BM x BN tile; per slot it waits
-//     on "full", issues four m64nWNk32 wgmma (K = 128 bytes), and once those have retired
-//     (wait_group with one group still in flight) frees the previous slot. At the end of a unit
-//     it applies the int32 epilogue on its registers and hands D to TMA stores through two
-//     small swizzled staging buffers, then goes on to the next unit while the stores drain
-//     (the producer has meanwhile filled the ring). Direct register-to-global stores (wrapping
-//     atomics for split-K) serve an output TMA cannot describe.
+//     boxes into it and land on the slot's "full" mbarrier (L2 hint evict_last: every box is
+//     read by a whole tile row or column). The other producer threads leave early after giving
+//     back registers (setmaxnreg.dec).
+//   warpgroups 1.. (consumers): per slot, wait on "full", issue MmaM x 4 m64nWNk32 wgmma
+//     (K = 128 bytes), and once those have retired (wait_group with the next group in flight)
+//     free the previous slot. Cooperative configs split each tile between the warpgroups;
+//     ping-pong configs give alternate tiles to the two warpgroups, taking turns on named
+//     barriers so one's epilogue runs under the other's main loop.
+//   epilogue: each warp stages alpha * accumulators 32 columns at a time in swizzled shared
+//     memory and one lane issues a TMA store (a TMA reduce-add under split-K, evict_first), then
+//     the warp goes on to its next tile while the stores drain. Offsets and beta * C are a
+//     second, row-wise pass over the staged chunk. An output TMA cannot describe gets direct
+//     register stores (wrapping atomics under split-K).
 //
 // Work units are output tiles in grouped order (GroupM tile rows per group, for L2 reuse of B),
-// times split_k ranges of K. Units go round-robin to gridDim.x <= #SMs resident blocks, and both
-// roles walk the same sequence, so the ring's slot/phase counters stay in step.
-// Out-of-range rows and K columns arrive as zeros from TMA; the epilogue masks rows and columns.
+// times split_k ranges of K. Units go round-robin to gridDim.x <= #SMs resident blocks, and
+// every role walks the same sequence, so the ring's slot/phase counters stay in step.
+// Out-of-range rows and K columns arrive as zeros from TMA; TMA stores clip at the edges of D.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 #include <cuda.h>
 
@@ -50,7 +53,6 @@ struct Sm90Args {
   int64_t ldd;
   bool d_vec2;          // D rows start 8-byte aligned: columns pairs go out as one 8-byte store
   bool d_tma;           // D is written through its tensor map (TMA reduce-add with split-K)
-  int debug;
   Int32EpilogueParams epilogue;
 };
 
@@ -222,10 +224,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const WorkUnit w = work_unit<Cfg::kGroupM>(args, unit);
       for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
         ptx::mbarrier_wait(&empty[slot], phase ^ 1);
-        const bool skip_b = (args.debug & 1) && (kb & 1);
-        ptx::mbarrier_arrive_expect_tx(&full[slot], skip_b ? Cfg::kATileBytes : Cfg::kStageBytes);
+        ptx::mbarrier_arrive_expect_tx(&full[slot], Cfg::kStageBytes);
         ptx::tma_load_2d(a_tiles + slot * Cfg::kATileBytes, &map_a, &full[slot], kb * Cfg::kBK, w.tile_m * Cfg::kBM, policy);
-        if (!skip_b) ptx::tma_load_2d(b_tiles + slot * Cfg::kBTileBytes, &map_b, &full[slot], kb * Cfg::kBK, w.tile_n * Cfg::kBN, policy);
+        ptx::tma_load_2d(b_tiles + slot * Cfg::kBTileBytes, &map_b, &full[slot], kb * Cfg::kBK, w.tile_n * Cfg::kBN, policy);
         if (++slot == kStages) {
           slot = 0;
           phase ^= 1;
@@ -325,7 +326,6 @@ void launch_sm90_int8_gemm(const GemmParams& p, int sm_count) {
   args.d_vec2 = p.ldd % 2 == 0 && reinterpret_cast<uintptr_t>(p.d) % 8 == 0;
   args.epilogue = p.epilogue;
   args.d_tma = tma_storable(p.d, p.m, p.ldd);
-  args.debug = getenv("TCGEMM_SM90_DEBUG") ? atoi(getenv("TCGEMM_SM90_DEBUG")) : 0;
 
   const CUtensorMap map_a = make_operand_tensor_map(p.a, p.m, p.k, Cfg::kBM, "a");
   const CUtensorMap map_b = make_operand_tensor_map(p.b, p.n, p.k, Cfg::kBN, "b");
