@@ -27,6 +27,15 @@ def cuda_arch_flags():
     return DEFAULT_ARCH_FLAGS
 
 
+def builds_sm90a():
+    """Whether the sm90 (wgmma) kernels get sm_90a machine code. Without it their bodies compile
+    empty, so the extension is told (TCGEMM_NO_SM90A) and never offers the sm90 backend."""
+    archs = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if not archs:
+        return any("sm_90a" in flag for flag in DEFAULT_ARCH_FLAGS)
+    return any(a.split("+")[0] == "9.0a" for a in archs.replace(";", " ").split())
+
+
 def sources():
     files = glob.glob("csrc/**/*.cpp", recursive=True) + glob.glob("csrc/**/*.cu", recursive=True)
     return sorted(os.path.relpath(f, ROOT) if os.path.isabs(f) else f for f in files)
@@ -34,6 +43,8 @@ def sources():
 
 arch_flags = cuda_arch_flags()
 common = ["-O3"]  # the C++ standard is torch's own choice (C++17 for 2.11, C++20 later)
+if not builds_sm90a():
+    common.append("-DTCGEMM_NO_SM90A")
 ext = CUDAExtension(
     name="tcgemm._C",
     sources=sources(),

@@ -9,6 +9,9 @@
 namespace tcgemm::sm90 {
 
 bool kernel_available() {
+#ifdef TCGEMM_NO_SM90A
+  return false;  // built without sm_90a machine code (setup.py)
+#else
   // Per device: 0 unknown, 1 no, 2 yes. A race only repeats the probe.
   static std::array<std::atomic<int>, 64> known{};
   int device = 0;
@@ -35,6 +38,7 @@ bool kernel_available() {
     known[device].store(state);
   }
   return state == 2;
+#endif
 }
 
 template void launch_sm90_int8_gemm<Sm90Large>(const GemmParams&, int);
