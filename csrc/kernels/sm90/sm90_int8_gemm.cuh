@@ -3,8 +3,8 @@
 //
 //   warpgroup 0 (producer): one thread walks the block's work units and, for every 128-byte K
 //     block, waits until the ring slot is free ("empty" mbarrier), then has TMA copy the A and B
-//     boxes into it and land on the slot's "full" mbarrier (L2 hint evict_last: every box is
-//     read by a whole tile row or column). The other producer threads leave early after giving
+//     boxes into it and land on the slot's "full" mbarrier (L2 hint evict_last for boxes other
+//     tiles read again, evict_first for an operand only one tile row or column reads). The other producer threads leave early after giving
 //     back registers (setmaxnreg.dec).
 //   warpgroups 1.. (consumers): per slot, wait on "full", issue MmaM x 4 m64nWNk32 wgmma
 //     (K = 128 bytes), and once those have retired (wait_group with the next group in flight)
@@ -218,15 +218,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if (threadIdx.x != 0) return;
     int slot = 0;
     uint32_t phase = 0;
-    // Every A box is read by all blocks of its tile row and every B box by all of its tile column.
-    const uint64_t policy = ptx::l2_policy_evict_last();
+    // An operand box that other tiles read again (A along its tile row, B along its tile
+    // column) stays in L2 (evict_last); one read by a single tile (B when M fits one tile row)
+    // is streamed (evict_first). Measured: 64x8192x8192 381 -> 404 TOPS, 16x28672x8192 +5%.
+    // (An explicit evict_normal policy made skinny problems 2-3x slower.)
+    const uint64_t keep = ptx::l2_policy_evict_last(), stream = ptx::l2_policy_evict_first();
+    const uint64_t policy_a = args.tiles_n == 1 ? stream : keep;
+    const uint64_t policy_b = args.tiles_m == 1 ? stream : keep;
     for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
       const WorkUnit w = work_unit<Cfg::kGroupM>(args, unit);
       for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
         ptx::mbarrier_wait(&empty[slot], phase ^ 1);
         ptx::mbarrier_arrive_expect_tx(&full[slot], Cfg::kStageBytes);
-        ptx::tma_load_2d(a_tiles + slot * Cfg::kATileBytes, &map_a, &full[slot], kb * Cfg::kBK, w.tile_m * Cfg::kBM, policy);
-        ptx::tma_load_2d(b_tiles + slot * Cfg::kBTileBytes, &map_b, &full[slot], kb * Cfg::kBK, w.tile_n * Cfg::kBN, policy);
+        ptx::tma_load_2d(a_tiles + slot * Cfg::kATileBytes, &map_a, &full[slot], kb * Cfg::kBK, w.tile_m * Cfg::kBM, policy_a);
+        ptx::tma_load_2d(b_tiles + slot * Cfg::kBTileBytes, &map_b, &full[slot], kb * Cfg::kBK, w.tile_n * Cfg::kBN, policy_b);
         if (++slot == kStages) {
           slot = 0;
           phase ^= 1;
