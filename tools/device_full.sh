@@ -14,5 +14,5 @@ for tool in memcheck racecheck; do
 done
 case "${1:-bars}" in
   none) ;;
-  *) timeout 480 python3 benchmarks/bench_gemm.py --sweep ${1:-bars} --out $OUT > $OUT/bench.log 2>&1; echo "bench rc=$?"; tail -22 $OUT/bench.log ;;
+  *) timeout 500 python3 benchmarks/bench_gemm.py --sweep ${1:-bars} --out $OUT --json $OUT/bench.json --plot $OUT/bench.png > $OUT/bench.log 2>&1; echo "bench rc=$?"; grep -v "^\[" $OUT/bench.log | tail -30 ;;
 esac
