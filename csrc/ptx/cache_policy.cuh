@@ -24,13 +24,4 @@ __device__ __forceinline__ uint64_t l2_policy_evict_last() {
   return policy;
 }
 
-// The default priority, as a policy value for instructions that always take one.
-__device__ __forceinline__ uint64_t l2_policy_evict_normal() {
-  uint64_t policy = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
-#endif
-  return policy;
-}
-
 }  // namespace tcgemm::ptx

@@ -44,18 +44,9 @@ __device__ __forceinline__ void wgmma_commit_group() {
 #endif
 }
 
-// Waits until at most `Pending` committed wgmma groups are still running. The accumulators must
-// be passed so the compiler keeps every read and write of them after the wait.
-template <int Pending, int Regs>
-__device__ __forceinline__ void wgmma_wait_group(int32_t (&acc)[Regs]) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
-#pragma unroll
-  for (int i = 0; i < Regs; ++i) asm volatile("" : "+r"(acc[i])::"memory");
-#endif
-}
-
-// The same for stacked accumulator sets (several m64 pieces per warpgroup).
+// Waits until at most `Pending` committed wgmma groups are still running. The accumulators
+// (Sets stacked m64 pieces) must be passed so the compiler keeps every read and write of them
+// after the wait.
 template <int Pending, int Sets, int Regs>
 __device__ __forceinline__ void wgmma_wait_group(int32_t (&acc)[Sets][Regs]) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // An operand box that other tiles read again (A along its tile row, B along its tile
     // column) stays in L2 (evict_last); one read by a single tile (B when M fits one tile row)
     // is streamed (evict_first). Measured: 64x8192x8192 381 -> 404 TOPS, 16x28672x8192 +5%.
-    // (An explicit evict_normal policy made skinny problems 2-3x slower.)
+    // (An explicit evict_normal policy made skinny problems 2-3x slower: benchmarks/NOTES-sm90.md.)
     const uint64_t keep = ptx::l2_policy_evict_last(), stream = ptx::l2_policy_evict_first();
     const uint64_t policy_a = args.tiles_n == 1 ? stream : keep;
     const uint64_t policy_b = args.tiles_m == 1 ? stream : keep;
