@@ -1,14 +1,54 @@
-// wgmma (sm_90a): the warpgroup-wide asynchronous tensor-core MMA and its ordering instructions.
-// The MMA wrappers themselves are generated (ptx/wgmma_int8.cuh); this file holds the pieces
-// around them: the shared-memory matrix descriptor, fence, commit and wait.
+// wgmma (sm_90a): the warpgroup-wide asynchronous tensor-core MMA, its shared-memory matrix
+// descriptor, and its ordering instructions (fence, commit, wait).
 #pragma once
 
 #include <cstdint>
 
 #include "ptx/smem.cuh"
-#include "ptx/wgmma_int8.cuh"
 
 namespace tcgemm::ptx {
+
+#include "ptx/wgmma_int8_operands.inc"
+
+// wgmma.mma_async.sync.aligned.m64nNk32.s32.<ATYPE>.<BTYPE> with both operands read from shared
+// memory through matrix descriptors; accumulate == false computes D = A*B (scale-d = 0).
+#define TCGEMM_WGMMA_INT8(N, ATYPE, BTYPE)                                                      \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " TCGEMM_WGMMA_SCALE_##N ", 0;\n"             \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k32.s32." ATYPE "." BTYPE " "           \
+               TCGEMM_WGMMA_D_##N ", " TCGEMM_WGMMA_AB_##N ", p;\n}\n"                       \
+               : TCGEMM_WGMMA_OUT_##N(d)                                                        \
+               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)))
+
+#define TCGEMM_WGMMA_INT8_SIGNS(N)                              \
+  if constexpr (ASigned && BSigned) TCGEMM_WGMMA_INT8(N, "s8", "s8"); \
+  else if constexpr (ASigned) TCGEMM_WGMMA_INT8(N, "s8", "u8");       \
+  else if constexpr (BSigned) TCGEMM_WGMMA_INT8(N, "u8", "s8");       \
+  else TCGEMM_WGMMA_INT8(N, "u8", "u8")
+
+// One m64nNk32 int8 wgmma of the warpgroup. Each thread holds N/2 int32 accumulators in the
+// layout of the PTX ISA's "wgmma .m64nNk32 D fragment": d[4j + 2h + e] is row
+// 16*warp + lane/4 + 8h, column 8j + 2*(lane%4) + e.
+template <int N, bool ASigned, bool BSigned>
+struct WgmmaInt8 {
+  static_assert(N == 64 || N == 128 || N == 256, "add N to SHAPES in tools/gen_wgmma_int8.py");
+  static constexpr int kAccRegs = N / 2;
+
+  __device__ __forceinline__ static void mma(uint64_t desc_a, uint64_t desc_b, int32_t (&d)[N / 2],
+                                             bool accumulate) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if constexpr (N == 64) {
+      TCGEMM_WGMMA_INT8_SIGNS(64);
+    } else if constexpr (N == 128) {
+      TCGEMM_WGMMA_INT8_SIGNS(128);
+    } else {
+      TCGEMM_WGMMA_INT8_SIGNS(256);
+    }
+#endif
+  }
+};
+
+#undef TCGEMM_WGMMA_INT8_SIGNS
+#undef TCGEMM_WGMMA_INT8
 
 // Matrix descriptor of a K-major tile written by TMA with 128-byte swizzle: rows of 128 bytes,
 // 8-row (1024-byte) swizzle atoms stacked along M/N. The tile must start 1024-byte aligned so
