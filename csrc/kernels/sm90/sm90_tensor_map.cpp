@@ -34,6 +34,27 @@ int64_t row_stride_bytes(const Operand& op, int64_t rows, int64_t k) {
   return rows == 1 ? round_up<int64_t>(k, 16) : op.stride_row;
 }
 
+// A 2-D row-major tensor [rows, cols] (cols contiguous) read or written in [box_rows, box_cols]
+// boxes with 128-byte swizzle. Throws std::runtime_error naming `what` if the driver refuses.
+CUtensorMap encode_2d(CUtensorMapDataType type, const void* ptr, int64_t cols, int64_t rows, int64_t stride_bytes,
+                      int box_cols, int box_rows, CUtensorMapL2promotion promotion, const std::string& what) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride_bytes)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult status =
+      encode_tiled()(&map, type, 2, const_cast<void*>(ptr), dims, strides, box, element_strides,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (status != CUDA_SUCCESS) {
+    throw std::runtime_error(std::string("tcgemm: cuTensorMapEncodeTiled failed (CUresult ") +
+                             std::to_string(static_cast<int>(status)) + ") for " + what + " [" + std::to_string(rows) +
+                             ", " + std::to_string(cols) + "] with row stride " + std::to_string(stride_bytes) +
+                             " bytes");
+  }
+  return map;
+}
+
 }  // namespace
 
 bool tma_describable(const Operand& op, int64_t rows, int64_t k) {
@@ -43,22 +64,8 @@ bool tma_describable(const Operand& op, int64_t rows, int64_t k) {
 }
 
 CUtensorMap make_operand_tensor_map(const Operand& op, int64_t rows, int64_t k, int box_rows, const char* name) {
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_stride_bytes(op, rows, k))};
-  const cuuint32_t box[2] = {128, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult status =
-      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(op.ptr), dims, strides, box,
-                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (status != CUDA_SUCCESS) {
-    throw std::runtime_error(std::string("tcgemm: cuTensorMapEncodeTiled failed (CUresult ") +
-                             std::to_string(static_cast<int>(status)) + ") for operand '" + name + "' [" +
-                             std::to_string(rows) + ", " + std::to_string(k) + "] with row stride " +
-                             std::to_string(op.stride_row));
-  }
-  return map;
+  return encode_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, op.ptr, k, rows, row_stride_bytes(op, rows, k), 128, box_rows,
+                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, std::string("operand '") + name + "'");
 }
 
 bool tma_storable(const int32_t* d, int64_t m, int64_t ldd) {
@@ -66,20 +73,9 @@ bool tma_storable(const int32_t* d, int64_t m, int64_t ldd) {
 }
 
 CUtensorMap make_output_tensor_map(int32_t* d, int64_t m, int64_t n, int64_t ldd, int box_rows, int box_cols) {
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(n), static_cast<cuuint64_t>(m)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(m == 1 ? round_up<int64_t>(n, 4) * 4 : ldd * 4)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult status = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_INT32, 2, d, dims, strides, box,
-                                         element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                         CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (status != CUDA_SUCCESS) {
-    throw std::runtime_error(std::string("tcgemm: cuTensorMapEncodeTiled failed (CUresult ") +
-                             std::to_string(static_cast<int>(status)) + ") for output [" + std::to_string(m) +
-                             ", " + std::to_string(n) + "] with row stride " + std::to_string(ldd));
-  }
-  return map;
+  const int64_t stride = m == 1 ? round_up<int64_t>(n, 4) * 4 : ldd * 4;  // one row: any legal stride
+  return encode_2d(CU_TENSOR_MAP_DATA_TYPE_INT32, d, n, m, stride, box_cols, box_rows, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                   "output");
 }
 
 }  // namespace tcgemm::sm90
