@@ -86,27 +86,21 @@ namespace detail {
 
 constexpr double kSm90SplitPenaltyBlocks = 32.0;
 
-template <class Cfg>
-inline double sm90_cost(int m, int n, int k, int sm_count, double per_mac, int split) {
-  const long long tiles = static_cast<long long>((m + Cfg::kBM - 1) / Cfg::kBM) * ((n + Cfg::kBN - 1) / Cfg::kBN);
-  const long long k_blocks = (static_cast<long long>(k) + Cfg::kBK - 1) / Cfg::kBK;
-  const long long per_split = (k_blocks + split - 1) / split;
-  const long long units = tiles * ((k_blocks + per_split - 1) / per_split);
-  // Ping-pong blocks run their two warpgroups' tiles one after the other: a block is a slot.
-  const long long waves = (units + sm_count - 1) / sm_count;
-  const double area = static_cast<double>(Cfg::kBM) * Cfg::kBN / (128.0 * 128.0);
-  const double penalty = split > 1 ? kSm90SplitPenaltyBlocks : 0.0;
-  return static_cast<double>(waves) * area * per_mac * (static_cast<double>(per_split) + penalty);
-}
-
+// Tries every split of one config (while allowed) and keeps the cheapest plan so far.
 template <class Cfg>
 inline void sm90_consider(Sm90Tile tile, double per_mac, int m, int n, int k, int sm_count, Sm90Plan* best,
                           double* best_cost) {
   const long long tiles = static_cast<long long>((m + Cfg::kBM - 1) / Cfg::kBM) * ((n + Cfg::kBN - 1) / Cfg::kBN);
   const long long k_blocks = (static_cast<long long>(k) + Cfg::kBK - 1) / Cfg::kBK;
+  const double area = static_cast<double>(Cfg::kBM) * Cfg::kBN / (128.0 * 128.0);
   for (int split = 1; split <= 16; ++split) {
     if (split > 1 && (2 * tiles > sm_count || k_blocks / split < 4)) break;
-    const double cost = sm90_cost<Cfg>(m, n, k, sm_count, per_mac, split);
+    const long long per_split = (k_blocks + split - 1) / split;
+    const long long units = tiles * ((k_blocks + per_split - 1) / per_split);
+    // Ping-pong blocks run their two warpgroups' tiles one after the other: a block is a slot.
+    const long long waves = (units + sm_count - 1) / sm_count;
+    const double penalty = split > 1 ? kSm90SplitPenaltyBlocks : 0.0;
+    const double cost = static_cast<double>(waves) * area * per_mac * (static_cast<double>(per_split) + penalty);
     if (cost < *best_cost) {
       *best_cost = cost;
       *best = Sm90Plan{tile, split};
