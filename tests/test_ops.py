@@ -190,3 +190,13 @@ def test_sm90_needs_compute_capability_9_0():
     a, b = _ops()
     with pytest.raises(ValueError, match=rf"backend 'sm90' needs compute capability 9.0 \(sm_90a\), but this GPU has {major}.{minor}"):
         tcgemm.int8_gemm(a.cuda(), b.cuda(), backend="sm90")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_sm90_needs_sm90a_machine_code():
+    if torch.cuda.get_device_capability() != (9, 0) or "sm90" in tcgemm.available_backends("cuda"):
+        pytest.skip("needs a compute capability 9.0 GPU and a build without sm_90a (TORCH_CUDA_ARCH_LIST=9.0)")
+    a, b = _ops()
+    with pytest.raises(ValueError, match=r"backend 'sm90' needs sm_90a kernels, and this build has none \(rebuild with "
+                                         r"TORCH_CUDA_ARCH_LIST including 9.0a\)"):
+        tcgemm.int8_gemm(a.cuda(), b.cuda(), backend="sm90")
