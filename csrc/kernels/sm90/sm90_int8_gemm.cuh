@@ -113,7 +113,7 @@ __device__ __forceinline__ void store_fragment(const Sm90Args& args, const int32
 // that keep the unrolled code small (it runs once per tile and must not thrash the instruction
 // cache):
 //   1. every lane stores alpha * its accumulators into the staging buffer. Lane l holds rows
-//      l/4 + {0, 8} and columns 8j + 2*(l%4) + {0, 1} of the warp's piece (ptx/wgmma_int8.cuh);
+//      l/4 + {0, 8} and columns 8j + 2*(l%4) + {0, 1} of the warp's piece (ptx/wgmma.cuh);
 //      the buffer is [16][32] int32 with TMA's 128-byte swizzle (16-byte chunk c of row r at
 //      chunk c ^ (r % 8)), which also keeps these stores free of bank conflicts;
 //   2. only when the epilogue has offsets or a C term: each lane finishes 16 consecutive
