@@ -120,3 +120,81 @@ def _gemm_fake(a, b, c=None, alpha=1, beta=0, backend="auto"):
 @torch.library.register_fake("tcgemm::gemm_out")
 def _gemm_out_fake(a, b, c, alpha, beta, backend, *, out):
     _check_fake_args(a, b, c, alpha, beta, out)
+
+
+_SCALED_OP = "tcgemm.scaled_gemm"
+
+
+def scaled_gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+    *,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Dequantized int8 GEMM with the scales, bias and conversion fused into the kernel.
+
+    ``out[m, n] = sum_kb acc_kb[m, n] * sa(m, kb) * sb(n, kb) + bias[n]``, rounded once to
+    ``out_dtype``, where ``acc_kb`` is the exact int32 dot product over the 128-wide K block ``kb``
+    and the scales are applied in fp32. Without per-block scales this is
+    ``acc[m, n] * sa(m) * sb(n) + bias[n]`` with the whole exact int32 ``acc``.
+
+    Args:
+        a: int8 [M, K] (quantized activations); any strides.
+        b: int8 [K, N]; for an ``nn.Linear``-style weight ``w`` [N, K] pass ``w.t()``.
+        scale_a: fp32; the shape picks the granularity: ``[]``/``[1]`` per-tensor, ``[M, 1]``
+            per-token, ``[M, ceil(K/128)]`` per-block (1x128 groups along K).
+        scale_b: fp32; ``[]``/``[1]`` per-tensor, ``[N]`` or ``[1, N]`` per-channel,
+            ``[ceil(N/128), ceil(K/128)]`` per-block (128x128), or ``[N, ceil(K/128)]``
+            (ambiguous shapes resolve in that order).
+        bias: optional [N], any float dtype (applied in fp32).
+        out_dtype: torch.bfloat16 (default), torch.float16 or torch.float32.
+        backend: "auto", "cpu", "sm80" or "sm90".
+
+    Without per-block scales K must be <= 131071 (the int32 accumulator cannot overflow).
+
+    Example:
+        >>> qx, sx = tcgemm.quantize(x)                       # per-token
+        >>> y = tcgemm.scaled_gemm(qx, qw.t(), sx, sw, bias)  # qw int8 [N, K], sw fp32 [N]
+    """
+    return torch.ops.tcgemm.scaled_gemm.default(a, b, scale_a, scale_b, bias, out_dtype, backend)
+
+
+def _scaled_shapes_ok(scale_a, scale_b, m, n, k) -> tuple[bool, bool]:
+    kb = max(1, -(-k // 128))
+    nb = -(-n // 128)
+    sa, sb = list(scale_a.shape), list(scale_b.shape)
+    a_ok = (scale_a.numel() == 1 and scale_a.dim() <= 2) or sa in ([m, 1], [m, kb])
+    b_ok = (scale_b.numel() == 1 and scale_b.dim() <= 2) or sb in ([n], [1, n], [nb, kb], [n, kb])
+    return a_ok, b_ok
+
+
+@torch.library.register_fake("tcgemm::scaled_gemm")
+def _scaled_gemm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=None, backend="auto"):
+    for name, t, shape in (("a", a, "[M, K]"), ("b", b, "[K, N]")):
+        torch._check(t.dim() == 2, lambda: f"{_SCALED_OP}: argument '{name}' must be a 2-D tensor {shape}, got a {t.dim()}-D tensor")
+        torch._check(t.dtype == torch.int8, lambda: f"{_SCALED_OP}: argument '{name}' must have dtype torch.int8, got {t.dtype}")
+    torch._check(
+        a.shape[1] == b.shape[0],
+        lambda: f"{_SCALED_OP}: K mismatch: 'a' is [M, K] = {list(a.shape)} but 'b' is [K, N] = {list(b.shape)}",
+    )
+    out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
+    torch._check(
+        out_dtype in (torch.bfloat16, torch.float16, torch.float32),
+        lambda: f"{_SCALED_OP}: argument 'out_dtype' must be torch.bfloat16, torch.float16 or torch.float32, got {out_dtype}",
+    )
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        torch._check(s.dtype == torch.float32, lambda: f"{_SCALED_OP}: argument '{name}' must have dtype torch.float32, got {s.dtype}")
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    a_ok, b_ok = _scaled_shapes_ok(scale_a, scale_b, m, n, k)
+    torch._check(a_ok, lambda: f"{_SCALED_OP}: argument 'scale_a' has an unsupported shape {list(scale_a.shape)}")
+    torch._check(b_ok, lambda: f"{_SCALED_OP}: argument 'scale_b' has an unsupported shape {list(scale_b.shape)}")
+    if bias is not None:
+        torch._check(
+            bias.dim() == 1 and bias.shape[0] == n,
+            lambda: f"{_SCALED_OP}: argument 'bias' must have shape [N] = [{n}], got {list(bias.shape)}",
+        )
+    return a.new_empty((m, n), dtype=out_dtype)

@@ -23,3 +23,54 @@ def gemm_reference(
             raise ValueError("gemm_reference: beta != 0 needs c")
         out = out + beta * c.cpu().long()
     return wrap_int32(out)
+
+
+def _scale_table(scale: torch.Tensor, rows: int, kb: int, *, is_b: bool) -> torch.Tensor:
+    """A [rows, kb] float64 table s[r, kb] of a scale tensor in any of scaled_gemm's layouts."""
+    s = scale.detach().cpu().double()
+    if s.numel() == 1 and s.dim() <= 2:
+        return s.reshape(1, 1).expand(rows, kb)
+    if is_b:
+        nb = -(-rows // 128)
+        if list(s.shape) in ([rows], [1, rows]):
+            return s.reshape(rows, 1).expand(rows, kb)
+        if list(s.shape) == [nb, kb]:
+            return s.repeat_interleave(128, dim=0)[:rows]
+        if list(s.shape) == [rows, kb]:
+            return s
+    else:
+        if list(s.shape) == [rows, 1]:
+            return s.expand(rows, kb)
+        if list(s.shape) == [rows, kb]:
+            return s
+    raise ValueError(f"scaled_gemm_reference: unsupported scale shape {list(s.shape)}")
+
+
+def scaled_gemm_reference(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+    return_float64: bool = False,
+) -> torch.Tensor:
+    """The scaled GEMM in float64 on the CPU: exact int64 partial sums per 128-wide K block,
+    times float64 scales, summed, plus bias; then cast to ``out_dtype`` (or returned unrounded
+    with ``return_float64=True``)."""
+    m, k = a.shape
+    n = b.shape[1]
+    kb = max(1, -(-k // 128))
+    sa = _scale_table(scale_a, m, kb, is_b=False)
+    sb = _scale_table(scale_b, n, kb, is_b=True)
+    a64, b64 = a.cpu().long(), b.cpu().long()
+    out = torch.zeros(m, n, dtype=torch.float64)
+    for blk in range(kb):
+        lo, hi = blk * 128, min(k, blk * 128 + 128)
+        if lo >= hi:
+            break
+        partial = (a64[:, lo:hi] @ b64[lo:hi, :]).double()
+        out += partial * sa[:, blk : blk + 1] * sb[:, blk].reshape(1, n)
+    if bias is not None:
+        out += bias.detach().cpu().double().reshape(1, n)
+    return out if return_float64 else out.to(out_dtype)

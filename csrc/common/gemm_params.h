@@ -35,14 +35,39 @@ struct Int32EpilogueParams {
   const int32_t* col_offset = nullptr;  // [N] or null
 };
 
+// The element type of D: int32 for the exact GEMM, a float type for the scaled GEMM.
+enum class OutType { kInt32, kBf16, kFp16, kFp32 };
+
+// Scales of the scaled GEMM (epilogue/scaled_epilogue.h), fp32, addressed by strides so one
+// description covers every granularity (a zero stride broadcasts):
+//   sa(m, kb) = scale_a[m * sa_stride_m + kb * sa_stride_kb]
+//   sb(n, kb) = scale_b[(n >> sb_n_shift) * sb_stride_n + kb * sb_stride_kb]
+// with kb the 128-wide K block. Per-tensor / per-token / per-channel: both kb strides are zero;
+// per-block: sa [M, KB] (1x128) and sb [ceil(N/128), KB] (128x128, shift 7) or [N, KB] (shift 0).
+struct ScaledEpilogueParams {
+  const float* scale_a = nullptr;
+  int64_t sa_stride_m = 0, sa_stride_kb = 0;
+  const float* scale_b = nullptr;
+  int64_t sb_stride_n = 0, sb_stride_kb = 0;
+  int sb_n_shift = 0;          // 0, or 7 when one scale covers 128 columns
+  const float* bias = nullptr;  // [N] fp32, or null
+
+  TCGEMM_HD bool per_block() const { return sa_stride_kb != 0 || sb_stride_kb != 0; }
+};
+
 struct GemmParams {
   int m = 0, n = 0, k = 0;
   Operand a;                 // [M, K]
   Operand b;                 // B^T, [N, K]
-  int32_t* d = nullptr;      // [M, N], unit stride along N
-  int64_t ldd = 0;           // elements between rows of D
+  int32_t* d = nullptr;      // [M, N], unit stride along N (int32 GEMM; null for the scaled GEMM)
+  int64_t ldd = 0;           // elements between rows of D (either GEMM)
   Int32EpilogueParams epilogue;
-  // Split-K (sm80, set by dispatch): K is cut into split_k ranges of whole slices, one per
+  // The scaled GEMM: D = convert(sum_kb acc_kb * sa * sb + bias) of type out_type, written to
+  // `out` (unit stride along N, ldd between rows). Both operands are int8 (signed).
+  OutType out_type = OutType::kInt32;
+  void* out = nullptr;
+  ScaledEpilogueParams scaled;
+  // Split-K (int32 only; set by dispatch): K is cut into split_k ranges of whole slices, one per
   // blockIdx.y, each adding its scaled partial sum with wrapping atomics onto D, which dispatch
   // first fills with epilogue(0) (epilogue/int32_epilogue_fill.h).
   int split_k = 1;

@@ -132,7 +132,9 @@ void run_sm90(GemmParams p, const DeviceInfo& dev) {
     case Sm90Tile::kPingPong: return sm90::launch_sm90_int8_gemm<Sm90PingPong>(p, dev.sm_count);
     case Sm90Tile::kSmall: return sm90::launch_sm90_int8_gemm<Sm90Small>(p, dev.sm_count);
     case Sm90Tile::kTiny: return sm90::launch_sm90_int8_gemm<Sm90Tiny>(p, dev.sm_count);
+    case Sm90Tile::kBlock: break;  // per-block scales only
   }
+  throw std::logic_error("tcgemm: choose_sm90_plan picked a per-block-only config");
 }
 
 }  // namespace
@@ -153,5 +155,95 @@ void run_gpu_gemm(Backend b, const GemmParams& p, const DeviceInfo& dev) {
 }
 
 void run_cpu_gemm(const GemmParams& p, int64_t m_begin, int64_t m_end) { cpu::int8_gemm_rows(p, m_begin, m_end); }
+
+namespace {
+
+// The sm90 kernel promotes per-block scales once per warpgroup piece of <= 128 columns, so a
+// weight scale that depends on K must be one per 128 columns (or it must not depend on K).
+bool sm90_takes_scales(const ScaledEpilogueParams& s) {
+  return !s.per_block() || s.sb_stride_kb == 0 || s.sb_n_shift == 7;
+}
+
+}  // namespace
+
+std::string resolve_scaled_gpu_backend(Backend requested, const DeviceInfo& dev, const GemmParams& p, Backend* out) {
+  const std::string cc = std::to_string(dev.major) + "." + std::to_string(dev.minor);
+  const bool sm90 = dev.sm90_kernels && sm90_takes_scales(p.scaled);
+  const bool sm80 = dev.major >= 8;
+  switch (requested) {
+    case Backend::kAuto:
+      if (sm90) {
+        *out = Backend::kSm90;
+      } else if (sm80) {
+        *out = Backend::kSm80;
+      } else {
+        return "the scaled GEMM needs compute capability >= 8.0 (backends sm90, sm80), but this GPU has " + cc;
+      }
+      return "";
+    case Backend::kSm90:
+      if (!dev.sm90_kernels) {
+        Backend ignored;
+        return resolve_gpu_backend(Backend::kSm90, dev, &ignored);  // says why sm90 is missing
+      }
+      if (!sm90_takes_scales(p.scaled))
+        return "backend 'sm90' takes per-block weight scales of 128x128 blocks ([ceil(N/128), ceil(K/128)]) but "
+               "not one per column and K block ([N, ceil(K/128)]); use backend 'sm80' or 'auto'";
+      *out = Backend::kSm90;
+      return "";
+    case Backend::kSm80:
+      if (!sm80) return "backend 'sm80' needs compute capability >= 8.0, but this GPU has " + cc;
+      *out = Backend::kSm80;
+      return "";
+    case Backend::kCpu: return "backend 'cpu' needs CPU tensors";
+    default:
+      return std::string("the scaled GEMM runs on backends auto, cpu, sm80 and sm90, not '") + backend_name(requested) +
+             "'";
+  }
+}
+
+namespace {
+
+void run_sm80_scaled(GemmParams p, const DeviceInfo& dev) {
+  p.split_k = 1;
+  const Sm80Tile tile = choose_sm80_tile(p.m, p.n, dev.sm_count, dev.smem_optin);
+  if (p.scaled.per_block()) {
+    if (tile == Sm80Tile::kLarge) return sm80::launch_sm80_scaled_gemm<Sm80Block, true>(p);
+    return sm80::launch_sm80_scaled_gemm<Sm80Small, true>(p);
+  }
+  if (tile == Sm80Tile::kLarge) return sm80::launch_sm80_scaled_gemm<Sm80Large, false>(p);
+  return sm80::launch_sm80_scaled_gemm<Sm80Small, false>(p);
+}
+
+void run_sm90_scaled(GemmParams p, const DeviceInfo& dev) {
+  p.split_k = 1;
+  if (p.scaled.per_block()) {
+    switch (choose_sm90_block_plan(p.m, p.n, p.k, dev.sm_count).tile) {
+      case Sm90Tile::kSmall: return sm90::launch_sm90_scaled_gemm<Sm90Small, true>(p, dev.sm_count);
+      case Sm90Tile::kTiny: return sm90::launch_sm90_scaled_gemm<Sm90Tiny, true>(p, dev.sm_count);
+      default: return sm90::launch_sm90_scaled_gemm<Sm90Block, true>(p, dev.sm_count);
+    }
+  }
+  switch (choose_sm90_plan(p.m, p.n, p.k, dev.sm_count, /*allow_split=*/false).tile) {
+    case Sm90Tile::kPingPong: return sm90::launch_sm90_scaled_gemm<Sm90PingPong, false>(p, dev.sm_count);
+    case Sm90Tile::kSmall: return sm90::launch_sm90_scaled_gemm<Sm90Small, false>(p, dev.sm_count);
+    case Sm90Tile::kTiny: return sm90::launch_sm90_scaled_gemm<Sm90Tiny, false>(p, dev.sm_count);
+    default: return sm90::launch_sm90_scaled_gemm<Sm90Large, false>(p, dev.sm_count);
+  }
+}
+
+}  // namespace
+
+void run_gpu_scaled_gemm(Backend b, const GemmParams& p, const DeviceInfo& dev) {
+  switch (b) {
+    case Backend::kSm80: return run_sm80_scaled(p, dev);
+    case Backend::kSm90: return run_sm90_scaled(p, dev);
+    default:
+      throw std::logic_error(std::string("tcgemm: run_gpu_scaled_gemm got backend ") + backend_name(b));
+  }
+}
+
+void run_cpu_scaled_gemm(const GemmParams& p, float* out, int64_t m_begin, int64_t m_end) {
+  cpu::scaled_gemm_rows(p, out, m_begin, m_end);
+}
 
 }  // namespace tcgemm

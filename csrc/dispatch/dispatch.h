@@ -50,4 +50,11 @@ void run_gpu_gemm(Backend b, const GemmParams& p, const DeviceInfo& dev);
 // The plain C++ path for rows [m_begin, m_end) of D; both operands K-major.
 void run_cpu_gemm(const GemmParams& p, int64_t m_begin, int64_t m_end);
 
+// The scaled GEMM (p.out_type, p.out, p.scaled): like resolve_gpu_backend, for the backends
+// with a scaled epilogue (sm90, sm80) and this problem's scale granularity.
+std::string resolve_scaled_gpu_backend(Backend requested, const DeviceInfo& dev, const GemmParams& p, Backend* out);
+void run_gpu_scaled_gemm(Backend b, const GemmParams& p, const DeviceInfo& dev);
+// The plain C++ path: rows [m_begin, m_end) of fp32 out (p.ldd between rows), both operands K-major.
+void run_cpu_scaled_gemm(const GemmParams& p, float* out, int64_t m_begin, int64_t m_end);
+
 }  // namespace tcgemm

@@ -22,6 +22,10 @@ using Sm80Large = Sm80TileConfig<128, 128, 2, 2, 3>;
 // The only config that splits K (see choose_sm80_split_k).
 using Sm80Small = Sm80TileConfig<64, 64, 2, 2, 4, /*SplitK=*/true>;
 
+// Per-block scaled GEMM, large problems: 128x128 blocks of 8 warps (64x32 each), 3 stages: the
+// promoted fp32 accumulators double each warp's accumulator registers, so warp tiles halve.
+using Sm80Block = Sm80TileConfig<128, 128, 2, 4, 3>;
+
 enum class Sm80Tile { kLarge, kSmall };
 
 inline Sm80Tile choose_sm80_tile(int m, int n, int sm_count, int smem_optin) {
@@ -62,7 +66,12 @@ using Sm90Small = Sm90TileConfig<64, 128, 1, 2, 8>;
 // skinny problems fill the SMs without splitting K.
 using Sm90Tiny = Sm90TileConfig<64, 64, 1, 1, 12>;
 
-enum class Sm90Tile { kLarge, kPingPong, kSmall, kTiny };
+// Per-block scaled GEMM (1x128 x 128x128 scales), large problems: 128x128, two cooperative
+// consumer warpgroups of 64x128, 6 stages of 32 KiB. Promotion needs two int32 sets and one fp32
+// set of accumulators, which rules out 256-wide and 128-row warpgroup pieces.
+using Sm90Block = Sm90TileConfig<128, 128, 2, 1, 6>;
+
+enum class Sm90Tile { kLarge, kPingPong, kSmall, kTiny, kBlock };
 
 struct Sm90Plan {
   Sm90Tile tile = Sm90Tile::kLarge;
@@ -87,14 +96,15 @@ namespace detail {
 constexpr double kSm90SplitPenaltyBlocks = 32.0;
 
 // Tries every split of one config (while allowed) and keeps the cheapest plan so far.
+// split_sms: splits are tried while 2 * tiles <= split_sms (0: never split).
 template <class Cfg>
-inline void sm90_consider(Sm90Tile tile, double per_mac, int m, int n, int k, int sm_count, Sm90Plan* best,
-                          double* best_cost) {
+inline void sm90_consider(Sm90Tile tile, double per_mac, int m, int n, int k, int split_sms, Sm90Plan* best,
+                          double* best_cost, int sm_count) {
   const long long tiles = static_cast<long long>((m + Cfg::kBM - 1) / Cfg::kBM) * ((n + Cfg::kBN - 1) / Cfg::kBN);
   const long long k_blocks = (static_cast<long long>(k) + Cfg::kBK - 1) / Cfg::kBK;
   const double area = static_cast<double>(Cfg::kBM) * Cfg::kBN / (128.0 * 128.0);
   for (int split = 1; split <= 16; ++split) {
-    if (split > 1 && (2 * tiles > sm_count || k_blocks / split < 4)) break;
+    if (split > 1 && (2 * tiles > split_sms || k_blocks / split < 4)) break;
     const long long per_split = (k_blocks + split - 1) / split;
     const long long units = tiles * ((k_blocks + per_split - 1) / per_split);
     // Ping-pong blocks run their two warpgroups' tiles one after the other: a block is a slot.
@@ -110,14 +120,28 @@ inline void sm90_consider(Sm90Tile tile, double per_mac, int m, int n, int k, in
 
 }  // namespace detail
 
-inline Sm90Plan choose_sm90_plan(int m, int n, int k, int sm_count) {
+// Split-K applies to the int32 GEMM only (allow_split); the scaled GEMM's outputs are rounded
+// once, after the whole K sum, so its plans never split.
+inline Sm90Plan choose_sm90_plan(int m, int n, int k, int sm_count, bool allow_split = true) {
   Sm90Plan best;
   double best_cost = 1e300;
-  detail::sm90_consider<Sm90Large>(Sm90Tile::kLarge, 1.0, m, n, k, sm_count, &best, &best_cost);
-  detail::sm90_consider<Sm90PingPong>(Sm90Tile::kPingPong, k <= 4096 ? 0.97 : 1.04, m, n, k, sm_count, &best,
-                                      &best_cost);
-  detail::sm90_consider<Sm90Small>(Sm90Tile::kSmall, 1.3, m, n, k, sm_count, &best, &best_cost);
-  detail::sm90_consider<Sm90Tiny>(Sm90Tile::kTiny, 2.2, m, n, k, sm_count, &best, &best_cost);
+  const int splits = allow_split ? sm_count : 0;  // sm90_consider splits only while 2 * tiles <= this
+  detail::sm90_consider<Sm90Large>(Sm90Tile::kLarge, 1.0, m, n, k, splits, &best, &best_cost, sm_count);
+  detail::sm90_consider<Sm90PingPong>(Sm90Tile::kPingPong, k <= 4096 ? 0.97 : 1.04, m, n, k, splits, &best,
+                                      &best_cost, sm_count);
+  detail::sm90_consider<Sm90Small>(Sm90Tile::kSmall, 1.3, m, n, k, splits, &best, &best_cost, sm_count);
+  detail::sm90_consider<Sm90Tiny>(Sm90Tile::kTiny, 2.2, m, n, k, splits, &best, &best_cost, sm_count);
+  return best;
+}
+
+// Per-block scales: the configs that can promote (Sm90TileConfig::kSupportsPerBlock), no split.
+// The 128x128 block config's per-MAC factor is a first estimate (narrower wgmma than Large).
+inline Sm90Plan choose_sm90_block_plan(int m, int n, int k, int sm_count) {
+  Sm90Plan best;
+  double best_cost = 1e300;
+  detail::sm90_consider<Sm90Block>(Sm90Tile::kBlock, 1.1, m, n, k, 0, &best, &best_cost, sm_count);
+  detail::sm90_consider<Sm90Small>(Sm90Tile::kSmall, 1.3, m, n, k, 0, &best, &best_cost, sm_count);
+  detail::sm90_consider<Sm90Tiny>(Sm90Tile::kTiny, 2.2, m, n, k, 0, &best, &best_cost, sm_count);
   return best;
 }
 

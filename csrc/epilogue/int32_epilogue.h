@@ -12,7 +12,21 @@
 namespace tcgemm {
 
 struct Int32Epilogue {
+  using OutT = int32_t;
+  using Acc = int32_t;
+  static constexpr bool kPerBlock = false;
   Int32EpilogueParams p;
+
+  // The interface kernels share with ScaledEpilogue (epilogue/scaled_epilogue.h): nothing is
+  // loaded per row or column; apply() is the linear part, finish() (when needs_finish()) the rest.
+  struct Row {};
+  struct Col {};
+  TCGEMM_HD Row row(int64_t) const { return {}; }
+  TCGEMM_HD Col col(int64_t) const { return {}; }
+  TCGEMM_HD int32_t apply(int32_t acc, Row, Col) const { return scale(acc); }
+  TCGEMM_HD bool needs_finish() const { return !plain(); }
+  // The whole epilogue of one element (apply, then finish).
+  TCGEMM_HD int32_t full(int32_t acc, Row, Col, int64_t m, int64_t n) const { return finish(scale(acc), m, n); }
 
   // The linear part: split-K adds scale(partial sum) of every split onto operator()(0, m, n).
   TCGEMM_HD int32_t scale(int32_t acc) const { return wrap_mul(p.alpha, acc); }

@@ -14,93 +14,18 @@
 
 #include "common/math.h"
 #include "dispatch/dispatch.h"
+#include "ops/op_utils.h"
 
 namespace tcgemm {
 namespace {
 
 constexpr const char* kOp = "tcgemm.gemm";
 
-// Messages format numbers with std::to_string, never through an ostream: with some toolchain
-// pairings (seen: g++ 13 building against torch 2.11) the extension's own instantiation of
-// ostream's integer insertion picks the wrong locale facet and crashes.
-std::string num(int64_t v) { return std::to_string(v); }
-
-std::string shape_str(at::IntArrayRef sizes) {
-  std::string s = "[";
-  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + num(sizes[i]);
-  return s + "]";
-}
-
-std::string dtype_name(at::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
-
-bool fits_int32(int64_t v) {
-  return v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
-}
-
-void check_operand(const at::Tensor& t, const char* name, const char* shape) {
-  TORCH_CHECK_VALUE(t.dim() == 2, kOp, ": argument '", name, "' must be a 2-D tensor ", shape, ", got a ", num(t.dim()),
-                    "-D tensor");
-  TORCH_CHECK_TYPE(t.scalar_type() == at::kChar || t.scalar_type() == at::kByte, kOp, ": argument '", name,
-                   "' must have dtype torch.int8 or torch.uint8, got ", dtype_name(t.scalar_type()));
-  // Kernels index tiles and K slices in 32-bit arithmetic with headroom for rounding up.
-  TORCH_CHECK_VALUE(t.size(0) < (int64_t{1} << 30) && t.size(1) < (int64_t{1} << 30), kOp, ": argument '", name,
-                    "' has a dimension >= 2^30, which is not supported");
-}
-
-void check_same_device(const at::Tensor& t, const char* name, const at::Tensor& a) {
-  TORCH_CHECK_VALUE(t.device() == a.device(), kOp, ": argument '", name, "' must be on the same device as 'a' (",
-                    a.device().str(), "), got ", t.device().str());
-}
-
 void check_int32_mn(const at::Tensor& t, const char* name, int64_t m, int64_t n) {
   TORCH_CHECK_TYPE(t.scalar_type() == at::kInt, kOp, ": argument '", name, "' must have dtype torch.int32, got ",
                    dtype_name(t.scalar_type()));
   TORCH_CHECK_VALUE(t.dim() == 2 && t.size(0) == m && t.size(1) == n, kOp, ": argument '", name,
                     "' must have shape [M, N] = [", num(m), ", ", num(n), "], got ", shape_str(t.sizes()));
-}
-
-Backend parse_backend_arg(std::string_view name) {
-  const std::optional<Backend> b = parse_backend(name);
-  TORCH_CHECK_VALUE(b.has_value(), kOp, ": argument 'backend' must be one of ", backend_choices(), "; got '",
-                    std::string(name), "'");
-  return *b;
-}
-
-// The [rows, K] view of an operand: A as given, B transposed. A size-1 dimension's stride is
-// arbitrary in torch, so it is set to whatever makes the layout recognisable to the kernels.
-Operand describe(const at::Tensor& t, bool transpose) {
-  const int64_t rows = t.size(transpose ? 1 : 0);
-  const int64_t k = t.size(transpose ? 0 : 1);
-  Operand op;
-  op.ptr = t.data_ptr();
-  op.stride_row = t.stride(transpose ? 1 : 0);
-  op.stride_k = t.stride(transpose ? 0 : 1);
-  op.is_signed = t.scalar_type() == at::kChar;
-  if (k == 1) op.stride_k = op.stride_row == 1 ? 16 : 1;
-  if (rows == 1) op.stride_row = op.stride_k == 1 ? 16 : 1;
-  return op;
-}
-
-// A K-major copy of the [rows, K] view (A, or B transposed) whose rows are padded to 16 bytes:
-// the layout every GPU kernel reads directly. Returns the [rows, K] view of the padded buffer.
-at::Tensor k_major_copy(const at::Tensor& t, bool transpose) {
-  const at::Tensor view = transpose ? t.t() : t;
-  at::Tensor buf = at::empty({view.size(0), round_up<int64_t>(view.size(1), 16)}, t.options());
-  at::Tensor rows_by_k = buf.narrow(1, 0, view.size(1));
-  rows_by_k.copy_(view);
-  return rows_by_k;
-}
-
-DeviceInfo device_info(const at::Device& device) {
-  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device.index());
-  DeviceInfo dev;
-  dev.major = prop->major;
-  dev.minor = prop->minor;
-  dev.sm_count = prop->multiProcessorCount;
-  dev.smem_optin = static_cast<int>(prop->sharedMemPerBlockOptin);
-  const c10::cuda::CUDAGuard guard(device);
-  dev.sm90_kernels = sm90_kernels_available();
-  return dev;
 }
 
 void run_cuda(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmParams& p) {
@@ -113,15 +38,8 @@ void run_cuda(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmP
   // Operands the backend cannot read in place get a K-major copy; the copies stay alive (and
   // the caching allocator keeps their memory) until the launch below is enqueued on this stream.
   // With K = 0 no kernel reads them.
-  at::Tensor a_copy, b_copy, row_offset, col_offset;
-  if (p.k > 0 && !operand_fits(backend, p.a, p.m, p.k)) {
-    a_copy = k_major_copy(a, false);
-    p.a = describe(a_copy, false);
-  }
-  if (p.k > 0 && !operand_fits(backend, p.b, p.n, p.k)) {
-    b_copy = k_major_copy(b, true);
-    p.b = describe(b_copy, false);
-  }
+  const OperandCopies copies = fit_operands(backend, a, b, p);
+  at::Tensor row_offset, col_offset;
   if (needs_row_offset(backend, p)) {
     row_offset = a.sum(1, false, at::kLong).mul_(128).to(at::kInt);
     p.epilogue.row_offset = row_offset.data_ptr<int32_t>();
@@ -149,10 +67,10 @@ void run_cpu(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmPa
 
 void gemm_out(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& c, int64_t alpha,
               int64_t beta, std::string_view backend_arg, at::Tensor& out) {
-  const Backend requested = parse_backend_arg(backend_arg);
-  check_operand(a, "a", "[M, K]");
-  check_operand(b, "b", "[K, N]");
-  check_same_device(b, "b", a);
+  const Backend requested = parse_backend_arg(kOp, backend_arg);
+  check_operand(kOp, a, "a", "[M, K]");
+  check_operand(kOp, b, "b", "[K, N]");
+  check_same_device(kOp, b, "b", a);
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   TORCH_CHECK_VALUE(b.size(0) == k, kOp, ": K mismatch: 'a' is [M, K] = ", shape_str(a.sizes()),
                     " but 'b' is [K, N] = ", shape_str(b.sizes()));
@@ -162,10 +80,10 @@ void gemm_out(const at::Tensor& a, const at::Tensor& b, const std::optional<at::
   TORCH_CHECK_VALUE(!use_c || c.has_value(), kOp, ": argument 'beta' is ", num(beta), " but no 'c' was given");
   if (c.has_value()) {
     check_int32_mn(*c, "c", m, n);
-    check_same_device(*c, "c", a);
+    check_same_device(kOp, *c, "c", a);
   }
   check_int32_mn(out, "out", m, n);
-  check_same_device(out, "out", a);
+  check_same_device(kOp, out, "out", a);
   TORCH_CHECK_VALUE(at::has_internal_overlap(out) != at::MemOverlap::Yes, kOp,
                     ": argument 'out' has elements that share memory (an expand()-ed view?); every element "
                     "must be writable on its own");
@@ -209,8 +127,8 @@ void gemm_out(const at::Tensor& a, const at::Tensor& b, const std::optional<at::
 
 at::Tensor gemm(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& c, int64_t alpha,
                 int64_t beta, std::string_view backend) {
-  check_operand(a, "a", "[M, K]");
-  check_operand(b, "b", "[K, N]");
+  check_operand(kOp, a, "a", "[M, K]");
+  check_operand(kOp, b, "b", "[K, N]");
   at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options().dtype(at::kInt));
   gemm_out(a, b, c, alpha, beta, backend, out);
   return out;

@@ -10,7 +10,11 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// st.shared.v2.b32 / ld.shared.v4.b32 / st.shared.v4.b32 at a .shared window address.
+// st.shared.b32 / st.shared.v2.b32 / ld.shared.v4.b32 / st.shared.v4.b32 at a .shared window address.
+__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t x) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(x) : "memory");
+}
+
 __device__ __forceinline__ void st_shared_v2(uint32_t addr, int32_t x, int32_t y) {
   asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(x), "r"(y) : "memory");
 }

@@ -5,12 +5,15 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/gemm_params.h"
 #include "common/math.h"
 #include "epilogue/int32_epilogue.h"
+#include "epilogue/out_store.cuh"
+#include "epilogue/scaled_epilogue.h"
 #include "kernels/sm80/sm80_int8_gemm.h"
 #include "kernels/sm80/sm80_tile_config.h"
 #include "ptx/cp_async.cuh"
@@ -122,16 +125,25 @@ __device__ __forceinline__ void load_b_pair(uint32_t (&b)[Cfg::kMmaN][2], const 
   b[2 * jj + 1][1] = r[3];
 }
 
-// Writes two horizontally adjacent results through the shared epilogue, 8 bytes at once when allowed.
-__device__ __forceinline__ void store_pair(const GemmParams& p, const Int32Epilogue& epi, bool vec2, int row,
-                                           int col, int32_t v0, int32_t v1) {
+// Writes two horizontally adjacent results through the shared epilogue, as one store when allowed.
+template <class Epi>
+__device__ __forceinline__ void store_pair(const GemmParams& p, const Epi& epi, typename Epi::OutT* d, bool vec2,
+                                           int row, int col, typename Epi::Acc v0, typename Epi::Acc v1) {
   if (row >= p.m || col >= p.n) return;
-  int32_t* dst = p.d + static_cast<int64_t>(row) * p.ldd + col;
-  if (vec2 && col + 1 < p.n) {
-    *reinterpret_cast<int2*>(dst) = make_int2(epi(v0, row, col), epi(v1, row, col + 1));
+  using Out = typename Epi::OutT;
+  Out* dst = d + static_cast<int64_t>(row) * p.ldd + col;
+  const typename Epi::Row r = epi.row(row);
+  const Out x = epi.full(v0, r, epi.col(col), row, col);
+  if (col + 1 >= p.n) {
+    dst[0] = x;
+    return;
+  }
+  const Out y = epi.full(v1, r, epi.col(col + 1), row, col + 1);
+  if (vec2) {
+    store_pair_global(dst, x, y);
   } else {
-    dst[0] = epi(v0, row, col);
-    if (col + 1 < p.n) dst[1] = epi(v1, row, col + 1);
+    dst[0] = x;
+    dst[1] = y;
   }
 }
 
@@ -146,8 +158,10 @@ __device__ __forceinline__ void add_split_pair(const GemmParams& p, const Int32E
   if (col + 1 < p.n) atomicAdd(dst + 1, epi.scale(v1));
 }
 
-template <class Cfg, bool ASigned, bool BSigned>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_int8_gemm_kernel(const GemmParams p) {
+// Epi: Int32Epilogue, or ScaledEpilogue<Out, PerBlock>; with per-block scales every 128-byte K
+// slice is one scale block, whose int32 partial sums are promoted into fp32 accumulators.
+template <class Cfg, bool ASigned, bool BSigned, class Epi>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_int8_gemm_kernel(const GemmParams p, const Epi epi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* smem_a = smem;
@@ -187,13 +201,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_int8_gemm_kernel(const 
     return (has_tail && t == 0 ? all_slices - 1 : first + t - has_tail) * Cfg::kBK;
   };
 
+  constexpr bool kPerBlock = Epi::kPerBlock;
   int32_t acc[Cfg::kMmaM][Cfg::kMmaN][4];
+  float accf[kPerBlock ? Cfg::kMmaM : 1][kPerBlock ? Cfg::kMmaN : 1][4];
 #pragma unroll
   for (int i = 0; i < Cfg::kMmaM; ++i)
 #pragma unroll
     for (int j = 0; j < Cfg::kMmaN; ++j)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) acc[i][j][r] = 0;
+      for (int r = 0; r < 4; ++r) {
+        acc[i][j][r] = 0;
+        if constexpr (kPerBlock) accf[i][j][r] = 0.0f;
+      }
+  const int g = lane >> 2;  // mma C fragment: rows g and g + 8, columns 2t and 2t + 1
+  const int t = lane & 3;
 
   // Prologue: Stages-1 slices in flight (empty groups past the end keep the wait counts uniform).
 #pragma unroll
@@ -223,6 +244,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_int8_gemm_kernel(const 
     for (int jj = 0; jj < kPairs; ++jj) load_b_pair<Cfg>(frag.b, smem_b, warp_n0, lane, 0, jj);
 
     for (int kt = 0; kt < k_tiles; ++kt) {
+      // Per-block: this slice's scales, loaded now and used after its mma.
+      float scale_rows[kPerBlock ? Cfg::kMmaM : 1][2], scale_cols[kPerBlock ? Cfg::kMmaN : 1][2];
+      if constexpr (kPerBlock) {
+        const int kb = slice_k0(kt) / Cfg::kBK;
+#pragma unroll
+        for (int i = 0; i < Cfg::kMmaM; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) scale_rows[i][h] = epi.sa(min(m0 + warp_m0 + i * 16 + g + 8 * h, p.m - 1), kb);
+#pragma unroll
+        for (int j = 0; j < Cfg::kMmaN; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            scale_cols[j][e] = epi.block_scale_b(min(n0 + warp_n0 + j * 8 + 2 * t + e, p.n - 1), kb);
+      }
       const uint8_t* sa = smem_a + (kt % Cfg::kStages) * Cfg::kStageBytesA;
       const uint8_t* sb = smem_b + (kt % Cfg::kStages) * Cfg::kStageBytesB;
       const uint8_t* next_sa = smem_a + ((kt + 1) % Cfg::kStages) * Cfg::kStageBytesA;
@@ -267,6 +302,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_int8_gemm_kernel(const 
           }
         }
       }
+      if constexpr (kPerBlock) {
+#pragma unroll
+        for (int i = 0; i < Cfg::kMmaM; ++i)
+#pragma unroll
+          for (int j = 0; j < Cfg::kMmaN; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              accf[i][j][r] = promote(accf[i][j][r], acc[i][j][r], scale_rows[i][r / 2] * scale_cols[j][r % 2]);
+              acc[i][j][r] = 0;
+            }
+      }
     }
   };
   if (p.m - m0 >= Cfg::kBM && p.n - n0 >= Cfg::kBN) {
@@ -276,40 +322,66 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_int8_gemm_kernel(const 
   }
   ptx::cp_async_wait<0>();
 
-  const Int32Epilogue epi{p.epilogue};
-  const bool vec2 = (reinterpret_cast<uintptr_t>(p.d) % 8 == 0) && (p.ldd % 2 == 0);
-  const int g = lane >> 2;
-  const int t = lane & 3;
+  using Out = typename Epi::OutT;
+  Out* d = static_cast<Out*>(std::is_same_v<Epi, Int32Epilogue> ? static_cast<void*>(p.d) : p.out);
+  const bool vec2 = (reinterpret_cast<uintptr_t>(d) % (2 * sizeof(Out)) == 0) && (p.ldd % 2 == 0);
+  auto final_acc = [&](int i, int j, int r) -> typename Epi::Acc {
+    if constexpr (kPerBlock) {
+      return accf[i][j][r];
+    } else {
+      return acc[i][j][r];
+    }
+  };
 #pragma unroll
   for (int i = 0; i < Cfg::kMmaM; ++i) {
 #pragma unroll
     for (int j = 0; j < Cfg::kMmaN; ++j) {
       const int row = m0 + warp_m0 + i * 16 + g;
       const int col = n0 + warp_n0 + j * 8 + 2 * t;
-      if (Cfg::kSplitK && p.split_k > 1) {
-        add_split_pair(p, epi, row, col, acc[i][j][0], acc[i][j][1]);
-        add_split_pair(p, epi, row + 8, col, acc[i][j][2], acc[i][j][3]);
-      } else {
-        store_pair(p, epi, vec2, row, col, acc[i][j][0], acc[i][j][1]);
-        store_pair(p, epi, vec2, row + 8, col, acc[i][j][2], acc[i][j][3]);
+      if constexpr (Cfg::kSplitK && std::is_same_v<Epi, Int32Epilogue>) {
+        if (p.split_k > 1) {
+          add_split_pair(p, epi, row, col, acc[i][j][0], acc[i][j][1]);
+          add_split_pair(p, epi, row + 8, col, acc[i][j][2], acc[i][j][3]);
+          continue;
+        }
       }
+      store_pair(p, epi, d, vec2, row, col, final_acc(i, j, 0), final_acc(i, j, 1));
+      store_pair(p, epi, d, vec2, row + 8, col, final_acc(i, j, 2), final_acc(i, j, 3));
     }
   }
 #endif
 }
 
-// Host launcher: one block per output tile and K split.
-template <class Cfg>
-void launch_sm80_int8_gemm(const GemmParams& p) {
-  auto kernel = sm80_int8_gemm_kernel<Cfg, true, true>;
-  if (p.a.is_signed && !p.b.is_signed) kernel = sm80_int8_gemm_kernel<Cfg, true, false>;
-  if (!p.a.is_signed && p.b.is_signed) kernel = sm80_int8_gemm_kernel<Cfg, false, true>;
-  if (!p.a.is_signed && !p.b.is_signed) kernel = sm80_int8_gemm_kernel<Cfg, false, false>;
+// Host launch shared by every epilogue: one block per output tile and K split.
+template <class Cfg, class Epi>
+void launch_sm80(const GemmParams& p, const Epi& epi) {
+  auto kernel = sm80_int8_gemm_kernel<Cfg, true, true, Epi>;
+  if constexpr (std::is_same_v<Epi, Int32Epilogue>) {  // the scaled GEMM takes int8 x int8 only
+    if (p.a.is_signed && !p.b.is_signed) kernel = sm80_int8_gemm_kernel<Cfg, true, false, Epi>;
+    if (!p.a.is_signed && p.b.is_signed) kernel = sm80_int8_gemm_kernel<Cfg, false, true, Epi>;
+    if (!p.a.is_signed && !p.b.is_signed) kernel = sm80_int8_gemm_kernel<Cfg, false, false, Epi>;
+  }
   TCGEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, Cfg::kBM)) * ceil_div(p.n, Cfg::kBN);
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.split_k));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(p);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(p, epi);
   TCGEMM_CHECK_LAUNCH();
+}
+
+template <class Cfg>
+void launch_sm80_int8_gemm(const GemmParams& p) {
+  launch_sm80<Cfg>(p, Int32Epilogue{p.epilogue});
+}
+
+template <class Cfg, bool PerBlock>
+void launch_sm80_scaled_gemm(const GemmParams& p) {
+  switch (p.out_type) {
+    case OutType::kBf16: return launch_sm80<Cfg>(p, ScaledEpilogue<__nv_bfloat16, PerBlock>{p.scaled});
+    case OutType::kFp16: return launch_sm80<Cfg>(p, ScaledEpilogue<__half, PerBlock>{p.scaled});
+    case OutType::kFp32: return launch_sm80<Cfg>(p, ScaledEpilogue<float, PerBlock>{p.scaled});
+    case OutType::kInt32: break;
+  }
+  throw std::logic_error("tcgemm: launch_sm80_scaled_gemm needs a float output type");
 }
 
 }  // namespace tcgemm::sm80

@@ -9,4 +9,9 @@ namespace tcgemm::sm80 {
 template <class Cfg>
 void launch_sm80_int8_gemm(const GemmParams& p);
 
+// The scaled GEMM (p.out, p.out_type, p.scaled; int8 x int8, no split-K). PerBlock when a scale
+// depends on the K block (p.scaled.per_block()).
+template <class Cfg, bool PerBlock>
+void launch_sm80_scaled_gemm(const GemmParams& p);
+
 }  // namespace tcgemm::sm80

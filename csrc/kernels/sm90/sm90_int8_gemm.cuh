@@ -11,11 +11,15 @@
 //     free the previous slot. Cooperative configs split each tile between the warpgroups;
 //     ping-pong configs give alternate tiles to the two warpgroups, taking turns on named
 //     barriers so one's epilogue runs under the other's main loop.
-//   epilogue: each warp stages alpha * accumulators 32 columns at a time in swizzled shared
-//     memory and one lane issues a TMA store (a TMA reduce-add under split-K, evict_first), then
-//     the warp goes on to its next tile while the stores drain. Offsets and beta * C are a
-//     second, row-wise pass over the staged chunk. An output TMA cannot describe gets direct
-//     register stores (wrapping atomics under split-K).
+//   epilogue (a functor, Int32Epilogue or ScaledEpilogue): each warp stages its values 128 bytes
+//     of columns at a time in swizzled shared memory and one lane issues a TMA store (a TMA
+//     reduce-add under split-K, evict_first), then the warp goes on to its next tile while the
+//     stores drain. The int32 epilogue's offsets and beta * C are a second, row-wise pass over
+//     the staged chunk. An output TMA cannot describe gets direct register stores (wrapping
+//     atomics under split-K).
+//   per-block scales (ScaledEpilogue<Out, true>): the main loop computes each 128-deep K block
+//     into one of two int32 accumulator sets and, while the next block's wgmma run, folds the
+//     finished one into fp32 accumulators with that block's scales (promotion).
 //
 // Work units are output tiles in grouped order (GroupM tile rows per group, for L2 reuse of B),
 // times split_k ranges of K. Units go round-robin to gridDim.x <= #SMs resident blocks, and
@@ -24,7 +28,9 @@
 #pragma once
 
 #include <algorithm>
+#include <stdexcept>
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda.h>
 
@@ -32,6 +38,8 @@
 #include "common/gemm_params.h"
 #include "common/math.h"
 #include "epilogue/int32_epilogue.h"
+#include "epilogue/out_store.cuh"
+#include "epilogue/scaled_epilogue.h"
 #include "kernels/sm90/sm90_int8_gemm.h"
 #include "kernels/sm90/sm90_tensor_map.h"
 #include "ptx/cache_policy.cuh"
@@ -42,18 +50,17 @@
 
 namespace tcgemm::sm90 {
 
-// Problem description the kernel needs beyond the two tensor maps.
+// Problem description the kernel needs beyond the two tensor maps and the epilogue functor.
 struct Sm90Args {
   int m, n;
   int k_blocks;         // ceil(K / 128)
   int k_blocks_split;   // K blocks per split (the last split may have fewer)
   int split_k;
   int tiles_m, tiles_n;
-  int32_t* d;
+  void* d;              // [M, N] of the epilogue's OutT, unit stride along N
   int64_t ldd;
-  bool d_vec2;          // D rows start 8-byte aligned: columns pairs go out as one 8-byte store
+  bool d_vec2;          // column pairs of D are aligned: they go out as one store
   bool d_tma;           // D is written through its tensor map (TMA reduce-add with split-K)
-  Int32EpilogueParams epilogue;
 };
 
 // One unit of work: an output tile and its range of K blocks.
@@ -81,89 +88,112 @@ __device__ __forceinline__ WorkUnit work_unit(const Sm90Args& args, int unit) {
 }
 
 // Writes one thread's accumulator fragment: rows row0 and row0 + 8, columns col0 + 8j + {0, 1}.
-template <int WN>
-__device__ __forceinline__ void store_fragment(const Sm90Args& args, const int32_t (&acc)[WN / 2], int row0,
-                                               int col0) {
-  const Int32Epilogue epilogue{args.epilogue};
+template <int WN, class Epi>
+__device__ __forceinline__ void store_fragment(const Sm90Args& args, const Epi& epi,
+                                               const typename Epi::Acc (&acc)[WN / 2], int row0, int col0) {
+  using Out = typename Epi::OutT;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + 8 * h;
     if (row >= args.m) continue;
-    int32_t* d_row = args.d + static_cast<int64_t>(row) * args.ldd;
+    Out* d_row = static_cast<Out*>(args.d) + static_cast<int64_t>(row) * args.ldd;
+    const typename Epi::Row r = epi.row(row);
 #pragma unroll
     for (int j = 0; j < WN / 8; ++j) {
       const int col = col0 + 8 * j;
-      const int32_t acc0 = acc[4 * j + 2 * h], acc1 = acc[4 * j + 2 * h + 1];
-      if (args.split_k > 1) {
-        // Every split adds its scaled partial sum; dispatch prefilled D with epilogue(0).
-        if (col < args.n) atomicAdd(d_row + col, epilogue.scale(acc0));
-        if (col + 1 < args.n) atomicAdd(d_row + col + 1, epilogue.scale(acc1));
-      } else if (args.d_vec2 && col + 1 < args.n) {
-        const int2 v = make_int2(epilogue(acc0, row, col), epilogue(acc1, row, col + 1));
-        *reinterpret_cast<int2*>(d_row + col) = v;
+      if (col >= args.n) continue;
+      const typename Epi::Acc acc0 = acc[4 * j + 2 * h], acc1 = acc[4 * j + 2 * h + 1];
+      const bool pair = col + 1 < args.n;
+      if constexpr (std::is_same_v<Epi, Int32Epilogue>) {
+        if (args.split_k > 1) {
+          // Every split adds its scaled partial sum; dispatch prefilled D with epilogue(0).
+          atomicAdd(d_row + col, epi.scale(acc0));
+          if (pair) atomicAdd(d_row + col + 1, epi.scale(acc1));
+          continue;
+        }
+      }
+      const Out v0 = epi.full(acc0, r, epi.col(col), row, col);
+      if (!pair) {
+        d_row[col] = v0;
+        continue;
+      }
+      const Out v1 = epi.full(acc1, r, epi.col(col + 1), row, col + 1);
+      if (args.d_vec2) {
+        store_pair_global(d_row + col, v0, v1);
       } else {
-        if (col < args.n) d_row[col] = epilogue(acc0, row, col);
-        if (col + 1 < args.n) d_row[col + 1] = epilogue(acc1, row, col + 1);
+        d_row[col] = v0;
+        d_row[col + 1] = v1;
       }
     }
   }
 }
 
-// Writes one warp's 16 x WN piece of the result through TMA, 32 columns at a time, in two passes
-// that keep the unrolled code small (it runs once per tile and must not thrash the instruction
-// cache):
-//   1. every lane stores alpha * its accumulators into the staging buffer. Lane l holds rows
-//      l/4 + {0, 8} and columns 8j + 2*(l%4) + {0, 1} of the warp's piece (ptx/wgmma.cuh);
-//      the buffer is [16][32] int32 with TMA's 128-byte swizzle (16-byte chunk c of row r at
+// Writes one warp's 16 x WN piece of the result through TMA, 128 bytes of columns (kCols) at a
+// time, in two passes that keep the unrolled code small (it runs once per tile and must not
+// thrash the instruction cache):
+//   1. every lane stores epilogue.apply(its accumulators) into the staging buffer. Lane l holds
+//      rows l/4 + {0, 8} and columns 8j + 2*(l%4) + {0, 1} of the warp's piece (ptx/wgmma.cuh);
+//      the buffer is [16][128 bytes] with TMA's 128-byte swizzle (16-byte chunk c of row r at
 //      chunk c ^ (r % 8)), which also keeps these stores free of bank conflicts;
-//   2. only when the epilogue has offsets or a C term: each lane finishes 16 consecutive
+//   2. only when the int32 epilogue has offsets or a C term: each lane finishes 16 consecutive
 //      elements of one row (C read row-wise), a plain loop.
 // Lane 0 issues the copy and owns the warp's bulk groups; a buffer is refilled once the store
-// issued from it two chunks earlier has read it. With split-K the copy is a reduce-add onto D.
-template <class Cfg>
-__device__ __forceinline__ void store_warp_tile(const Sm90Args& args, const CUtensorMap* map_d,
-                                                const int32_t (&acc)[Cfg::kAccRegs], uint8_t* staging, int row_base,
-                                                int col_base, int lane) {
-  const Int32Epilogue epilogue{args.epilogue};
+// issued from it two chunks earlier (counted across tiles in `chunks_issued`) has read it.
+// With split-K the copy is a reduce-add onto D.
+template <class Cfg, class Epi>
+__device__ __forceinline__ void store_warp_tile(const Sm90Args& args, const Epi& epi, const CUtensorMap* map_d,
+                                                const typename Epi::Acc (&acc)[Cfg::kAccRegs], uint8_t* staging,
+                                                int row_base, int col_base, int lane, uint32_t& chunks_issued) {
+  using Out = typename Epi::OutT;
+  constexpr int kCols = Cfg::kEpiRowBytes / static_cast<int>(sizeof(Out));
+  constexpr bool kInt32 = std::is_same_v<Epi, Int32Epilogue>;
   // Split-K: D was prefilled with the rest of the epilogue; each split adds alpha * its sum.
   const bool split = args.split_k > 1;
-  const bool plain = split || epilogue.plain();
+  const bool finish = kInt32 && !split && epi.needs_finish();
   const int xor_chunk = (lane / 4) % 8;  // r % 8 for both of this lane's rows
   const uint32_t staging_addr = ptx::smem_addr(staging);
+  // Rows and columns past the edge of D are computed (TMA clips them): clamp what they load.
+  typename Epi::Row rows[2];
 #pragma unroll
-  for (int chunk = 0; chunk < Cfg::kWN / Cfg::kEpiCols; ++chunk) {
-    const uint32_t buffer = staging_addr + (chunk % 2) * Cfg::kEpiBufferBytes;
+  for (int h = 0; h < 2; ++h) rows[h] = epi.row(min(row_base + lane / 4 + 8 * h, args.m - 1));
+#pragma unroll
+  for (int chunk = 0; chunk < Cfg::kWN / kCols; ++chunk, ++chunks_issued) {
+    const uint32_t buffer = staging_addr + (chunks_issued % 2) * Cfg::kEpiBufferBytes;
     if (lane == 0) ptx::bulk_wait_group_read<1>();
     __syncwarp();
 #pragma unroll
-    for (int jj = 0; jj < Cfg::kEpiCols / 8; ++jj) {
-      const int j = chunk * (Cfg::kEpiCols / 8) + jj;
-      const int byte_in_row = 32 * jj + 8 * (lane % 4);
+    for (int jj = 0; jj < kCols / 8; ++jj) {
+      const int j = chunk * (kCols / 8) + jj;
+      const int col = col_base + 8 * j + 2 * (lane % 4);
+      const typename Epi::Col c0 = epi.col(min(col, args.n - 1)), c1 = epi.col(min(col + 1, args.n - 1));
+      const int byte_in_row = (8 * jj + 2 * (lane % 4)) * static_cast<int>(sizeof(Out));
       const int swizzled = (((byte_in_row >> 4) ^ xor_chunk) << 4) | (byte_in_row & 15);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = lane / 4 + 8 * h;
-        ptx::st_shared_v2(buffer + r * 128 + swizzled, epilogue.scale(acc[4 * j + 2 * h]),
-                          epilogue.scale(acc[4 * j + 2 * h + 1]));
+        store_pair_shared<Out>(buffer + r * Cfg::kEpiRowBytes + swizzled, epi.apply(acc[4 * j + 2 * h], rows[h], c0),
+                               epi.apply(acc[4 * j + 2 * h + 1], rows[h], c1));
       }
     }
-    if (!plain) {
-      __syncwarp();
-      const int r = lane / 2;
-      const int row = row_base + r;
+    if constexpr (kInt32) {
+      if (finish) {
+        __syncwarp();
+        const int r = lane / 2;
+        const int row = row_base + r;
 #pragma unroll 1
-      for (int i = 0; i < 4; ++i) {
-        const int c16 = 4 * (lane % 2) + i;  // 16-byte chunk of the row: columns 4*c16 .. 4*c16 + 3
-        const uint32_t addr = buffer + r * 128 + ((c16 ^ (r % 8)) << 4);
-        int4 v = ptx::ld_shared_v4(addr);
-        const int col = col_base + chunk * Cfg::kEpiCols + 4 * c16;
-        if (row < args.m) {
-          if (col < args.n) v.x = epilogue.finish(v.x, row, col);
-          if (col + 1 < args.n) v.y = epilogue.finish(v.y, row, col + 1);
-          if (col + 2 < args.n) v.z = epilogue.finish(v.z, row, col + 2);
-          if (col + 3 < args.n) v.w = epilogue.finish(v.w, row, col + 3);
+        for (int i = 0; i < 4; ++i) {
+          const int c16 = 4 * (lane % 2) + i;  // 16-byte chunk of the row: columns 4*c16 .. 4*c16 + 3
+          const uint32_t addr = buffer + r * Cfg::kEpiRowBytes + ((c16 ^ (r % 8)) << 4);
+          int4 v = ptx::ld_shared_v4(addr);
+          const int col = col_base + chunk * kCols + 4 * c16;
+          if (row < args.m) {
+            if (col < args.n) v.x = epi.finish(v.x, row, col);
+            if (col + 1 < args.n) v.y = epi.finish(v.y, row, col + 1);
+            if (col + 2 < args.n) v.z = epi.finish(v.z, row, col + 2);
+            if (col + 3 < args.n) v.w = epi.finish(v.w, row, col + 3);
+          }
+          ptx::st_shared_v4(addr, v);
         }
-        ptx::st_shared_v4(addr, v);
       }
     }
     ptx::fence_proxy_async_shared();
@@ -173,28 +203,30 @@ __device__ __forceinline__ void store_warp_tile(const Sm90Args& args, const CUte
       const uint64_t policy = ptx::l2_policy_evict_first();
       const void* src = staging + (buffer - staging_addr);
       if (split) {
-        ptx::tma_reduce_add_2d(map_d, src, col_base + chunk * Cfg::kEpiCols, row_base, policy);
+        ptx::tma_reduce_add_2d(map_d, src, col_base + chunk * kCols, row_base, policy);
       } else {
-        ptx::tma_store_2d(map_d, src, col_base + chunk * Cfg::kEpiCols, row_base, policy);
+        ptx::tma_store_2d(map_d, src, col_base + chunk * kCols, row_base, policy);
       }
       ptx::bulk_commit_group();
     }
   }
 }
 
-template <class Cfg, bool ASigned, bool BSigned>
+template <class Cfg, bool ASigned, bool BSigned, class Epi>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_int8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                          const __grid_constant__ CUtensorMap map_d, const Sm90Args args) {
+                          const __grid_constant__ CUtensorMap map_d, const Sm90Args args, const Epi epi) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mma = ptx::WgmmaInt8<Cfg::kWN, ASigned, BSigned>;
   constexpr int kStages = Cfg::kStages;
+  constexpr bool kPerBlock = Epi::kPerBlock;
+  static_assert(!kPerBlock || (Cfg::kSupportsPerBlock && !Cfg::kPingPong), "config cannot promote per-block scales");
 
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(round_up<uintptr_t>(reinterpret_cast<uintptr_t>(smem_raw), 1024));
   uint8_t* a_tiles = smem;                                   // kStages x [BM][128], swizzled
   uint8_t* b_tiles = smem + kStages * Cfg::kATileBytes;      // kStages x [BN][128], swizzled
-  uint8_t* epi_buffers = b_tiles + kStages * Cfg::kBTileBytes;  // per consumer warp: 2 x [16][32] int32
+  uint8_t* epi_buffers = b_tiles + kStages * Cfg::kBTileBytes;  // per consumer warp: 2 x [16][128 bytes]
   uint64_t* full = reinterpret_cast<uint64_t*>(epi_buffers + Cfg::kEpiBytes);
   uint64_t* empty = full + kStages;
 
@@ -248,11 +280,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const uint64_t desc_a0 = ptx::wgmma_desc_k_major_sw128(a_tiles + wg_m * Cfg::kWgRows * Cfg::kBK);
     const uint64_t desc_b0 = ptx::wgmma_desc_k_major_sw128(b_tiles + wg_n * Cfg::kWN * Cfg::kBK);
 
+    // Int32 sums over the whole K range; with per-block scales they hold one K block at a time,
+    // promoted into the fp32 accumulators.
     int32_t acc[Cfg::kMmaM][Cfg::kAccRegs];
+    float accf[kPerBlock ? Cfg::kMmaM : 1][kPerBlock ? Cfg::kAccRegs : 1];
+
+    // Issues the wgmma of one K block (ring slot) into the accumulators.
+    auto issue_block = [&](int slot, bool accumulate) {
+      ptx::wgmma_fence();
+      const uint64_t desc_a = ptx::wgmma_desc_advance(desc_a0, slot * Cfg::kATileBytes);
+      const uint64_t desc_b = ptx::wgmma_desc_advance(desc_b0, slot * Cfg::kBTileBytes);
 #pragma unroll
-    for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+      for (int kk = 0; kk < Cfg::kBK / Cfg::kMmaK; ++kk) {
 #pragma unroll
-      for (int i = 0; i < Cfg::kAccRegs; ++i) acc[mi][i] = 0;
+        for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+          Mma::mma(ptx::wgmma_desc_advance(desc_a, mi * 64 * Cfg::kBK + kk * Cfg::kMmaK),
+                   ptx::wgmma_desc_advance(desc_b, kk * Cfg::kMmaK), acc[mi], accumulate || kk > 0);
+        }
+      }
+      ptx::wgmma_commit_group();
+    };
 
     // Ping-pong turns: warpgroup c waits on named barrier 1 + c before its main loop, and the
     // other warpgroup arrives there when its own main loop has issued. Besides keeping the two
@@ -261,6 +308,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int my_units = (units - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
                          static_cast<int>(gridDim.x);
     uint32_t ring = 0;  // K blocks handed out by the ring so far (slot = ring % kStages)
+    uint32_t chunks_issued = 0;  // this warp's epilogue TMA stores so far (staging buffer = count % 2)
     // Units never have an empty K range (the launcher makes every split non-empty).
     for (int nth = 0; nth < my_units; ++nth) {
       const WorkUnit w = work_unit<Cfg::kGroupM>(args, static_cast<int>(blockIdx.x) + nth * static_cast<int>(gridDim.x));
@@ -269,43 +317,69 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         continue;
       }
       if (Cfg::kPingPong && nth > 0) ptx::named_barrier_sync(1 + consumer, 256);
-      int prev_slot = -1;
-      for (int kb = w.kb_begin; kb < w.kb_end; ++kb, ++ring) {
-        const int slot = static_cast<int>(ring % kStages);
-        ptx::mbarrier_wait(&full[slot], (ring / kStages) & 1);
-        ptx::wgmma_fence();
-        const uint64_t desc_a = ptx::wgmma_desc_advance(desc_a0, slot * Cfg::kATileBytes);
-        const uint64_t desc_b = ptx::wgmma_desc_advance(desc_b0, slot * Cfg::kBTileBytes);
-#pragma unroll
-        for (int kk = 0; kk < Cfg::kBK / Cfg::kMmaK; ++kk) {
-#pragma unroll
-          for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
-            Mma::mma(ptx::wgmma_desc_advance(desc_a, mi * 64 * Cfg::kBK + kk * Cfg::kMmaK),
-                     ptx::wgmma_desc_advance(desc_b, kk * Cfg::kMmaK), acc[mi], kb > w.kb_begin || kk > 0);
-          }
-        }
-        ptx::wgmma_commit_group();
-        // The group of the previous K block has retired: its slot can be refilled.
-        ptx::wgmma_wait_group<1>(acc);
-        if (prev_slot >= 0 && lane == 0) ptx::mbarrier_arrive(&empty[prev_slot]);
-        prev_slot = slot;
-      }
-      if (Cfg::kPingPong && nth + 1 < my_units) ptx::named_barrier_arrive(1 + (1 - consumer), 256);
-      ptx::wgmma_wait_group<0>(acc);
-      if (lane == 0) ptx::mbarrier_arrive(&empty[prev_slot]);
-
+      const int row0 = w.tile_m * Cfg::kBM + wg_m * Cfg::kWgRows + 16 * warp + lane / 4;  // + 64 mi + 8 h
       const int col_base = w.tile_n * Cfg::kBN + wg_n * Cfg::kWN;
+      int prev_slot = -1;
+      if constexpr (!kPerBlock) {
+        for (int kb = w.kb_begin; kb < w.kb_end; ++kb, ++ring) {
+          const int slot = static_cast<int>(ring % kStages);
+          ptx::mbarrier_wait(&full[slot], (ring / kStages) & 1);
+          issue_block(slot, kb > w.kb_begin);
+          // The group of the previous K block has retired: its slot can be refilled.
+          ptx::wgmma_wait_group<1>(acc);
+          if (prev_slot >= 0 && lane == 0) ptx::mbarrier_arrive(&empty[prev_slot]);
+          prev_slot = slot;
+        }
+        if (Cfg::kPingPong && nth + 1 < my_units) ptx::named_barrier_arrive(1 + (1 - consumer), 256);
+        ptx::wgmma_wait_group<0>(acc);
+      } else {
+#pragma unroll
+        for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+          for (int i = 0; i < Cfg::kAccRegs; ++i) accf[mi][i] = 0.0f;
+        // One K block at a time: load its scales (their latency hides under the barrier wait and
+        // the wgmma), compute its partial sums, then fold them into the fp32 accumulators. The
+        // other consumer warpgroup's wgmma keep the tensor cores busy during the promotion.
+        // (Two int32 sets, promoting one while the next block runs, need more than the 168
+        // registers ptxas allocates here and make it serialize every wgmma.)
+        for (int kb = w.kb_begin; kb < w.kb_end; ++kb, ++ring) {
+          const float sb = epi.block_scale_b(min(col_base, args.n - 1), kb);
+          float scale[Cfg::kMmaM][2];
+#pragma unroll
+          for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) scale[mi][h] = epi.sa(min(row0 + 64 * mi + 8 * h, args.m - 1), kb) * sb;
+          const int slot = static_cast<int>(ring % kStages);
+          ptx::mbarrier_wait(&full[slot], (ring / kStages) & 1);
+          issue_block(slot, false);
+          ptx::wgmma_wait_group<0>(acc);
+          if (lane == 0) ptx::mbarrier_arrive(&empty[slot]);
+#pragma unroll
+          for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+            for (int i = 0; i < Cfg::kAccRegs; ++i) accf[mi][i] = promote(accf[mi][i], acc[mi][i], scale[mi][(i / 2) % 2]);
+        }
+      }
+      if (!kPerBlock && lane == 0) ptx::mbarrier_arrive(&empty[prev_slot]);
+
 #pragma unroll
       for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
         const int row_base = w.tile_m * Cfg::kBM + wg_m * Cfg::kWgRows + 64 * mi;
         if (row_base >= args.m || col_base >= args.n) continue;  // this piece lies outside D
+        const auto& piece = [&]() -> const typename Epi::Acc(&)[Cfg::kAccRegs] {
+          if constexpr (kPerBlock) {
+            return accf[mi];
+          } else {
+            return acc[mi];
+          }
+        }();
         if (args.d_tma) {
           if (row_base + 16 * warp < args.m) {
             uint8_t* staging = epi_buffers + (consumer * 4 + warp) * 2 * Cfg::kEpiBufferBytes;
-            store_warp_tile<Cfg>(args, &map_d, acc[mi], staging, row_base + 16 * warp, col_base, lane);
+            store_warp_tile<Cfg>(args, epi, &map_d, piece, staging, row_base + 16 * warp, col_base, lane, chunks_issued);
           }
         } else {
-          store_fragment<Cfg::kWN>(args, acc[mi], row_base + warp * 16 + lane / 4, col_base + 2 * (lane % 4));
+          store_fragment<Cfg::kWN>(args, epi, piece, row_base + warp * 16 + lane / 4, col_base + 2 * (lane % 4));
         }
       }
     }
@@ -315,8 +389,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #endif
 }
 
-template <class Cfg>
-void launch_sm90_int8_gemm(const GemmParams& p, int sm_count) {
+// The launch shared by every epilogue: tensor maps, grid, signedness.
+template <class Cfg, class Epi>
+void launch_sm90(const GemmParams& p, const Epi& epi, void* d, OutType out_type, int sm_count) {
+  using Out = typename Epi::OutT;
   Sm90Args args{};
   args.m = p.m;
   args.n = p.n;
@@ -326,26 +402,49 @@ void launch_sm90_int8_gemm(const GemmParams& p, int sm_count) {
   args.split_k = ceil_div(args.k_blocks, args.k_blocks_split);  // no empty split
   args.tiles_m = ceil_div(p.m, Cfg::kBM);
   args.tiles_n = ceil_div(p.n, Cfg::kBN);
-  args.d = p.d;
+  args.d = d;
   args.ldd = p.ldd;
-  args.d_vec2 = p.ldd % 2 == 0 && reinterpret_cast<uintptr_t>(p.d) % 8 == 0;
-  args.epilogue = p.epilogue;
-  args.d_tma = tma_storable(p.d, p.m, p.ldd);
+  args.d_vec2 = p.ldd % 2 == 0 && reinterpret_cast<uintptr_t>(d) % (2 * sizeof(Out)) == 0;
+  args.d_tma = tma_storable(d, sizeof(Out), p.m, p.ldd);
 
   const CUtensorMap map_a = make_operand_tensor_map(p.a, p.m, p.k, Cfg::kBM, "a");
   const CUtensorMap map_b = make_operand_tensor_map(p.b, p.n, p.k, Cfg::kBN, "b");
   CUtensorMap map_d{};
-  if (args.d_tma) map_d = make_output_tensor_map(p.d, p.m, p.n, p.ldd, Cfg::kEpiRows, Cfg::kEpiCols);
+  if (args.d_tma) {
+    map_d = make_output_tensor_map(d, out_type, p.m, p.n, p.ldd, Cfg::kEpiRows,
+                                   Cfg::kEpiRowBytes / static_cast<int>(sizeof(Out)));
+  }
 
-  auto kernel = sm90_int8_gemm_kernel<Cfg, true, true>;
-  if (p.a.is_signed && !p.b.is_signed) kernel = sm90_int8_gemm_kernel<Cfg, true, false>;
-  if (!p.a.is_signed && p.b.is_signed) kernel = sm90_int8_gemm_kernel<Cfg, false, true>;
-  if (!p.a.is_signed && !p.b.is_signed) kernel = sm90_int8_gemm_kernel<Cfg, false, false>;
+  auto kernel = sm90_int8_gemm_kernel<Cfg, true, true, Epi>;
+  if constexpr (std::is_same_v<Epi, Int32Epilogue>) {  // the scaled GEMM takes int8 x int8 only
+    if (p.a.is_signed && !p.b.is_signed) kernel = sm90_int8_gemm_kernel<Cfg, true, false, Epi>;
+    if (!p.a.is_signed && p.b.is_signed) kernel = sm90_int8_gemm_kernel<Cfg, false, true, Epi>;
+    if (!p.a.is_signed && !p.b.is_signed) kernel = sm90_int8_gemm_kernel<Cfg, false, false, Epi>;
+  }
   TCGEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const int64_t units = static_cast<int64_t>(args.tiles_m) * args.tiles_n * args.split_k;
   const int grid = static_cast<int>(std::min<int64_t>(units, sm_count));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(map_a, map_b, map_d, args);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(map_a, map_b, map_d, args, epi);
   TCGEMM_CHECK_LAUNCH();
+}
+
+template <class Cfg>
+void launch_sm90_int8_gemm(const GemmParams& p, int sm_count) {
+  launch_sm90<Cfg>(p, Int32Epilogue{p.epilogue}, p.d, OutType::kInt32, sm_count);
+}
+
+template <class Cfg, bool PerBlock>
+void launch_sm90_scaled_gemm(const GemmParams& p, int sm_count) {
+  switch (p.out_type) {
+    case OutType::kBf16:
+      return launch_sm90<Cfg>(p, ScaledEpilogue<__nv_bfloat16, PerBlock>{p.scaled}, p.out, p.out_type, sm_count);
+    case OutType::kFp16:
+      return launch_sm90<Cfg>(p, ScaledEpilogue<__half, PerBlock>{p.scaled}, p.out, p.out_type, sm_count);
+    case OutType::kFp32:
+      return launch_sm90<Cfg>(p, ScaledEpilogue<float, PerBlock>{p.scaled}, p.out, p.out_type, sm_count);
+    case OutType::kInt32: break;
+  }
+  throw std::logic_error("tcgemm: launch_sm90_scaled_gemm needs a float output type");
 }
 
 }  // namespace tcgemm::sm90

@@ -16,4 +16,10 @@ bool kernel_available();
 template <class Cfg>
 void launch_sm90_int8_gemm(const GemmParams& p, int sm_count);
 
+// The scaled GEMM (p.out, p.out_type, p.scaled; int8 x int8, no split-K): PerBlock when a
+// scale depends on the K block (p.scaled.per_block()); then p.scaled.sb_n_shift must be 7 or
+// scale_b must not depend on kb (Cfg::kSupportsPerBlock configs only).
+template <class Cfg, bool PerBlock>
+void launch_sm90_scaled_gemm(const GemmParams& p, int sm_count);
+
 }  // namespace tcgemm::sm90

@@ -27,7 +27,7 @@ bool kernel_available() {
       // sm_90a machine code runs only on compute capability 9.0; the image the driver picked
       // must come from sm_90a PTX (a build without it would JIT the empty compute_80 body).
       cudaFuncAttributes attr{};
-      const cudaError_t status = cudaFuncGetAttributes(&attr, sm90_int8_gemm_kernel<Sm90Large, true, true>);
+      const cudaError_t status = cudaFuncGetAttributes(&attr, sm90_int8_gemm_kernel<Sm90Large, true, true, Int32Epilogue>);
       if (status == cudaSuccess) {
         ok = attr.ptxVersion >= 90 && attr.binaryVersion == 90;
       } else {

@@ -68,14 +68,22 @@ CUtensorMap make_operand_tensor_map(const Operand& op, int64_t rows, int64_t k, 
                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, std::string("operand '") + name + "'");
 }
 
-bool tma_storable(const int32_t* d, int64_t m, int64_t ldd) {
-  return reinterpret_cast<uintptr_t>(d) % 16 == 0 && (m == 1 || ldd % 4 == 0);
+bool tma_storable(const void* d, size_t element_bytes, int64_t m, int64_t ldd) {
+  return reinterpret_cast<uintptr_t>(d) % 16 == 0 && (m == 1 || (ldd * static_cast<int64_t>(element_bytes)) % 16 == 0);
 }
 
-CUtensorMap make_output_tensor_map(int32_t* d, int64_t m, int64_t n, int64_t ldd, int box_rows, int box_cols) {
-  const int64_t stride = m == 1 ? round_up<int64_t>(n, 4) * 4 : ldd * 4;  // one row: any legal stride
-  return encode_2d(CU_TENSOR_MAP_DATA_TYPE_INT32, d, n, m, stride, box_cols, box_rows, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                   "output");
+CUtensorMap make_output_tensor_map(void* d, OutType type, int64_t m, int64_t n, int64_t ldd, int box_rows,
+                                   int box_cols) {
+  CUtensorMapDataType tma_type = CU_TENSOR_MAP_DATA_TYPE_INT32;
+  int64_t bytes = 4;
+  switch (type) {
+    case OutType::kInt32: break;
+    case OutType::kFp32: tma_type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
+    case OutType::kBf16: tma_type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; bytes = 2; break;
+    case OutType::kFp16: tma_type = CU_TENSOR_MAP_DATA_TYPE_FLOAT16; bytes = 2; break;
+  }
+  const int64_t stride = m == 1 ? round_up<int64_t>(n * bytes, 16) : ldd * bytes;  // one row: any legal stride
+  return encode_2d(tma_type, d, n, m, stride, box_cols, box_rows, CU_TENSOR_MAP_L2_PROMOTION_NONE, "output");
 }
 
 }  // namespace tcgemm::sm90

@@ -17,10 +17,11 @@ bool tma_describable(const Operand& op, int64_t rows, int64_t k);
 // Encodes the descriptor; throws std::runtime_error naming the operand if the driver refuses.
 CUtensorMap make_operand_tensor_map(const Operand& op, int64_t rows, int64_t k, int box_rows, const char* name);
 
-// The int32 output D [M, N] (unit stride along N) written in boxes of [box_rows, box_cols] with
-// 128-byte swizzle (box_cols * 4 must be 128). TMA needs a 16-byte aligned base and a row stride
-// (ldd * 4 bytes) that is a multiple of 16.
-bool tma_storable(const int32_t* d, int64_t m, int64_t ldd);
-CUtensorMap make_output_tensor_map(int32_t* d, int64_t m, int64_t n, int64_t ldd, int box_rows, int box_cols);
+// The output D [M, N] of `type` (unit stride along N) written in boxes of [box_rows, box_cols]
+// with 128-byte swizzle (box_cols * element size must be 128). TMA needs a 16-byte aligned base
+// and a row stride (ldd * element size) that is a multiple of 16.
+bool tma_storable(const void* d, size_t element_bytes, int64_t m, int64_t ldd);
+CUtensorMap make_output_tensor_map(void* d, OutType type, int64_t m, int64_t n, int64_t ldd, int box_rows,
+                                   int box_cols);
 
 }  // namespace tcgemm::sm90

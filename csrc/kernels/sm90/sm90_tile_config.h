@@ -28,6 +28,9 @@ struct Sm90TileConfig {
   static constexpr int kStages = Stages;
   static constexpr int kGroupM = GroupM;  // rasterization: tile rows per group (L2 reuse of B)
   static constexpr int kAccRegs = kWN / 2;  // per m64 piece
+  // Per-block scaled GEMM (epilogue/scaled_epilogue.h): an int32 and an fp32 set of
+  // accumulators; a warpgroup's columns must lie in one 128-column block of the weight scales.
+  static constexpr bool kSupportsPerBlock = !PingPong && 128 % kWN == 0 && 2 * kMmaM * kAccRegs <= 128;
   // Arrivals that free a ring slot: every warp of the warpgroups that read it.
   static constexpr int kSlotReaders = PingPong ? 4 : 4 * kConsumerWarpgroups;
 
@@ -35,12 +38,13 @@ struct Sm90TileConfig {
   static constexpr int kBTileBytes = kBN * kBK;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
 
-  // Epilogue staging: each consumer warp writes its 16 x WN int32 rows 32 columns at a time (one
-  // 128-byte swizzle row per output row) into one of its two buffers, and TMA stores it while
-  // the warp fills the other and then goes on to its next tile. Per warp, so no barriers.
+  // Epilogue staging: each consumer warp writes its 16 x WN rows of D 128 bytes of columns at a
+  // time (one 128-byte swizzle row per output row: 32 int32/fp32 or 64 bf16/fp16 columns) into
+  // one of its two buffers, and TMA stores it while the warp fills the other and then goes on
+  // to its next tile. Per warp, so no barriers.
   static constexpr int kEpiRows = 16;
-  static constexpr int kEpiCols = 32;
-  static constexpr int kEpiBufferBytes = kEpiRows * kEpiCols * 4;
+  static constexpr int kEpiRowBytes = 128;
+  static constexpr int kEpiBufferBytes = kEpiRows * kEpiRowBytes;
   static constexpr int kEpiBytes = kConsumerWarpgroups * 4 * 2 * kEpiBufferBytes;
 
   // Stages, epilogue buffers, then 2 mbarriers per stage; +1024 to align everything to the
@@ -58,7 +62,7 @@ struct Sm90TileConfig {
   static_assert(kMmaM * kAccRegs <= 128, "accumulators per consumer thread");
   static_assert(kBN <= 256 && kBM <= 256, "a TMA box holds at most 256 rows");
   static_assert(kATileBytes % 1024 == 0 && kBTileBytes % 1024 == 0, "tiles must keep 1024-byte alignment");
-  static_assert(kWN % (2 * kEpiCols) == 0, "the epilogue alternates its two buffers over whole 32-column chunks");
+  static_assert(kWN * 2 % kEpiRowBytes == 0, "the epilogue stores whole 128-byte chunks of a warp's rows");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an H100/H200 block can have");
   static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= 65536, "register file");
 };

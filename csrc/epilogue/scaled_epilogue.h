@@ -1,0 +1,103 @@
+// The scaled epilogue every kernel applies to its accumulators, the CPU path included:
+//   D[m, n] = convert( float(acc[m, n]) * sa(m) * sb(n) + bias[n] )          (no per-block scale)
+//   D[m, n] = convert( sum_kb float(acc_kb[m, n]) * sa(m, kb) * sb(n, kb) + bias[n] )  (per-block)
+// in fp32 (an int32 sum times an fp16 scale could overflow fp16), rounded once to Out.
+// For per-block scales the main loop promotes each 128-wide K block's exact int32 partial sum
+// into fp32 accumulators (promote()); the epilogue then only adds the bias and converts.
+//
+// Kernels see this through the same small interface as Int32Epilogue:
+//   Row row(m) / Col col(n): what one row / column contributes (loaded once, reused per element);
+//   Out apply(acc, row, col): the value stored; needs_finish(): whether a second pass is due.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
+
+#include "common/gemm_params.h"
+#include "common/hd.h"
+
+namespace tcgemm {
+
+// float(x) for |x| < 2^22 with one integer and one float add (instead of the I2F conversion,
+// which runs at a quarter of the FP32 rate): adding x to the bit pattern of 1.5 * 2^23 writes it
+// into the mantissa (ulp 1), and subtracting 1.5 * 2^23 again is exact. A 128-deep int8 x int8
+// block sum is at most 128 * 128 * 128 = 2^21 in magnitude.
+TCGEMM_HD float small_int_to_float(int32_t x) {
+  constexpr int32_t kMagicBits = 0x4B400000;  // 12582912.0f = 1.5 * 2^23
+  const int32_t bits = x + kMagicBits;
+  float f;
+#if defined(__CUDA_ARCH__)
+  f = __int_as_float(bits);
+#else
+  __builtin_memcpy(&f, &bits, sizeof(f));
+#endif
+  return f - 12582912.0f;
+}
+
+// accf + partial * scale: one K block's exact partial sum folded into the fp32 accumulator.
+TCGEMM_HD float promote(float accf, int32_t partial, float scale) {
+  return accf + small_int_to_float(partial) * scale;
+}
+
+#if defined(__CUDACC__)
+template <class Out>
+__device__ __forceinline__ Out from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+#endif
+
+template <class Out, bool PerBlock>
+struct ScaledEpilogue {
+  using OutT = Out;
+  using Acc = std::conditional_t<PerBlock, float, int32_t>;  // what the main loop hands over
+  static constexpr bool kPerBlock = PerBlock;
+  ScaledEpilogueParams p;
+
+  TCGEMM_HD float sa(int64_t m, int64_t kb) const { return p.scale_a[m * p.sa_stride_m + kb * p.sa_stride_kb]; }
+  TCGEMM_HD float sb(int64_t n, int64_t kb) const {
+    return p.scale_b[(n >> p.sb_n_shift) * p.sb_stride_n + kb * p.sb_stride_kb];
+  }
+
+  // Per-block: the factor the main loop promotes K block kb with is sa(m, kb) * block_scale_b(n, kb);
+  // a weight scale that does not depend on kb (per-channel or per-tensor) waits for col().
+  TCGEMM_HD float block_scale_b(int64_t n, int64_t kb) const { return p.sb_stride_kb != 0 ? sb(n, kb) : 1.0f; }
+
+  struct Row {
+    float scale;  // sa(m), or 1 when the per-block main loop applied it
+  };
+  struct Col {
+    float scale;  // sb(n), or 1 when the per-block main loop applied it
+    float bias;
+  };
+  // m and n must lie inside D (kernels clamp the indices of rows and columns they do not store).
+  TCGEMM_HD Row row(int64_t m) const { return Row{PerBlock ? 1.0f : sa(m, 0)}; }
+  TCGEMM_HD Col col(int64_t n) const {
+    const bool in_main_loop = PerBlock && p.sb_stride_kb != 0;
+    return Col{in_main_loop ? 1.0f : sb(n, 0), p.bias != nullptr ? p.bias[n] : 0.0f};
+  }
+
+  TCGEMM_HD float value(Acc acc, Row r, Col c) const {
+    if constexpr (PerBlock) {
+      return acc * c.scale + c.bias;
+    } else {
+      return static_cast<float>(acc) * r.scale * c.scale + c.bias;
+    }
+  }
+
+#if defined(__CUDACC__)
+  __device__ __forceinline__ Out apply(Acc acc, Row r, Col c) const { return from_float<Out>(value(acc, r, c)); }
+  __device__ __forceinline__ Out full(Acc acc, Row r, Col c, int64_t, int64_t) const { return apply(acc, r, c); }
+#endif
+  TCGEMM_HD bool needs_finish() const { return false; }
+};
+
+}  // namespace tcgemm
