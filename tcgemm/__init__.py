@@ -3,11 +3,24 @@
     import tcgemm
     c = tcgemm.int8_gemm(a, b)                      # int8/uint8 [M,K] @ [K,N] -> exact int32 [M,N]
     d = tcgemm.gemm(a, b, c, alpha=2, beta=-1)      # D = alpha*A@B + beta*C in int32
-    y = tcgemm.scaled_gemm(qa, qb, sa, sb, bias)     # int8 GEMM, scales fused -> bf16
+    q, s = tcgemm.quantize(x, "token")              # symmetric int8 with fp32 scales (tensor/token/group)
+    y = tcgemm.scaled_gemm(q, qw.t(), s, sw, bias)  # int8 GEMM with the scales fused -> bf16
+    lin = tcgemm.QuantLinear.from_linear(linear)    # W8A8 drop-in for nn.Linear
+    report = tcgemm.quantize_model(model)           # swaps a model's nn.Linear layers in place
 """
 
 from ._ops import BACKENDS, available_backends, gemm, int8_gemm, scaled_gemm
+from ._quantize import quantize
 from . import reference
+#NN from .nn import QuantLinear, QuantizeReport, quantize_model
 
-__all__ = ["BACKENDS", "available_backends", "gemm", "int8_gemm", "reference", "scaled_gemm"]
+__all__ = [
+    "BACKENDS",
+    "available_backends",
+    "gemm",
+    "int8_gemm",
+    "quantize",
+    "reference",
+    "scaled_gemm",
+]
 __version__ = "0.1.0"

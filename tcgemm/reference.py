@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -74,3 +75,50 @@ def scaled_gemm_reference(
     if bias is not None:
         out += bias.detach().cpu().double().reshape(1, n)
     return out if return_float64 else out.to(out_dtype)
+
+
+def quantize_reference(
+    x: torch.Tensor, granularity: str = "token", scale: Optional[torch.Tensor] = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 quantization of ``x`` [M, K] (or [..., K]), defined in plain torch.
+
+    amax = max |x| over the group (whole tensor, row, or 128-wide K group of a row; the last
+    group may be short), in fp32; scale = amax / 127 in fp32, and 1.0 where amax == 0;
+    q = clamp(round_half_even(float(x) / scale), -127, 127) as int8. A given ``scale`` (static
+    quantization) is used as is and returned unchanged. Computed on the CPU (CUDA torch divides
+    by a Python scalar through its reciprocal, which is not the IEEE quotient); q and the
+    computed scale are returned on the device of ``x``, scale shaped [] / [..., 1] / [..., G].
+    """
+    if granularity not in ("tensor", "token", "group"):
+        raise ValueError(f"quantize_reference: unknown granularity {granularity!r}")
+    lead, k = tuple(x.shape[:-1]), x.shape[-1]
+    m = math.prod(lead)
+    xf = x.detach().cpu().float().reshape(m, k)
+    if scale is not None:
+        s = scale.detach().cpu().float()
+        if granularity == "tensor":
+            s_full = s.reshape(1, 1).expand(m, k)
+        elif granularity == "token":
+            s_full = s.reshape(m, 1).expand(m, k)
+        else:
+            s_full = s.reshape(m, (k + 127) // 128).repeat_interleave(128, dim=1)[:, :k]
+    else:
+        if granularity == "tensor":
+            amax = xf.abs().amax() if xf.numel() else torch.zeros(())
+        elif granularity == "token":
+            amax = xf.abs().amax(dim=1, keepdim=True) if k else torch.zeros(m, 1)
+        else:
+            groups = (k + 127) // 128
+            padded = torch.zeros(m, groups * 128)
+            padded[:, :k] = xf.abs()  # zeros never raise an amax
+            amax = padded.reshape(m, groups, 128).amax(dim=2)
+        s = torch.where(amax == 0, torch.ones_like(amax), amax / 127)
+        s_full = s.reshape(1, 1) if granularity == "tensor" else s
+        if granularity == "group":
+            s_full = s.repeat_interleave(128, dim=1)[:, :k]
+    q = torch.round(xf / s_full).clamp(-127, 127).to(torch.int8).reshape(x.shape)
+    if scale is not None:
+        return q.to(x.device), scale
+    if granularity != "tensor":
+        s = s.reshape(*lead, s.shape[-1])
+    return q.to(x.device), s.to(x.device)

@@ -1,0 +1,337 @@
+// Symmetric int8 quantization kernels.
+//
+// How the work is split:
+// - Per token (dynamic): a team of threads owns one row. Rows of up to 1024 elements get one
+//   warp each (8 rows per block); longer rows get a block of up to 512 threads. The team loads
+//   its row into registers (32 values per thread), reduces amax, and quantizes from the
+//   registers: one pass over global memory. Rows too long for the registers of 512 threads
+//   (> 16384 elements) are swept twice by the same kernel: once for amax, once to quantize;
+//   the second read mostly hits L2 (and L1) because the block read the row just before.
+// - Per group (dynamic): 128 / VEC lanes own one 128-wide group (one 16-byte load each when
+//   vectorized, four strided scalar loads otherwise), reduce amax with shuffles inside their
+//   part of the warp and quantize from registers: one pass.
+// - Per tensor (dynamic): amax needs the whole tensor before the first value can be quantized,
+//   so it takes two kernels on the stream: amax_kernel reduces per block and folds the block's
+//   amax into a 4-byte workspace with atomicMax on the float's bits (for non-negative floats
+//   the unsigned bit patterns order like the values), the workspace being zeroed first with
+//   cudaMemsetAsync; then quantize_scaled_kernel derives the scale from it and quantizes.
+// - Static scales: quantize_scaled_kernel alone, reading the given scale of each element.
+//
+// Loads are 16 bytes wide (8 bf16/fp16 or 4 fp32 values) when x's base address, its row stride
+// and K allow them (K also keeps the int8 stores of q aligned); other layouts take the scalar
+// path, which is slower but gives the same bits. Every division is IEEE (__fdiv_rn).
+#include "kernels/quantize/quantize.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "common/cuda_check.h"
+#include "common/math.h"
+
+namespace tcgemm {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kCacheElems = 32;         // values per thread kept in registers by the token kernel
+constexpr int kMaxTeamThreads = 512;    // block size of the token kernel for long rows
+constexpr int kBlockThreads = 256;      // every other kernel
+constexpr int64_t kMaxBlocks = 1 << 20; // grids are grid-stride loops beyond this
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+// VEC consecutive values of x as floats; VEC * sizeof(T) == 16 is one 16-byte load.
+template <typename T, int VEC>
+__device__ __forceinline__ void load_vec(const T* ptr, float (&out)[VEC]) {
+  if constexpr (VEC * sizeof(T) == 16) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(ptr));
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) out[i] = to_float(e[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) out[i] = to_float(ptr[i]);
+  }
+}
+
+// Quantizes VEC values and stores them with one aligned store of VEC bytes.
+template <int VEC>
+__device__ __forceinline__ void store_quantized(int8_t* dst, const float (&v)[VEC], float scale) {
+  struct alignas(VEC) Pack {
+    int8_t b[VEC];
+  } pack;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) pack.b[i] = quant_value(v[i], scale);
+  *reinterpret_cast<Pack*>(dst) = pack;
+}
+
+template <int VEC>
+__device__ __forceinline__ float abs_max(float m, const float (&v)[VEC]) {
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) m = fmaxf(m, fabsf(v[i]));
+  return m;
+}
+
+// Max over aligned groups of WIDTH lanes (xor offsets below WIDTH never leave the group).
+// Every lane of the warp must call it.
+template <int WIDTH = kWarp>
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = WIDTH / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Max over the block, returned to every thread. Each warp reduces all the partials itself, so
+// no second broadcast is needed; the final barrier lets the caller reuse `partials` at once.
+__device__ __forceinline__ float block_max(float v, float* partials) {
+  v = warp_max(v);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (lane == 0) partials[warp] = v;
+  __syncthreads();
+  v = warp_max(lane < static_cast<int>(blockDim.x / kWarp) ? partials[lane] : 0.f);
+  __syncthreads();
+  return v;
+}
+
+// One row per team (a warp when WARP_TEAM, else the block). CACHE vectors per thread are held
+// in registers between the amax reduction and the quantization; CACHE == 0 sweeps the row twice.
+// Needs K % VEC == 0 when VEC > 1 (checked by the launcher).
+template <typename T, int VEC, int CACHE, bool WARP_TEAM>
+__global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : kMaxTeamThreads)
+    quantize_token_kernel(const QuantizeParams p) {
+  __shared__ float partials[kWarp];  // block teams only
+  const int team = WARP_TEAM ? kWarp : blockDim.x;
+  const int lane = WARP_TEAM ? threadIdx.x % kWarp : threadIdx.x;
+  const int64_t teams_per_block = WARP_TEAM ? blockDim.x / kWarp : 1;
+  const int64_t first_row = blockIdx.x * teams_per_block + (WARP_TEAM ? threadIdx.x / kWarp : 0);
+  const int64_t nvec = p.k / VEC;
+  const T* x = static_cast<const T*>(p.x);
+
+  // The loop bound is uniform over the team, as the shuffles and barriers need.
+  for (int64_t row = first_row; row < p.m; row += int64_t{gridDim.x} * teams_per_block) {
+    const T* x_row = x + row * p.x_stride_row;
+    int8_t* q_row = p.q + row * p.k;
+    float amax = 0.f;
+    float v[CACHE > 0 ? CACHE : 1][VEC];
+    if constexpr (CACHE > 0) {
+#pragma unroll
+      for (int c = 0; c < CACHE; ++c) {
+        const int64_t i = int64_t{c} * team + lane;
+        if (i < nvec) {
+          load_vec<T, VEC>(x_row + i * VEC, v[c]);
+          amax = abs_max(amax, v[c]);
+        }
+      }
+    } else {
+      for (int64_t i = lane; i < nvec; i += team) {
+        load_vec<T, VEC>(x_row + i * VEC, v[0]);
+        amax = abs_max(amax, v[0]);
+      }
+    }
+    if constexpr (WARP_TEAM) {
+      amax = warp_max(amax);
+    } else {
+      amax = block_max(amax, partials);
+    }
+    const float scale = quant_scale_from_amax(amax);
+    if (lane == 0) p.scale_out[row] = scale;
+    if constexpr (CACHE > 0) {
+#pragma unroll
+      for (int c = 0; c < CACHE; ++c) {
+        const int64_t i = int64_t{c} * team + lane;
+        if (i < nvec) store_quantized<VEC>(q_row + i * VEC, v[c], scale);
+      }
+    } else {
+      for (int64_t i = lane; i < nvec; i += team) {
+        load_vec<T, VEC>(x_row + i * VEC, v[0]);  // second sweep: the row was just read
+        store_quantized<VEC>(q_row + i * VEC, v[0], scale);
+      }
+    }
+  }
+}
+
+// One 128-wide group per LANES lanes. With 16-byte loads each lane holds one vector of its
+// group; the scalar path (VEC == 1) has 32 lanes per group and 4 coalesced values per lane.
+// The last group of a row may be short. Needs K % VEC == 0 when VEC > 1.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kBlockThreads) quantize_group_kernel(const QuantizeParams p) {
+  constexpr int LANES = VEC == 1 ? kWarp : kQuantGroupSize / VEC;
+  constexpr int PER_LANE = kQuantGroupSize / (LANES * VEC);  // vectors per lane
+  constexpr int GROUPS_PER_WARP = kWarp / LANES;
+  static_assert(LANES <= kWarp && kWarp % LANES == 0 && PER_LANE * LANES * VEC == kQuantGroupSize);
+  const int lane = threadIdx.x % kWarp;
+  const int sub = lane % LANES;
+  const int64_t groups = p.groups();
+  const int64_t total = p.m * groups;
+  const int64_t warps_in_grid = int64_t{gridDim.x} * (blockDim.x / kWarp);
+  const T* x = static_cast<const T*>(p.x);
+
+  // Warp-uniform loop: the lanes of a group past the end still join the shuffles.
+  for (int64_t w = blockIdx.x * int64_t{blockDim.x / kWarp} + threadIdx.x / kWarp; w * GROUPS_PER_WARP < total;
+       w += warps_in_grid) {
+    const int64_t gid = w * GROUPS_PER_WARP + lane / LANES;
+    const bool valid = gid < total;
+    const int64_t row = valid ? gid / groups : 0;
+    const int64_t col0 = (gid - row * groups) * kQuantGroupSize;
+    const T* x_row = x + row * p.x_stride_row;
+    float v[PER_LANE][VEC];
+    float amax = 0.f;
+#pragma unroll
+    for (int j = 0; j < PER_LANE; ++j) {
+      const int64_t col = col0 + (int64_t{j} * LANES + sub) * VEC;
+      if (valid && col < p.k) {
+        load_vec<T, VEC>(x_row + col, v[j]);
+        amax = abs_max(amax, v[j]);
+      }
+    }
+    amax = warp_max<LANES>(amax);
+    const float scale = quant_scale_from_amax(amax);
+    if (!valid) continue;
+    if (sub == 0) p.scale_out[gid] = scale;  // [M, G] contiguous: index row * G + group
+#pragma unroll
+    for (int j = 0; j < PER_LANE; ++j) {
+      const int64_t col = col0 + (int64_t{j} * LANES + sub) * VEC;
+      if (col < p.k) store_quantized<VEC>(p.q + row * p.k + col, v[j], scale);
+    }
+  }
+}
+
+// Per-tensor amax: rows over blockIdx.y, vectors of a row over blockIdx.x. Each block folds its
+// amax into the workspace (zeroed before the launch) with an integer atomicMax on the bits.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kBlockThreads) amax_kernel(const QuantizeParams p) {
+  __shared__ float partials[kWarp];
+  const int64_t nvec = p.k / VEC;
+  const T* x = static_cast<const T*>(p.x);
+  float amax = 0.f;
+  for (int64_t row = blockIdx.y; row < p.m; row += gridDim.y) {
+    const T* x_row = x + row * p.x_stride_row;
+    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < nvec; i += int64_t{gridDim.x} * blockDim.x) {
+      float v[VEC];
+      load_vec<T, VEC>(x_row + i * VEC, v);
+      amax = abs_max(amax, v);
+    }
+  }
+  amax = block_max(amax, partials);
+  // amax >= +0 (fabsf, and fmaxf drops NaN), so its bits compare like its value.
+  if (threadIdx.x == 0 && amax > 0.f) atomicMax(static_cast<unsigned int*>(p.workspace), __float_as_uint(amax));
+}
+
+// Quantizes with a known scale per element: the given (static) scales, or for a dynamic
+// per-tensor quantization the scale derived from the amax in the workspace (also written out).
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const QuantizeParams p) {
+  const bool per_tensor = p.granularity == QuantGranularity::kTensor;
+  float scale = 0.f;
+  if (per_tensor) {
+    scale = p.scale_in != nullptr
+                ? p.scale_in[0]
+                : quant_scale_from_amax(__uint_as_float(*static_cast<const unsigned int*>(p.workspace)));
+    if (p.scale_in == nullptr && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *p.scale_out = scale;
+  }
+  const int64_t nvec = p.k / VEC;
+  const int64_t groups = p.groups();
+  const T* x = static_cast<const T*>(p.x);
+  for (int64_t row = blockIdx.y; row < p.m; row += gridDim.y) {
+    const T* x_row = x + row * p.x_stride_row;
+    if (p.granularity == QuantGranularity::kToken) scale = p.scale_in[row];
+    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < nvec; i += int64_t{gridDim.x} * blockDim.x) {
+      // A vector never straddles two groups: 128 is a multiple of VEC.
+      if (p.granularity == QuantGranularity::kGroup) scale = p.scale_in[row * groups + i * VEC / kQuantGroupSize];
+      float v[VEC];
+      load_vec<T, VEC>(x_row + i * VEC, v);
+      store_quantized<VEC>(p.q + row * p.k + i * VEC, v, scale);
+    }
+  }
+}
+
+// A 2-D grid for the element-wise kernels: enough blocks along a row to cover it (up to 64),
+// and rows spread over blockIdx.y, about 8192 blocks in all.
+dim3 elementwise_grid(int64_t m, int64_t nvec) {
+  const int64_t x = std::clamp<int64_t>(ceil_div<int64_t>(nvec, kBlockThreads), 1, 64);
+  const int64_t y = std::clamp<int64_t>(8192 / x, 1, std::min<int64_t>(m, 65535));
+  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
+}
+
+template <typename T, int VEC>
+void launch_token(const QuantizeParams& p) {
+  constexpr int kCache = kCacheElems / VEC;
+  const int64_t nvec = p.k / VEC;
+  if (nvec <= int64_t{kWarp} * kCache) {
+    constexpr int64_t rows_per_block = kBlockThreads / kWarp;
+    const int64_t blocks = std::min(ceil_div(p.m, rows_per_block), kMaxBlocks);
+    quantize_token_kernel<T, VEC, kCache, true><<<static_cast<unsigned>(blocks), kBlockThreads, 0, p.stream>>>(p);
+    TCGEMM_CHECK_LAUNCH();
+    return;
+  }
+  const unsigned blocks = static_cast<unsigned>(std::min(p.m, kMaxBlocks));
+  const int64_t threads = round_up<int64_t>(ceil_div<int64_t>(nvec, kCache), kWarp);
+  if (threads <= kMaxTeamThreads) {
+    quantize_token_kernel<T, VEC, kCache, false><<<blocks, static_cast<unsigned>(threads), 0, p.stream>>>(p);
+  } else {
+    quantize_token_kernel<T, VEC, 0, false><<<blocks, kMaxTeamThreads, 0, p.stream>>>(p);
+  }
+  TCGEMM_CHECK_LAUNCH();
+}
+
+template <typename T, int VEC>
+void launch_group(const QuantizeParams& p) {
+  constexpr int64_t lanes = VEC == 1 ? kWarp : kQuantGroupSize / VEC;
+  constexpr int64_t groups_per_block = kBlockThreads / kWarp * (kWarp / lanes);
+  const int64_t blocks = std::min(ceil_div(p.m * p.groups(), groups_per_block), kMaxBlocks);
+  quantize_group_kernel<T, VEC><<<static_cast<unsigned>(blocks), kBlockThreads, 0, p.stream>>>(p);
+  TCGEMM_CHECK_LAUNCH();
+}
+
+template <typename T, int VEC>
+void launch_scaled(const QuantizeParams& p) {
+  quantize_scaled_kernel<T, VEC><<<elementwise_grid(p.m, p.k / VEC), kBlockThreads, 0, p.stream>>>(p);
+  TCGEMM_CHECK_LAUNCH();
+}
+
+template <typename T, int VEC>
+void launch(const QuantizeParams& p) {
+  if (p.scale_in != nullptr) return launch_scaled<T, VEC>(p);
+  switch (p.granularity) {
+    case QuantGranularity::kTensor:
+      TCGEMM_CUDA_CHECK(cudaMemsetAsync(p.workspace, 0, sizeof(unsigned int), p.stream));
+      amax_kernel<T, VEC><<<elementwise_grid(p.m, p.k / VEC), kBlockThreads, 0, p.stream>>>(p);
+      TCGEMM_CHECK_LAUNCH();
+      return launch_scaled<T, VEC>(p);
+    case QuantGranularity::kToken:
+      return launch_token<T, VEC>(p);
+    case QuantGranularity::kGroup:
+      return launch_group<T, VEC>(p);
+  }
+}
+
+// 16-byte loads need an aligned base and row stride; K % VEC == 0 keeps every vector inside the
+// row and the VEC-byte stores of q aligned (q is contiguous [M, K]).
+template <typename T>
+void launch_typed(const QuantizeParams& p) {
+  constexpr int kVec = 16 / sizeof(T);
+  const bool vectorized = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_stride_row % kVec == 0 &&
+                          p.k % kVec == 0 && reinterpret_cast<uintptr_t>(p.q) % kVec == 0;
+  if (vectorized) return launch<T, kVec>(p);
+  launch<T, 1>(p);
+}
+
+}  // namespace
+
+void launch_quantize(const QuantizeParams& p) {
+  if (p.m <= 0 || p.k <= 0) return;
+  switch (p.dtype) {
+    case QuantDtype::kBFloat16:
+      return launch_typed<__nv_bfloat16>(p);
+    case QuantDtype::kFloat16:
+      return launch_typed<__half>(p);
+    case QuantDtype::kFloat32:
+      return launch_typed<float>(p);
+  }
+}
+
+}  // namespace tcgemm
