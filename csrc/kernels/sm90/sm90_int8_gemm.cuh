@@ -158,14 +158,21 @@ __device__ __forceinline__ void store_warp_tile(const Sm90Args& args, const Epi&
   for (int h = 0; h < 2; ++h) rows[h] = epi.row(min(row_base + lane / 4 + 8 * h, args.m - 1));
 #pragma unroll
   for (int chunk = 0; chunk < Cfg::kWN / kCols; ++chunk, ++chunks_issued) {
+    // The chunk's column scales and bias, all loaded before the first shared-memory store (an
+    // asm statement the compiler does not move loads across), so their latencies overlap.
+    typename Epi::Col cols[kCols / 8][2];
+#pragma unroll
+    for (int jj = 0; jj < kCols / 8; ++jj)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        cols[jj][e] = epi.col(min(col_base + 8 * (chunk * (kCols / 8) + jj) + 2 * (lane % 4) + e, args.n - 1));
     const uint32_t buffer = staging_addr + (chunks_issued % 2) * Cfg::kEpiBufferBytes;
     if (lane == 0) ptx::bulk_wait_group_read<1>();
     __syncwarp();
 #pragma unroll
     for (int jj = 0; jj < kCols / 8; ++jj) {
       const int j = chunk * (kCols / 8) + jj;
-      const int col = col_base + 8 * j + 2 * (lane % 4);
-      const typename Epi::Col c0 = epi.col(min(col, args.n - 1)), c1 = epi.col(min(col + 1, args.n - 1));
+      const typename Epi::Col c0 = cols[jj][0], c1 = cols[jj][1];
       const int byte_in_row = (8 * jj + 2 * (lane % 4)) * static_cast<int>(sizeof(Out));
       const int swizzled = (((byte_in_row >> 4) ^ xor_chunk) << 4) | (byte_in_row & 15);
 #pragma unroll
@@ -337,27 +344,42 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int mi = 0; mi < Cfg::kMmaM; ++mi)
 #pragma unroll
           for (int i = 0; i < Cfg::kAccRegs; ++i) accf[mi][i] = 0.0f;
-        // One K block at a time: load its scales (their latency hides under the barrier wait and
-        // the wgmma), compute its partial sums, then fold them into the fp32 accumulators. The
-        // other consumer warpgroup's wgmma keep the tensor cores busy during the promotion.
-        // (Two int32 sets, promoting one while the next block runs, need more than the 168
-        // registers ptxas allocates here and make it serialize every wgmma.)
-        for (int kb = w.kb_begin; kb < w.kb_end; ++kb, ++ring) {
+        // This K block's promotion factors sa(row, kb) * sb(col_base, kb), loaded a block ahead.
+        auto load_scales = [&](float (&scale)[Cfg::kMmaM][2], int kb) {
           const float sb = epi.block_scale_b(min(col_base, args.n - 1), kb);
-          float scale[Cfg::kMmaM][2];
 #pragma unroll
           for (int mi = 0; mi < Cfg::kMmaM; ++mi)
 #pragma unroll
             for (int h = 0; h < 2; ++h) scale[mi][h] = epi.sa(min(row0 + 64 * mi + 8 * h, args.m - 1), kb) * sb;
+        };
+        // Folds one K block's partial sums into accf.
+        auto promote_all = [&](const float (&scale)[Cfg::kMmaM][2]) {
+#pragma unroll
+          for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+            for (int i = 0; i < Cfg::kAccRegs; ++i)
+              accf[mi][i] = promote(accf[mi][i], acc[mi][i], scale[mi][(i / 2) % 2]);
+        };
+        float scale[Cfg::kMmaM][2], next_scale[Cfg::kMmaM][2];
+        load_scales(scale, w.kb_begin);
+        // One K block at a time: compute its partial sums, then fold them into the fp32
+        // accumulators; the other consumer warpgroup's wgmma keep the tensor cores busy.
+        // No wgmma or wait sits under a condition ptxas cannot prove uniform (the next block's
+        // scales load unconditionally): it would serialize every wgmma of the kernel (C7518).
+        // (Promoting one n64 half while the other half's wgmma run makes ptxas serialize them
+        // too, C7514; two int32 sets exceed the 168 registers ptxas allocates here.)
+        for (int kb = w.kb_begin; kb < w.kb_end; ++kb, ++ring) {
+          load_scales(next_scale, min(kb + 1, w.kb_end - 1));
           const int slot = static_cast<int>(ring % kStages);
           ptx::mbarrier_wait(&full[slot], (ring / kStages) & 1);
           issue_block(slot, false);
           ptx::wgmma_wait_group<0>(acc);
           if (lane == 0) ptx::mbarrier_arrive(&empty[slot]);
+          promote_all(scale);
 #pragma unroll
           for (int mi = 0; mi < Cfg::kMmaM; ++mi)
 #pragma unroll
-            for (int i = 0; i < Cfg::kAccRegs; ++i) accf[mi][i] = promote(accf[mi][i], acc[mi][i], scale[mi][(i / 2) % 2]);
+            for (int h = 0; h < 2; ++h) scale[mi][h] = next_scale[mi][h];
         }
       }
       if (!kPerBlock && lane == 0) ptx::mbarrier_arrive(&empty[prev_slot]);
