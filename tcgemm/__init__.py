@@ -12,14 +12,17 @@
 from ._ops import BACKENDS, available_backends, gemm, int8_gemm, scaled_gemm
 from ._quantize import quantize
 from . import reference
-#NN from .nn import QuantLinear, QuantizeReport, quantize_model
+from .nn import QuantLinear, QuantizeReport, quantize_model
 
 __all__ = [
     "BACKENDS",
+    "QuantLinear",
+    "QuantizeReport",
     "available_backends",
     "gemm",
     "int8_gemm",
     "quantize",
+    "quantize_model",
     "reference",
     "scaled_gemm",
 ]

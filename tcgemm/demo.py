@@ -6,17 +6,26 @@
 On a GPU it checks every backend bit-exact against an int64 reference on odd shapes and all
 four operand layouts, then times int8 GEMM (TN: activations [M,K] row-major, weight [N,K]) for
 each backend against torch._int_mm and bf16 torch.matmul, with CUDA events over rotated inputs.
+
+Then the quantized-model part (tcgemm.nn): a small MLP trained on scikit-learn's digits is
+quantized with quantize_model (float vs int8 accuracy, on the CPU and on the GPU), and on a GPU a
+Llama-3-8B-style gated MLP block (4096 -> 14336 -> 4096, bf16, 2048 tokens) is timed against its
+W8A8 version, with the SQNR of the int8 output against bf16.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import math
 import statistics
 import time
 
 import torch
+from torch import nn
 
 import tcgemm
+import tcgemm.nn
 from tcgemm.reference import gemm_reference
 
 
@@ -101,13 +110,119 @@ def run_cpu() -> bool:
     return ok
 
 
+def _sqnr_db(ref: torch.Tensor, out: torch.Tensor) -> float:
+    """10*log10(signal / noise) of ``out`` against ``ref``, in float64."""
+    ref, out = ref.double(), out.double()
+    noise = (ref - out).pow(2).sum().item()
+    return math.inf if noise == 0 else 10 * math.log10(ref.pow(2).sum().item() / noise)
+
+
+def train_digits_mlp(seed: int = 0):
+    """A 64-256-256-10 ReLU MLP trained (fp32, CPU, ~1 s) on scikit-learn's 8x8 digits.
+
+    Returns (model, x_test, y_test) on a held-out 797-image split, or None without scikit-learn.
+    """
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        return None
+    digits = load_digits()
+    x = torch.tensor(digits.data, dtype=torch.float32) / 16.0
+    y = torch.tensor(digits.target, dtype=torch.long)
+    gen = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(len(x), generator=gen)
+    train, test = perm[:1000], perm[1000:]
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=2e-3)
+    for _ in range(300):
+        batch = train[torch.randint(0, len(train), (128,), generator=gen)]
+        loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval(), x[test], y[test]
+
+
+def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    with torch.no_grad():
+        return 100.0 * (model(x).argmax(dim=1).cpu() == y).double().mean().item()
+
+
+def demo_digits(device: str) -> None:
+    """Float vs int8 accuracy of the trained digits MLP after tcgemm.nn.quantize_model."""
+    print(f"\nQuantized model: digits MLP 64-256-256-10 on {device}")
+    trained = train_digits_mlp()
+    if trained is None:
+        print("  scikit-learn is not installed: skipping the digits MLP (pip install scikit-learn)")
+        return
+    float_model, x_test, y_test = trained
+    float_model = float_model.to(device)
+    print(f"  float32 model: {_accuracy(float_model, x_test.to(device), y_test):.2f}% on {len(y_test)} held-out images")
+    dtypes = [torch.float32, torch.bfloat16]
+    for weight, activation in [("channel", "token"), ("block", "block")]:
+        model = copy.deepcopy(float_model)
+        report = tcgemm.nn.quantize_model(model, weight=weight, activation=activation)
+        if weight == "channel":
+            print("  " + str(report).replace("\n", "\n  "))
+        accs = ", ".join(
+            f"{str(dtype).replace('torch.', '')} inputs {_accuracy(model, x_test.to(device, dtype), y_test):.2f}%"
+            for dtype in dtypes
+        )
+        print(f"  int8 weight={weight:7s} activation={activation:5s}: {accs}")
+
+
+class GatedMLP(nn.Module):
+    """Llama-style MLP block: down(silu(gate(x)) * up(x)), no biases."""
+
+    def __init__(self, dim: int, hidden: int, device=None, dtype=None) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False, device=device, dtype=dtype)
+        self.up_proj = nn.Linear(dim, hidden, bias=False, device=device, dtype=dtype)
+        self.down_proj = nn.Linear(hidden, dim, bias=False, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def demo_llama_mlp(reps: int, tokens: int = 2048, dim: int = 4096, hidden: int = 14336) -> None:
+    """Llama-3-8B MLP block in bf16 vs the same block after quantize_model (GPU only)."""
+    print(f"\nQuantized model: Llama-3-8B-style MLP block ({dim} -> 2x{hidden} -> {dim}, SiLU-gated), "
+          f"{tokens} tokens, median of {reps}")
+    torch.manual_seed(0)
+    block = GatedMLP(dim, hidden, device="cuda", dtype=torch.bfloat16)
+    # Two input sets (the weights, 350 MB in bf16, are far larger than L2 anyway).
+    inputs = [(torch.randn(tokens, dim, device="cuda", dtype=torch.bfloat16),) for _ in range(2)]
+    flops = 2 * tokens * 3 * dim * hidden
+    with torch.no_grad():
+        exact = copy.deepcopy(block).float()(inputs[0][0].float())
+        ref = block(inputs[0][0])
+        bf16_ms = _median_ms(block, inputs, reps)
+        print(f"  {'bf16 nn.Linear':34s} {bf16_ms:8.3f} ms  {flops / bf16_ms / 1e9:6.0f} TFLOPS"
+              f"  SQNR vs fp32 {_sqnr_db(exact, ref):5.1f} dB")
+        for weight, activation in [("channel", "token"), ("block", "block")]:
+            qblock = copy.deepcopy(block)
+            tcgemm.nn.quantize_model(qblock, weight=weight, activation=activation)
+            out = qblock(inputs[0][0])
+            ms = _median_ms(qblock, inputs, reps)
+            name = f"int8 W:{weight} A:{activation}"
+            print(f"  {name:34s} {ms:8.3f} ms  {flops / ms / 1e9:6.0f} TOPS  "
+                  f"SQNR vs bf16 {_sqnr_db(ref, out):5.1f} dB, vs fp32 {_sqnr_db(exact, out):5.1f} dB, "
+                  f"speed-up {bf16_ms / ms:.2f}x")
+            del qblock
+    del block, exact
+    torch.cuda.empty_cache()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
+    parser.add_argument("--quick", action="store_true", help="fewer shapes and repetitions (GEMMs and the MLP block)")
     args = parser.parse_args()
     print(f"tcgemm {tcgemm.__version__}, torch {torch.__version__}")
     if not torch.cuda.is_available():
-        raise SystemExit(0 if run_cpu() else 1)
+        ok = run_cpu()
+        demo_digits("cpu")
+        raise SystemExit(0 if ok else 1)
     backends = tcgemm.available_backends("cuda")
     print(f"GPU: {torch.cuda.get_device_name()}, backends: {', '.join(backends)}")
     print("Exactness (int32 vs int64 reference):")
@@ -116,6 +231,9 @@ def main() -> None:
     shapes = [(4096, 4096, 4096), (16, 4096, 4096)] if args.quick else [
         (4096, 4096, 4096), (8192, 8192, 8192), (2048, 14336, 4096), (512, 8192, 8192), (16, 8192, 8192)]
     time_gpu(fast, shapes, reps=10 if args.quick else 30)
+    demo_digits("cpu")
+    demo_digits("cuda")
+    demo_llama_mlp(reps=10 if args.quick else 30)
     raise SystemExit(0 if ok else 1)
 
 

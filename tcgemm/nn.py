@@ -1,0 +1,325 @@
+"""Quantized layers: W8A8 drop-in replacements for ``nn.Linear``.
+
+    import tcgemm.nn
+    qlin = tcgemm.nn.QuantLinear.from_linear(linear)            # int8 weight, per-channel scales
+    report = tcgemm.nn.quantize_model(model, skip=("lm_head",))  # swap every nn.Linear in place
+    print(report)
+
+A :class:`QuantLinear` holds its weight as int8 [N, K] with fp32 scales, quantizes the activations
+on the fly (``tcgemm.quantize``) and runs one fused int8 GEMM with the scales and bias applied in its
+epilogue (``tcgemm.scaled_gemm``). Its state is plain tensors (buffers), so ``state_dict`` works with
+``torch.save`` and safetensors. It is for inference: the int8 ops have no autograd.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Literal, Optional, Union
+
+import torch
+from torch import nn
+
+import tcgemm  # the ops are looked up at call time, so this works while tcgemm/__init__ is loading
+
+__all__ = ["QuantLinear", "QuantizeReport", "quantize_model", "quantize_weight"]
+
+WeightGranularity = Literal["channel", "block"]
+ActivationGranularity = Literal["token", "block"]
+SkipRule = Union[str, Iterable[str], Callable[[str, nn.Module], bool]]
+
+BLOCK = 128  # K (and, for weights, N) block size of the per-block scales; fixed by the kernels
+WEIGHT_GRANULARITIES = ("channel", "block")
+ACTIVATION_GRANULARITIES = ("token", "block")
+# QuantLinear's activation names -> tcgemm.quantize's: a 1x128 activation block is a "group".
+_QUANTIZE_GRANULARITY = {"token": "token", "block": "group"}
+_INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
+    if value not in choices:
+        raise ValueError(f"tcgemm.nn: {what} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def _scale_from_amax(amax: torch.Tensor) -> torch.Tensor:
+    # Same rule as tcgemm.quantize: amax / 127 in fp32, and 1.0 for an all-zero group so the
+    # division below is defined (its values quantize to 0 with any scale). Divided by a tensor, not
+    # the Python scalar 127: CUDA torch turns a scalar division into a multiplication by the
+    # reciprocal, which is not the IEEE quotient, and the scales would differ from the CPU's.
+    return torch.where(amax == 0, torch.ones_like(amax), amax / torch.full_like(amax, 127.0))
+
+
+def weight_scale_shape(out_features: int, in_features: int, granularity: str) -> tuple[int, ...]:
+    """Shape of the fp32 weight scales: [N] per channel, [ceil(N/128), ceil(K/128)] per block.
+
+    Example:
+        >>> weight_scale_shape(4096, 14336, "block")
+        (32, 112)
+    """
+    _check_choice(granularity, WEIGHT_GRANULARITIES, "weight granularity")
+    if granularity == "channel":
+        return (out_features,)
+    return (math.ceil(out_features / BLOCK), math.ceil(in_features / BLOCK))
+
+
+def quantize_weight(w: torch.Tensor, granularity: str = "channel") -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 quantization of an ``nn.Linear`` weight [N, K], computed in fp32.
+
+    ``granularity="channel"``: one scale per output row, ``scale`` fp32 [N].
+    ``granularity="block"``: one scale per 128x128 block, ``scale`` fp32 [ceil(N/128), ceil(K/128)]
+    (edge blocks may be short). In both cases ``scale = amax / 127`` (1.0 where amax is 0) and
+    ``q = clamp(round_half_even(w / scale), -127, 127)``, the rule ``tcgemm.quantize`` uses.
+
+    Returns:
+        ``(q, scale)``: int8 [N, K] (contiguous) and the fp32 scales, on ``w``'s device.
+
+    Example:
+        >>> q, s = quantize_weight(linear.weight, "channel")
+        >>> w_approx = q.float() * s[:, None]
+    """
+    _check_choice(granularity, WEIGHT_GRANULARITIES, "weight granularity")
+    if w.dim() != 2:
+        raise ValueError(f"tcgemm.nn.quantize_weight: w must be 2-D [N, K], got shape {list(w.shape)}")
+    if not w.is_floating_point():
+        raise TypeError(f"tcgemm.nn.quantize_weight: w must be a float tensor, got {w.dtype}")
+    w = w.detach().to(torch.float32)
+    n, k = w.shape
+    if granularity == "channel":
+        # amax over an empty row is undefined in torch; K == 0 means amax 0, scale 1.0.
+        amax = w.abs().amax(dim=1) if k > 0 else w.new_zeros(n)
+        scale = _scale_from_amax(amax)
+        full = scale[:, None]
+    else:
+        nb, kb = weight_scale_shape(n, k, "block")
+        # Zero padding to whole blocks leaves every block's amax unchanged.
+        padded = nn.functional.pad(w, (0, kb * BLOCK - k, 0, nb * BLOCK - n))
+        amax = padded.abs().view(nb, BLOCK, kb, BLOCK).amax(dim=(1, 3))
+        scale = _scale_from_amax(amax)
+        full = scale.repeat_interleave(BLOCK, dim=0)[:n].repeat_interleave(BLOCK, dim=1)[:, :k]
+    q = torch.round(w / full).clamp_(-127, 127).to(torch.int8).contiguous()
+    return q, scale.contiguous()
+
+
+class QuantLinear(nn.Module):
+    """W8A8 linear layer: ``y = x @ W.T + b`` with int8 W and int8 activations, fp32 scales.
+
+    Buffers (plain tensors, all of them in ``state_dict``):
+        ``weight``: int8 [out_features, in_features].
+        ``weight_scale``: fp32 [out_features] (``weight="channel"``) or
+        [ceil(out/128), ceil(in/128)] (``weight="block"``, 128x128 blocks).
+        ``bias``: fp32 [out_features], or None.
+
+    Activations are quantized dynamically in ``forward``: one scale per token (row) with
+    ``activation="token"``, or per token and 128-wide K block with ``activation="block"``.
+    The output has the input's dtype (bf16, fp16 or fp32) and shape [..., out_features].
+
+    The plain constructor makes zero weights of the right shapes, for ``load_state_dict``;
+    use :meth:`from_linear` to quantize a trained layer.
+
+    Example:
+        >>> qlin = QuantLinear.from_linear(nn.Linear(4096, 14336).cuda(), weight="block", activation="block")
+        >>> y = qlin(torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16))   # bf16 [8, 14336]
+        >>> fresh = QuantLinear(4096, 14336, weight="block", activation="block", device="cuda")
+        >>> fresh.load_state_dict(qlin.state_dict())
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        weight: WeightGranularity = "channel",
+        activation: ActivationGranularity = "token",
+        device: Optional[Union[torch.device, str, int]] = None,
+    ) -> None:
+        super().__init__()
+        self.in_features = int(in_features)
+        self.out_features = int(out_features)
+        self.weight_granularity: str = _check_choice(weight, WEIGHT_GRANULARITIES, "weight granularity")
+        self.activation_granularity: str = _check_choice(
+            activation, ACTIVATION_GRANULARITIES, "activation granularity"
+        )
+        self.register_buffer(
+            "weight", torch.zeros(self.out_features, self.in_features, dtype=torch.int8, device=device)
+        )
+        scale_shape = weight_scale_shape(self.out_features, self.in_features, weight)
+        self.register_buffer("weight_scale", torch.ones(scale_shape, dtype=torch.float32, device=device))
+        if bias:
+            self.register_buffer("bias", torch.zeros(self.out_features, dtype=torch.float32, device=device))
+        else:
+            self.register_buffer("bias", None)
+
+    @classmethod
+    def from_linear(
+        cls,
+        linear: nn.Linear,
+        weight: WeightGranularity = "channel",
+        activation: ActivationGranularity = "token",
+    ) -> "QuantLinear":
+        """Quantizes a trained ``nn.Linear`` (any float dtype, any device; it is left untouched).
+
+        Example:
+            >>> qlin = QuantLinear.from_linear(model.fc1, weight="channel", activation="token")
+        """
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"QuantLinear.from_linear: expected an nn.Linear, got {type(linear).__name__}")
+        device = linear.weight.device
+        module = cls(
+            linear.in_features,
+            linear.out_features,
+            bias=linear.bias is not None,
+            weight=weight,
+            activation=activation,
+            device=device,
+        )
+        q, scale = quantize_weight(linear.weight, weight)
+        module.weight.copy_(q)
+        module.weight_scale.copy_(scale)
+        if linear.bias is not None:
+            module.bias.copy_(linear.bias.detach().to(torch.float32))
+        return module
+
+    def _gemm_weight_scale(self) -> torch.Tensor:
+        """``weight_scale`` in the form ``tcgemm.scaled_gemm`` reads unambiguously.
+
+        scaled_gemm tells scale_b's kinds apart by shape, trying per-channel [1, N] before
+        per-block [NB, KB]. With N <= 128 (NB == 1) and ceil(K/128) == N a block scale [1, KB]
+        would be read as per-channel, so it is expanded to its equivalent per-channel-1x128 form
+        [N, KB]. Shapes are static, so this is decided at trace time (no data-dependent Python).
+        """
+        scale = self.weight_scale
+        if self.weight_granularity == "block" and tuple(scale.shape) == (1, self.out_features) and self.out_features > 1:
+            return scale.expand(self.out_features, scale.shape[1]).contiguous()
+        return scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` [..., in_features] bf16/fp16/fp32 -> [..., out_features] of ``x.dtype``."""
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            raise ValueError(
+                f"QuantLinear: input's last dimension must be in_features={self.in_features}, "
+                f"got input of shape {list(x.shape)}"
+            )
+        if x.dtype not in _INPUT_DTYPES:
+            raise TypeError(f"QuantLinear: input dtype must be bfloat16, float16 or float32, got {x.dtype}")
+        lead = x.shape[:-1]
+        # flatten, not reshape(-1, K): -1 cannot be inferred for an empty x when K == 0.
+        x2d = x.unsqueeze(0) if x.dim() == 1 else x.flatten(0, -2)
+        q, scale = tcgemm.quantize(x2d, _QUANTIZE_GRANULARITY[self.activation_granularity])
+        y = tcgemm.scaled_gemm(
+            q, self.weight.t(), scale, self._gemm_weight_scale(), self.bias, out_dtype=x.dtype
+        )
+        return y.reshape(*lead, self.out_features)
+
+    def _apply(self, fn, recurse=True):
+        # Module.half() / .to(torch.bfloat16) convert every floating buffer; the kernels want fp32
+        # scales and rounding them would silently cost accuracy, so scales and bias keep fp32 and
+        # follow only device moves. (The int8 weight is never converted: it is not floating point.)
+        kept = {name: self._buffers[name] for name in ("weight_scale", "bias") if self._buffers.get(name) is not None}
+        super()._apply(fn, recurse)
+        for name, old in kept.items():
+            new = self._buffers[name]
+            if new is not None and new.dtype != torch.float32:
+                self._buffers[name] = old.to(device=new.device, dtype=torch.float32)
+        return self
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+            f"weight={self.weight_granularity!r}, activation={self.activation_granularity!r}"
+        )
+
+
+@dataclass
+class QuantizeReport:
+    """What :func:`quantize_model` did: qualified names swapped, and (name, reason) pairs skipped."""
+
+    swapped: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [f"quantize_model: {len(self.swapped)} nn.Linear swapped for QuantLinear, {len(self.skipped)} skipped"]
+        lines += [f"  swapped  {name}" for name in self.swapped]
+        lines += [f"  skipped  {name}: {reason}" for name, reason in self.skipped]
+        return "\n".join(lines)
+
+
+def _skip_reason(name: str, module: nn.Module, parent: nn.Module, skip, min_features: int) -> Optional[str]:
+    if callable(skip):
+        if skip(name, module):
+            return "skip callable returned True"
+    else:
+        for pattern in skip:
+            if fnmatch.fnmatchcase(name, pattern):
+                return f"matches skip entry {pattern!r}"
+    if isinstance(parent, nn.MultiheadAttention):
+        # MultiheadAttention reads out_proj.weight directly instead of calling out_proj.
+        return "inside nn.MultiheadAttention, which reads the float weight directly"
+    if type(module).forward is not nn.Linear.forward:
+        return f"{type(module).__name__} overrides nn.Linear.forward"
+    if min(module.in_features, module.out_features) < min_features:
+        return f"in/out features {module.in_features}/{module.out_features} < min_features={min_features}"
+    return None
+
+
+def quantize_model(
+    model: nn.Module,
+    skip: SkipRule = (),
+    weight: WeightGranularity = "channel",
+    activation: ActivationGranularity = "token",
+    min_features: int = 0,
+) -> QuantizeReport:
+    """Replaces every ``nn.Linear`` inside ``model`` (recursively, in place) by a :class:`QuantLinear`.
+
+    Args:
+        model: the module to convert; it must not itself be an ``nn.Linear`` (use
+            :meth:`QuantLinear.from_linear`).
+        skip: qualified names (as in ``model.named_modules()``) to leave in float: exact names or
+            ``fnmatch`` patterns (``"lm_head"``, ``"*.gate"``, ``"layers.0.*"``; ``*`` also matches
+            dots), or a callable ``skip(name, module) -> bool``.
+        weight, activation: granularities, see :class:`QuantLinear`.
+        min_features: leave layers with ``min(in_features, out_features) < min_features`` in float
+            (tiny layers gain nothing from int8); 0 swaps every size.
+
+    Layers inside ``nn.MultiheadAttention`` and ``nn.Linear`` subclasses with their own ``forward``
+    are always skipped (reported), since swapping them would change what the model computes.
+    A Linear reachable under several names is converted once and stays shared.
+
+    Returns:
+        a :class:`QuantizeReport`; ``print(report)`` gives a summary.
+
+    Example:
+        >>> report = quantize_model(model, skip=("lm_head", "*.gate"), weight="block", activation="block")
+        >>> print(report)
+    """
+    _check_choice(weight, WEIGHT_GRANULARITIES, "weight granularity")
+    _check_choice(activation, ACTIVATION_GRANULARITIES, "activation granularity")
+    if isinstance(model, nn.Linear):
+        raise TypeError("quantize_model: model is itself an nn.Linear; use QuantLinear.from_linear(model)")
+    if isinstance(skip, str):  # a lone name, not an iterable of characters
+        skip = (skip,)
+    elif not callable(skip):
+        skip = tuple(skip)
+    report = QuantizeReport()
+    converted: dict[int, nn.Module] = {}  # id(float Linear) -> its replacement, so shared layers stay shared
+
+    def visit(parent: nn.Module, prefix: str) -> None:
+        # _modules, not named_children(): the latter yields a module held in two slots only once.
+        for child_name, child in list(parent._modules.items()):
+            name = f"{prefix}{child_name}"
+            if isinstance(child, nn.Linear):
+                if id(child) not in converted:
+                    reason = _skip_reason(name, child, parent, skip, min_features)
+                    if reason is None:
+                        converted[id(child)] = QuantLinear.from_linear(child, weight=weight, activation=activation)
+                        report.swapped.append(name)
+                    else:
+                        converted[id(child)] = child
+                        report.skipped.append((name, reason))
+                setattr(parent, child_name, converted[id(child)])
+            elif child is not None:
+                visit(child, f"{name}.")
+
+    visit(model, "")
+    return report
