@@ -132,8 +132,9 @@ def train_digits_mlp(seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
     perm = torch.randperm(len(x), generator=gen)
     train, test = perm[:1000], perm[1000:]
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    with torch.random.fork_rng():  # seeded weights without touching the caller's RNG state
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
     opt = torch.optim.Adam(model.parameters(), lr=2e-3)
     for _ in range(300):
         batch = train[torch.randint(0, len(train), (128,), generator=gen)]

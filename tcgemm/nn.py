@@ -191,7 +191,7 @@ class QuantLinear(nn.Module):
         """
         scale = self.weight_scale
         if self.weight_granularity == "block" and tuple(scale.shape) == (1, self.out_features) and self.out_features > 1:
-            return scale.expand(self.out_features, scale.shape[1]).contiguous()
+            return scale.expand(self.out_features, scale.shape[1])  # scaled_gemm reads any strides
         return scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

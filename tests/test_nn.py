@@ -386,25 +386,10 @@ def digits_mlp():
 
     Returns (model, x_test, y_test). The 797-image test split makes 0.5 pp four images.
     """
-    datasets = pytest.importorskip("sklearn.datasets")
-    digits = datasets.load_digits()
-    x = torch.tensor(digits.data, dtype=torch.float32) / 16.0
-    y = torch.tensor(digits.target, dtype=torch.long)
-    gen = torch.Generator().manual_seed(0)
-    perm = torch.randperm(len(x), generator=gen)
-    train, test = perm[:1000], perm[1000:]
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
-    opt = torch.optim.Adam(model.parameters(), lr=2e-3)
-    for _ in range(300):
-        batch = train[torch.randint(0, len(train), (128,), generator=gen)]
-        loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
-    return model, x[test], y[test]
+    pytest.importorskip("sklearn.datasets")
+    from tcgemm.demo import train_digits_mlp  # the demo's model, so both report the same thing
+
+    return train_digits_mlp(seed=0)
 
 
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:

@@ -148,6 +148,7 @@ def _args(m=4, n=8, k=256, device="cpu"):
     "mutate, exc, match",
     [
         (lambda a, b, sa, sb: (a.to(torch.uint8), b, sa, sb, {}), TypeError, r"argument 'a' must have dtype torch.int8"),
+        (lambda a, b, sa, sb: (a, b[0], sa, sb, {}), ValueError, r"argument 'b' must be a 2-D tensor \[K, N\], got a 1-D tensor"),
         (lambda a, b, sa, sb: (a, b[:100], sa, sb, {}), ValueError, r"K mismatch"),
         (lambda a, b, sa, sb: (a, b, sa.half(), sb, {}), TypeError, r"argument 'scale_a' must have dtype torch.float32"),
         (lambda a, b, sa, sb: (a, b, torch.ones(3, 1), sb, {}), ValueError, r"argument 'scale_a' must have shape .*\[4, 1\] \(per-token\)"),
@@ -158,7 +159,7 @@ def _args(m=4, n=8, k=256, device="cpu"):
         (lambda a, b, sa, sb: (a, b, sa, sb, {"backend": "sm80"}), ValueError, r"backend 'sm80' needs CUDA tensors"),
         (lambda a, b, sa, sb: (a, b, sa, sb, {"backend": "bogus"}), ValueError, r"argument 'backend' must be one of"),
     ],
-    ids=["uint8", "kmismatch", "scale-dtype", "scale_a-shape", "scale_b-shape", "bias-shape", "bias-dtype",
+    ids=["uint8", "b-1d", "kmismatch", "scale-dtype", "scale_a-shape", "scale_b-shape", "bias-shape", "bias-dtype",
          "out-dtype", "backend-device", "backend-name"],
 )
 def test_cpu_errors(mutate, exc, match):
@@ -270,6 +271,8 @@ def test_gpu_errors():
     a, b, sa, sb = _args(device="cuda")
     with pytest.raises(ValueError, match=r"argument 'scale_b' must be on the same device"):
         tcgemm.scaled_gemm(a, b, sa, sb.cpu())
+    with pytest.raises(ValueError, match=r"argument 'bias' must be on the same device"):
+        tcgemm.scaled_gemm(a, b, sa, sb, torch.ones(8))
     with pytest.raises(ValueError, match=r"the scaled GEMM runs on backends auto, cpu, sm80 and sm90, not 'wmma'"):
         tcgemm.scaled_gemm(a, b, sa, sb, backend="wmma")
 

@@ -53,14 +53,8 @@ void run_cuda(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmP
 }
 
 void run_cpu(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmParams& p) {
-  TORCH_CHECK_VALUE(requested == Backend::kAuto || requested == Backend::kCpu, kOp, ": backend '",
-                    backend_name(requested), "' needs CUDA tensors, got tensors on cpu (argument 'backend')");
-  const at::Tensor a_k = p.a.k_major() ? a : a.contiguous();
-  const at::Tensor b_k = p.b.k_major() ? b : b.t().contiguous().t();
-  p.a = describe(a_k, false);
-  p.b = describe(b_k, true);
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, int64_t{p.n} * p.k));
-  at::parallel_for(0, p.m, grain, [&](int64_t begin, int64_t end) { run_cpu_gemm(p, begin, end); });
+  const OperandCopies k_major = cpu_k_major_operands(kOp, requested, a, b, p);
+  at::parallel_for(0, p.m, cpu_row_grain(p), [&](int64_t begin, int64_t end) { run_cpu_gemm(p, begin, end); });
 }
 
 }  // namespace

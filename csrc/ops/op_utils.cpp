@@ -3,6 +3,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 
@@ -96,6 +97,22 @@ OperandCopies fit_operands(Backend backend, const at::Tensor& a, const at::Tenso
     p.b = describe(copies.b, false);
   }
   return copies;
+}
+
+OperandCopies cpu_k_major_operands(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
+                                   GemmParams& p) {
+  TORCH_CHECK_VALUE(requested == Backend::kAuto || requested == Backend::kCpu, op, ": backend '",
+                    backend_name(requested), "' needs CUDA tensors, got tensors on cpu (argument 'backend')");
+  OperandCopies k_major;
+  k_major.a = p.a.k_major() ? a : a.contiguous();
+  k_major.b = p.b.k_major() ? b : b.t().contiguous().t();
+  p.a = describe(k_major.a, false);
+  p.b = describe(k_major.b, true);
+  return k_major;
+}
+
+int64_t cpu_row_grain(const GemmParams& p) {
+  return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, int64_t{p.n} * p.k));
 }
 
 }  // namespace tcgemm

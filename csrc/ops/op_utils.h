@@ -42,4 +42,13 @@ struct OperandCopies {
 };
 OperandCopies fit_operands(Backend backend, const at::Tensor& a, const at::Tensor& b, GemmParams& p);
 
+// The CPU path of a GEMM op: checks that `requested` is "auto" or "cpu", makes both operands
+// K-major (a contiguous copy of one that is not) and describes them in p; the returned tensors
+// must outlive the computation.
+OperandCopies cpu_k_major_operands(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
+                                   GemmParams& p);
+
+// Rows of D per at::parallel_for task: about 64K multiply-adds each.
+int64_t cpu_row_grain(const GemmParams& p);
+
 }  // namespace tcgemm

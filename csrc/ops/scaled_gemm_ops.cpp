@@ -94,17 +94,11 @@ void run_cuda(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmP
 }
 
 void run_cpu(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmParams& p, at::Tensor& out) {
-  TORCH_CHECK_VALUE(requested == Backend::kAuto || requested == Backend::kCpu, kOp, ": backend '",
-                    backend_name(requested), "' needs CUDA tensors, got tensors on cpu (argument 'backend')");
-  const at::Tensor a_k = p.a.k_major() ? a : a.contiguous();
-  const at::Tensor b_k = p.b.k_major() ? b : b.t().contiguous().t();
-  p.a = describe(a_k, false);
-  p.b = describe(b_k, true);
+  const OperandCopies k_major = cpu_k_major_operands(kOp, requested, a, b, p);
   // fp32 results, rounded once to the output dtype by torch (round to nearest even).
   at::Tensor f32 = out.scalar_type() == at::kFloat ? out : at::empty(out.sizes(), out.options().dtype(at::kFloat));
   float* dst = f32.data_ptr<float>();
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, int64_t{p.n} * p.k));
-  at::parallel_for(0, p.m, grain, [&](int64_t begin, int64_t end) { run_cpu_scaled_gemm(p, dst, begin, end); });
+  at::parallel_for(0, p.m, cpu_row_grain(p), [&](int64_t begin, int64_t end) { run_cpu_scaled_gemm(p, dst, begin, end); });
   if (!f32.is_same(out)) out.copy_(f32);
 }
 
