@@ -282,6 +282,54 @@ def test_gpu_matches_reference_and_cpu(m, k, dtype, granularity, static, rng):
     check_equal(s, s_cpu, "gpu vs cpu scale")
 
 
+def hard_rows(scales, k, generator):
+    """Rows of fp32 values that stress x / scale -> int8 for each static scale: quotients at
+    and next to every half-integer from -130.5 to 130.5 (round half to even, and the clamp at
+    +-127), random values, +-inf, +-0, denormals, and the scale's own multiples near 127.
+    (No NaN: the reference's float-to-int8 conversion of NaN is undefined; the kernels' rule,
+    NaN -> -127, has its own test.)"""
+    rows = []
+    for s in scales:
+        s32 = torch.tensor(s, dtype=torch.float32)
+        ties = (torch.arange(-261, 262, dtype=torch.float32) * 0.5) * s32
+        near = torch.cat([ties, torch.nextafter(ties, ties + 1), torch.nextafter(ties, ties - 1)])
+        special = torch.tensor([float("inf"), float("-inf"), 0.0, -0.0, 1e-45, -1e-45, 1e-39])
+        edge = torch.stack([s32 * 127, s32 * 127.5, -s32 * 127.5, torch.nextafter(s32 * 127.5, s32 * 0)])
+        random = torch.randn(k, generator=generator) * s32 * 60
+        row = torch.cat([near, special, edge, random])[:k]
+        rows.append(torch.cat([row, torch.zeros(k - row.numel())]))
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_exact_on_hard_quotients(device, dtype, rng):
+    """The GPU divides with a once-per-scale reciprocal and FMA correction steps where the scale
+    allows (2^-90..2^90), and with the IEEE division elsewhere (the CPU always); both must give
+    the reference's bits on ties, neighbours of ties, the clamp edges and special values."""
+    scales = [1.0, 2.0, 0.1, 1 / 3, 0.0078125, 1e-6, 7.1e-3, 3.3e4, 1e-30, 1e30, 2.0**-90, 2.0**90,
+              2.0**-100, 2.0**100, 3e-39]
+    x = hard_rows(scales, 2048, rng).to(dtype)
+    scale = torch.tensor(scales, dtype=torch.float32).reshape(-1, 1)
+    q, _ = tcgemm.quantize(x.to(device), "token", scale=scale.to(device))
+    check_equal(q, quantize_reference(x, "token", scale)[0], f"static token {dtype}")
+    # Dynamic: rows whose amax is 127 * c, so the computed scale is c or next to it and the
+    # other values sit on (or next to) half-integer quotients of it.
+    finite = x[:, :1600].clone()
+    finite[~torch.isfinite(finite)] = 0
+    for granularity in GRANULARITIES:
+        check_quantize(finite.to(device), granularity, False, f"dynamic {granularity} {dtype}")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+def test_nan_quantizes_to_minus_127(device):
+    x = torch.tensor([[float("nan"), 1.0, -1.0, 0.0]], device=device)
+    # A zero static scale makes 0 / 0 a NaN as well.
+    for scale, expected in ((1.0, [-127, 1, -1, 0]), (2.0**-100, [-127, 127, -127, 0]), (0.0, [-127, 127, -127, -127])):
+        q, _ = tcgemm.quantize(x, "token", scale=torch.full((1, 1), scale, device=device))
+        assert q.tolist() == [expected], f"scale {scale}: {q.tolist()}"
+
+
 @needs_cuda
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("granularity", GRANULARITIES)

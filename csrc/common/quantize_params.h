@@ -70,4 +70,46 @@ TCGEMM_HD int8_t quant_value(float x, float scale) {
   return static_cast<int8_t>(static_cast<int>(r));
 }
 
+// One scale applied to many values, prepared once (per row or group): on the GPU,
+// quant_value_fast(x, divisor) returns exactly quant_value(x, scale) with cheaper arithmetic, where __fdiv_rn and
+// rintf + float-to-int cost three quarter-rate instructions per element (MUFU reciprocal,
+// FCHK, F2I) and made the quantize kernels compute-bound.
+//   - x is first clamped to +-bound, bound = RN(127 * scale): every |x| >= bound quantizes to
+//     +-127 either way (x / scale is then within 2^-16 of 127 or beyond it), and a NaN x
+//     becomes -bound, i.e. -127, as before.
+//   - x / scale, correctly rounded, from recip = RN(1 / scale): q0 = RN(x * recip) is within
+//     2 ulp of x / scale; one residual step q1 = RN(q0 + (x - scale * q0) * recip) (the
+//     residual exact by FMA) is within 1 ulp (faithful); a second step returns RN(x / scale)
+//     (Markstein's theorem: a faithful quotient plus its exact residual times the correctly
+//     rounded reciprocal rounds to the correctly rounded quotient). That needs no overflow or
+//     underflow on the way, which `fast` guarantees (2^-90 <= scale <= 2^90, |x| <= bound);
+//     quotients below 2^-30 in magnitude may be off by an ulp but quantize to 0 either way.
+//   - round half to even and the conversion: adding 1.5 * 2^23 rounds the (|q| < 2^22) value
+//     to an integer in the mantissa in the default rounding mode, whose low byte is the int8.
+// Other scales (0, denormal, huge, inf, NaN, negative) are not `fast` and take quant_value.
+struct QuantDivisor {
+  float scale;
+  float recip;  // RN(1 / scale) when fast
+  float bound;  // RN(127 * scale) when fast
+  bool fast;
+
+  TCGEMM_HD explicit QuantDivisor(float s) : scale(s), recip(0.f), bound(0.f), fast(s >= 0x1p-90f && s <= 0x1p90f) {
+    if (fast) {
+      recip = quant_div(1.f, s);
+      bound = 127.f * s;
+    }
+  }
+};
+
+#if defined(__CUDA_ARCH__)
+// quant_value(x, d.scale) for a divisor with d.fast (the caller branches once per scale).
+__device__ __forceinline__ int8_t quant_value_fast(float x, const QuantDivisor& d) {
+  const float xc = fminf(fmaxf(x, -d.bound), d.bound);
+  const float q0 = __fmul_rn(xc, d.recip);
+  const float q1 = __fmaf_rn(__fmaf_rn(-d.scale, q0, xc), d.recip, q0);
+  const float q = __fmaf_rn(__fmaf_rn(-d.scale, q1, xc), d.recip, q1);
+  return static_cast<int8_t>(__float_as_int(__fadd_rn(q, 12582912.0f)) & 0xff);
+}
+#endif
+
 }  // namespace tcgemm

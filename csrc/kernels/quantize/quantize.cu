@@ -2,11 +2,11 @@
 //
 // How the work is split:
 // - Per token (dynamic): a team of threads owns one row. Rows of up to 1024 elements get one
-//   warp each (8 rows per block); longer rows get a block of up to 512 threads. The team loads
-//   its row into registers (32 values per thread), reduces amax, and quantizes from the
-//   registers: one pass over global memory. Rows too long for the registers of 512 threads
-//   (> 16384 elements) are swept twice by the same kernel: once for amax, once to quantize;
-//   the second read mostly hits L2 (and L1) because the block read the row just before.
+//   warp each (8 rows per block); longer rows get a block (TeamShape). The team loads its row
+//   into registers (bf16/fp16 kept packed as loaded), reduces amax, and quantizes from the
+//   registers: one pass over global memory. Rows of more than 16384 elements are swept
+//   twice by the same kernel: once for amax, once to quantize; the second read mostly hits L2
+//   (and L1) because the block read the row just before.
 // - Per group (dynamic): 128 / VEC lanes own one 128-wide group (one 16-byte load each when
 //   vectorized, four strided scalar loads otherwise), reduce amax with shuffles inside their
 //   part of the warp and quantize from registers: one pass.
@@ -19,11 +19,13 @@
 //
 // Loads are 16 bytes wide (8 bf16/fp16 or 4 fp32 values) when x's base address, its row stride
 // and K allow them (K also keeps the int8 stores of q aligned); other layouts take the scalar
-// path, which is slower but gives the same bits. Every division is IEEE (__fdiv_rn).
+// path, which is slower but gives the same bits. Every quotient is the correctly rounded one
+// (QuantDivisor: the reciprocal once per scale, then FMA steps per element).
 #include "kernels/quantize/quantize.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -35,8 +37,25 @@ namespace tcgemm {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kCacheElems = 32;         // values per thread kept in registers by the token kernel
+constexpr int kCacheElems = 32;         // values per thread a warp team keeps in registers
 constexpr int kMaxTeamThreads = 512;    // block size of the token kernel for long rows
+
+// How the token kernel's block teams (a block per row) hold a row in registers: kCache vectors
+// per thread, at most kThreads threads, and a register budget that lets kBlocksPerSm blocks
+// share an SM. Rows of packed bf16/fp16 (16-byte vectors kept as loaded) take 8 vectors (64
+// values in 32 registers) per thread and up to 256 threads, and 4 rows fit an SM (<= 64
+// registers): measured on the H200 at 2048 x 14336 bf16, 30 us, where 512 threads of 32 floats
+// (2 rows per SM) took 45 us, and 5 rows per SM (spilling at 48 registers) or rows staged in
+// shared memory by cp.async (7 rows per SM, or 2 buffers per block and a grid of resident
+// blocks) took 32-34 us. Others: 32 values per thread, up to 512 threads. Both cache rows of up
+// to 16384 values; longer rows are swept twice.
+template <typename T, int VEC>
+struct TeamShape {
+  static constexpr bool kPacked16 = sizeof(T) == 2 && VEC * sizeof(T) == 16;
+  static constexpr int kCache = kPacked16 ? 8 : kCacheElems / VEC;
+  static constexpr int kThreads = kPacked16 ? 256 : kMaxTeamThreads;
+  static constexpr int kBlocksPerSm = kPacked16 ? 4 : 1;
+};
 constexpr int kBlockThreads = 256;      // every other kernel
 constexpr int64_t kMaxBlocks = 1 << 20; // grids are grid-stride loops beyond this
 
@@ -44,28 +63,79 @@ __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 
-// VEC consecutive values of x as floats; VEC * sizeof(T) == 16 is one 16-byte load.
+// VEC consecutive values of x as loaded. A 16-byte vector stays four packed words (bf16/fp16
+// take half the registers of floats, which lets the token kernel keep twice as much of its
+// rows in flight); other widths hold the values.
+template <typename T, int VEC, bool Packed = VEC * sizeof(T) == 16>
+struct RawVec {
+  T e[VEC];
+  __device__ __forceinline__ void load(const T* ptr) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) e[i] = ptr[i];
+  }
+  __device__ __forceinline__ float get(int i) const { return to_float(e[i]); }
+};
+
+template <typename T, int VEC>
+struct RawVec<T, VEC, true> {
+  uint32_t w[4];
+  __device__ __forceinline__ void load(const T* ptr) { set(__ldg(reinterpret_cast<const uint4*>(ptr))); }
+  __device__ __forceinline__ void set(const uint4& bits) {
+    w[0] = bits.x;
+    w[1] = bits.y;
+    w[2] = bits.z;
+    w[3] = bits.w;
+  }
+  // Value i (i a compile-time constant after unrolling, so w stays in registers).
+  __device__ __forceinline__ float get(int i) const {
+    if constexpr (sizeof(T) == 4) {
+      return __uint_as_float(w[i]);
+    } else {
+      const uint32_t word = w[i / 2];
+      const uint16_t half_bits = static_cast<uint16_t>(i % 2 == 0 ? word & 0xffffu : word >> 16);
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        return __uint_as_float(static_cast<uint32_t>(half_bits) << 16);  // bf16 is fp32's top half
+      } else {
+        return __half2float(__ushort_as_half(half_bits));
+      }
+    }
+  }
+};
+
+template <typename T, int VEC>
+__device__ __forceinline__ RawVec<T, VEC> load_raw(const T* ptr) {
+  RawVec<T, VEC> r;
+  r.load(ptr);
+  return r;
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void to_floats(const RawVec<T, VEC>& r, float (&out)[VEC]) {
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) out[i] = r.get(i);
+}
+
+// VEC consecutive values of x as floats.
 template <typename T, int VEC>
 __device__ __forceinline__ void load_vec(const T* ptr, float (&out)[VEC]) {
-  if constexpr (VEC * sizeof(T) == 16) {
-    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(ptr));
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) out[i] = to_float(e[i]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) out[i] = to_float(ptr[i]);
-  }
+  to_floats(load_raw<T, VEC>(ptr), out);
 }
 
 // Quantizes VEC values and stores them with one aligned store of VEC bytes.
 template <int VEC>
-__device__ __forceinline__ void store_quantized(int8_t* dst, const float (&v)[VEC], float scale) {
+__device__ __forceinline__ void store_quantized(int8_t* dst, const float (&v)[VEC], const QuantDivisor& scale) {
   struct alignas(VEC) Pack {
     int8_t b[VEC];
   } pack;
+  // The scalar layouts (VEC == 1, the fallback for unaligned rows) keep the plain division:
+  // both paths per element would cost them registers (spills on sm_75) for little gain.
+  if (VEC > 1 && scale.fast) {
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) pack.b[i] = quant_value(v[i], scale);
+    for (int i = 0; i < VEC; ++i) pack.b[i] = quant_value_fast(v[i], scale);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) pack.b[i] = quant_value(v[i], scale.scale);
+  }
   *reinterpret_cast<Pack*>(dst) = pack;
 }
 
@@ -101,7 +171,8 @@ __device__ __forceinline__ float block_max(float v, float* partials) {
 // in registers between the amax reduction and the quantization; CACHE == 0 sweeps the row twice.
 // Needs K % VEC == 0 when VEC > 1 (checked by the launcher).
 template <typename T, int VEC, int CACHE, bool WARP_TEAM>
-__global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : kMaxTeamThreads)
+__global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamShape<T, VEC>::kThreads : kMaxTeamThreads,
+                                  !WARP_TEAM && CACHE > 0 ? TeamShape<T, VEC>::kBlocksPerSm : 1)
     quantize_token_kernel(const QuantizeParams p) {
   __shared__ float partials[kWarp];  // block teams only
   const int team = WARP_TEAM ? kWarp : blockDim.x;
@@ -116,20 +187,35 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : kMaxTeamThreads)
     const T* x_row = x + row * p.x_stride_row;
     int8_t* q_row = p.q + row * p.k;
     float amax = 0.f;
-    float v[CACHE > 0 ? CACHE : 1][VEC];
+    RawVec<T, VEC> cached[CACHE > 0 ? CACHE : 1];
+    // 32-bit offsets (K < 2^31) where they save registers (the vectorized rows), 64-bit ones
+    // where the compiler folds them better (the scalar layouts).
+    using Index = std::conditional_t<VEC == 1, int64_t, int>;
     if constexpr (CACHE > 0) {
+      // Vectorized rows: all of a thread's loads first, then the reduction, so they are in
+      // flight together (the scalar layouts interleave, which keeps their 32 loads' addresses
+      // out of the registers).
 #pragma unroll
       for (int c = 0; c < CACHE; ++c) {
-        const int64_t i = int64_t{c} * team + lane;
-        if (i < nvec) {
-          load_vec<T, VEC>(x_row + i * VEC, v[c]);
-          amax = abs_max(amax, v[c]);
+        const Index i = Index{c} * team + lane;
+        if (i < nvec) cached[c] = load_raw<T, VEC>(x_row + i * VEC);
+        if (VEC == 1 && i < nvec) amax = fmaxf(amax, fabsf(cached[c].get(0)));
+      }
+      if constexpr (VEC > 1) {
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c) {
+          if (c * team + lane < nvec) {
+            float v[VEC];
+            to_floats(cached[c], v);
+            amax = abs_max(amax, v);
+          }
         }
       }
     } else {
       for (int64_t i = lane; i < nvec; i += team) {
-        load_vec<T, VEC>(x_row + i * VEC, v[0]);
-        amax = abs_max(amax, v[0]);
+        float v[VEC];
+        load_vec<T, VEC>(x_row + i * VEC, v);
+        amax = abs_max(amax, v);
       }
     }
     if constexpr (WARP_TEAM) {
@@ -139,16 +225,22 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : kMaxTeamThreads)
     }
     const float scale = quant_scale_from_amax(amax);
     if (lane == 0) p.scale_out[row] = scale;
+    const QuantDivisor divisor(scale);
     if constexpr (CACHE > 0) {
 #pragma unroll
       for (int c = 0; c < CACHE; ++c) {
-        const int64_t i = int64_t{c} * team + lane;
-        if (i < nvec) store_quantized<VEC>(q_row + i * VEC, v[c], scale);
+        const Index i = Index{c} * team + lane;
+        if (i < nvec) {
+          float v[VEC];
+          to_floats(cached[c], v);
+          store_quantized<VEC>(q_row + i * VEC, v, divisor);
+        }
       }
     } else {
       for (int64_t i = lane; i < nvec; i += team) {
-        load_vec<T, VEC>(x_row + i * VEC, v[0]);  // second sweep: the row was just read
-        store_quantized<VEC>(q_row + i * VEC, v[0], scale);
+        float v[VEC];
+        load_vec<T, VEC>(x_row + i * VEC, v);  // second sweep: the row was just read
+        store_quantized<VEC>(q_row + i * VEC, v, divisor);
       }
     }
   }
@@ -192,10 +284,11 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_group_kernel(const Qua
     const float scale = quant_scale_from_amax(amax);
     if (!valid) continue;
     if (sub == 0) p.scale_out[gid] = scale;  // [M, G] contiguous: index row * G + group
+    const QuantDivisor divisor(scale);
 #pragma unroll
     for (int j = 0; j < PER_LANE; ++j) {
       const int64_t col = col0 + (int64_t{j} * LANES + sub) * VEC;
-      if (col < p.k) store_quantized<VEC>(p.q + row * p.k + col, v[j], scale);
+      if (col < p.k) store_quantized<VEC>(p.q + row * p.k + col, v[j], divisor);
     }
   }
 }
@@ -244,7 +337,7 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const Qu
       if (p.granularity == QuantGranularity::kGroup) scale = p.scale_in[row * groups + i * VEC / kQuantGroupSize];
       float v[VEC];
       load_vec<T, VEC>(x_row + i * VEC, v);
-      store_quantized<VEC>(p.q + row * p.k + i * VEC, v, scale);
+      store_quantized<VEC>(p.q + row * p.k + i * VEC, v, QuantDivisor(scale));
     }
   }
 }
@@ -259,19 +352,20 @@ dim3 elementwise_grid(int64_t m, int64_t nvec) {
 
 template <typename T, int VEC>
 void launch_token(const QuantizeParams& p) {
-  constexpr int kCache = kCacheElems / VEC;
+  constexpr int kWarpCache = kCacheElems / VEC;
+  using Team = TeamShape<T, VEC>;
   const int64_t nvec = p.k / VEC;
-  if (nvec <= int64_t{kWarp} * kCache) {
+  if (nvec <= int64_t{kWarp} * kWarpCache) {
     constexpr int64_t rows_per_block = kBlockThreads / kWarp;
     const int64_t blocks = std::min(ceil_div(p.m, rows_per_block), kMaxBlocks);
-    quantize_token_kernel<T, VEC, kCache, true><<<static_cast<unsigned>(blocks), kBlockThreads, 0, p.stream>>>(p);
+    quantize_token_kernel<T, VEC, kWarpCache, true><<<static_cast<unsigned>(blocks), kBlockThreads, 0, p.stream>>>(p);
     TCGEMM_CHECK_LAUNCH();
     return;
   }
   const unsigned blocks = static_cast<unsigned>(std::min(p.m, kMaxBlocks));
-  const int64_t threads = round_up<int64_t>(ceil_div<int64_t>(nvec, kCache), kWarp);
-  if (threads <= kMaxTeamThreads) {
-    quantize_token_kernel<T, VEC, kCache, false><<<blocks, static_cast<unsigned>(threads), 0, p.stream>>>(p);
+  const int64_t threads = round_up<int64_t>(ceil_div<int64_t>(nvec, Team::kCache), kWarp);
+  if (threads <= Team::kThreads) {
+    quantize_token_kernel<T, VEC, Team::kCache, false><<<blocks, static_cast<unsigned>(threads), 0, p.stream>>>(p);
   } else {
     quantize_token_kernel<T, VEC, 0, false><<<blocks, kMaxTeamThreads, 0, p.stream>>>(p);
   }
