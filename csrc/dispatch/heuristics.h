@@ -67,8 +67,8 @@ using Sm90Small = Sm90TileConfig<64, 128, 1, 2, 8>;
 using Sm90Tiny = Sm90TileConfig<64, 64, 1, 1, 12>;
 
 // Per-block scaled GEMM (1x128 x 128x128 scales), large problems: 128x128, two cooperative
-// consumer warpgroups of 64x128, 6 stages of 32 KiB. Promotion needs two int32 sets and one fp32
-// set of accumulators, which rules out 256-wide and 128-row warpgroup pieces.
+// consumer warpgroups of 64x128, 6 stages of 32 KiB. Promotion needs an int32 and an fp32 set of
+// accumulators (128 registers for 64x128), which rules out 256-wide and 128-row warpgroup pieces.
 using Sm90Block = Sm90TileConfig<128, 128, 2, 1, 6>;
 
 enum class Sm90Tile { kLarge, kPingPong, kSmall, kTiny, kBlock };
