@@ -17,9 +17,9 @@
 //     stores drain. The int32 epilogue's offsets and beta * C are a second, row-wise pass over
 //     the staged chunk. An output TMA cannot describe gets direct register stores (wrapping
 //     atomics under split-K).
-//   per-block scales (ScaledEpilogue<Out, true>): the main loop computes each 128-deep K block
-//     into one of two int32 accumulator sets and, while the next block's wgmma run, folds the
-//     finished one into fp32 accumulators with that block's scales (promotion).
+//   per-block scales (ScaledEpilogue<Out, true>): the main loop computes one 128-deep K block at
+//     a time, waits for it and folds its int32 partial sums into fp32 accumulators with that
+//     block's scales (promotion); the other consumer warpgroup's wgmma run meanwhile.
 //
 // Work units are output tiles in grouped order (GroupM tile rows per group, for L2 reuse of B),
 // times split_k ranges of K. Units go round-robin to gridDim.x <= #SMs resident blocks, and
@@ -37,6 +37,7 @@
 #include "common/cuda_check.h"
 #include "common/gemm_params.h"
 #include "common/math.h"
+#include "epilogue/chunk_cols.cuh"
 #include "epilogue/int32_epilogue.h"
 #include "epilogue/out_store.cuh"
 #include "epilogue/scaled_epilogue.h"
@@ -156,23 +157,22 @@ __device__ __forceinline__ void store_warp_tile(const Sm90Args& args, const Epi&
   typename Epi::Row rows[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) rows[h] = epi.row(min(row_base + lane / 4 + 8 * h, args.m - 1));
+  // Column terms: loaded coalesced one chunk ahead, shuffled to the fragment lanes (chunk_cols.cuh).
+  constexpr int kChunks = Cfg::kWN / kCols;
+  ChunkCols<Epi, kCols> cols[2];
+  cols[0].load(epi, col_base, args.n, lane);
 #pragma unroll
-  for (int chunk = 0; chunk < Cfg::kWN / kCols; ++chunk, ++chunks_issued) {
-    // The chunk's column scales and bias, all loaded before the first shared-memory store (an
-    // asm statement the compiler does not move loads across), so their latencies overlap.
-    typename Epi::Col cols[kCols / 8][2];
-#pragma unroll
-    for (int jj = 0; jj < kCols / 8; ++jj)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        cols[jj][e] = epi.col(min(col_base + 8 * (chunk * (kCols / 8) + jj) + 2 * (lane % 4) + e, args.n - 1));
+  for (int chunk = 0; chunk < kChunks; ++chunk, ++chunks_issued) {
+    const ChunkCols<Epi, kCols>& here = cols[chunk % 2];
+    if (chunk + 1 < kChunks) cols[(chunk + 1) % 2].load(epi, col_base + (chunk + 1) * kCols, args.n, lane);
     const uint32_t buffer = staging_addr + (chunks_issued % 2) * Cfg::kEpiBufferBytes;
     if (lane == 0) ptx::bulk_wait_group_read<1>();
     __syncwarp();
 #pragma unroll
     for (int jj = 0; jj < kCols / 8; ++jj) {
       const int j = chunk * (kCols / 8) + jj;
-      const typename Epi::Col c0 = cols[jj][0], c1 = cols[jj][1];
+      typename Epi::Col c0, c1;
+      here.fragment_pair(jj, lane, c0, c1);
       const int byte_in_row = (8 * jj + 2 * (lane % 4)) * static_cast<int>(sizeof(Out));
       const int swizzled = (((byte_in_row >> 4) ^ xor_chunk) << 4) | (byte_in_row & 15);
 #pragma unroll
@@ -344,13 +344,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int mi = 0; mi < Cfg::kMmaM; ++mi)
 #pragma unroll
           for (int i = 0; i < Cfg::kAccRegs; ++i) accf[mi][i] = 0.0f;
-        // This K block's promotion factors sa(row, kb) * sb(col_base, kb), loaded a block ahead.
-        auto load_scales = [&](float (&scale)[Cfg::kMmaM][2], int kb) {
-          const float sb = epi.block_scale_b(min(col_base, args.n - 1), kb);
+        // A K block's promotion factors sa(row, kb) * sb(col_base, kb). The raw scales are loaded
+        // two blocks ahead and multiplied one block ahead, so no product uses a load of the same
+        // iteration: ptxas places that product among the K block's wgmma, where (with loads one
+        // block ahead) the warp stalled on a global load before issuing the rest of them.
+        struct RawScales {
+          float a[Cfg::kMmaM][2];
+          float b;
+        };
+        auto load_scales = [&](RawScales& raw, int kb) {
+          raw.b = epi.block_scale_b(min(col_base, args.n - 1), kb);
 #pragma unroll
           for (int mi = 0; mi < Cfg::kMmaM; ++mi)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) scale[mi][h] = epi.sa(min(row0 + 64 * mi + 8 * h, args.m - 1), kb) * sb;
+            for (int h = 0; h < 2; ++h) raw.a[mi][h] = epi.sa(min(row0 + 64 * mi + 8 * h, args.m - 1), kb);
+        };
+        auto combine = [&](float (&scale)[Cfg::kMmaM][2], const RawScales& raw) {
+#pragma unroll
+          for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) scale[mi][h] = raw.a[mi][h] * raw.b;
         };
         // Folds one K block's partial sums into accf.
         auto promote_all = [&](const float (&scale)[Cfg::kMmaM][2]) {
@@ -360,26 +373,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             for (int i = 0; i < Cfg::kAccRegs; ++i)
               accf[mi][i] = promote(accf[mi][i], acc[mi][i], scale[mi][(i / 2) % 2]);
         };
-        float scale[Cfg::kMmaM][2], next_scale[Cfg::kMmaM][2];
-        load_scales(scale, w.kb_begin);
+        float scale[Cfg::kMmaM][2];
+        RawScales raw_next, raw_new;  // the scales of K blocks kb + 1 and kb + 2
+        load_scales(raw_new, w.kb_begin);
+        combine(scale, raw_new);
+        load_scales(raw_next, min(w.kb_begin + 1, w.kb_end - 1));
         // One K block at a time: compute its partial sums, then fold them into the fp32
         // accumulators; the other consumer warpgroup's wgmma keep the tensor cores busy.
-        // No wgmma or wait sits under a condition ptxas cannot prove uniform (the next block's
-        // scales load unconditionally): it would serialize every wgmma of the kernel (C7518).
+        // No wgmma or wait sits under a condition ptxas cannot prove uniform (the scales ahead
+        // load unconditionally): it would serialize every wgmma of the kernel (C7518).
         // (Promoting one n64 half while the other half's wgmma run makes ptxas serialize them
         // too, C7514; two int32 sets exceed the 168 registers ptxas allocates here.)
         for (int kb = w.kb_begin; kb < w.kb_end; ++kb, ++ring) {
-          load_scales(next_scale, min(kb + 1, w.kb_end - 1));
+          load_scales(raw_new, min(kb + 2, w.kb_end - 1));
           const int slot = static_cast<int>(ring % kStages);
           ptx::mbarrier_wait(&full[slot], (ring / kStages) & 1);
           issue_block(slot, false);
           ptx::wgmma_wait_group<0>(acc);
           if (lane == 0) ptx::mbarrier_arrive(&empty[slot]);
           promote_all(scale);
-#pragma unroll
-          for (int mi = 0; mi < Cfg::kMmaM; ++mi)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) scale[mi][h] = next_scale[mi][h];
+          combine(scale, raw_next);
+          raw_next = raw_new;
         }
       }
       if (!kPerBlock && lane == 0) ptx::mbarrier_arrive(&empty[prev_slot]);
