@@ -14,7 +14,7 @@ except ImportError as exc:  # pragma: no cover - only without a build
         "reinstall with `pip install --no-build-isolation -e .`"
     ) from exc
 
-BACKENDS = ("auto", "cpu", "wmma", "wmma_simple", "sm80", "sm90")
+BACKENDS = ("auto", "cpu", "wmma", "wmma_simple", "sm80", "sm90", "skinny")
 _OP = "tcgemm.gemm"
 
 
@@ -38,7 +38,8 @@ def gemm(
         alpha, beta: int32 scalars.
         out: optional int32 [M, N] to write into (may be ``c`` itself); returned.
         backend: "auto", or force one: "cpu" (CPU tensors), "wmma", "wmma_simple", "sm80",
-            "sm90" (Hopper, compute capability 9.0).
+            "sm90" (Hopper, compute capability 9.0), "skinny" (the few-rows kernel that "sm80" and
+            "sm90" take for M <= 32 against a wide B; compute capability >= 8.0).
 
     Returns:
         int32 [M, N] on the device of ``a``.
@@ -68,8 +69,8 @@ def int8_gemm(
 
 def available_backends(device: torch.device | str | int | None = None) -> list[str]:
     """Backends that run on ``device``, best first: ["cpu"] for the CPU, else the GPU kernels
-    this GPU supports, best first (e.g. ["sm90", "sm80", "wmma", "wmma_simple"] on an H100/H200,
-    ["sm80", "wmma", "wmma_simple"] on Ampere)."""
+    this GPU supports, best first, then "skinny" (e.g. ["sm90", "sm80", "wmma", "wmma_simple",
+    "skinny"] on an H100/H200, ["sm80", "wmma", "wmma_simple", "skinny"] on Ampere)."""
     device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
     if device.type == "cpu":
         return ["cpu"]
@@ -152,7 +153,7 @@ def scaled_gemm(
             (ambiguous shapes resolve in that order).
         bias: optional [N], any float dtype (applied in fp32).
         out_dtype: torch.bfloat16 (default), torch.float16 or torch.float32.
-        backend: "auto", "cpu", "sm80" or "sm90".
+        backend: "auto", "cpu", "sm80", "sm90" or "skinny".
 
     Without per-block scales K must be <= 131071 (the int32 accumulator cannot overflow).
 

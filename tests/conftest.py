@@ -25,7 +25,7 @@ VALUE_RANGE = {
 
 # Backend names used for test ids when CUDA is absent; every GPU test is then
 # skipped, so these are only labels that keep collection identical everywhere.
-NOMINAL_CUDA_BACKENDS = ("wmma", "wmma_simple", "sm80", "sm90")
+NOMINAL_CUDA_BACKENDS = ("wmma", "wmma_simple", "sm80", "sm90", "skinny")
 
 
 def pytest_configure(config):

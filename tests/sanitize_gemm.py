@@ -40,7 +40,7 @@ def main() -> int:
             ok = torch.equal(q.cpu(), rq) and torch.equal(s.cpu(), rs)
             failures += not ok
             print(f"quantize {gran:6s} {m}x{k}: {'exact' if ok else 'MISMATCH'}")
-    scaled = [b for b in tcgemm.available_backends("cuda") if b in ("sm90", "sm80")]
+    scaled = [b for b in tcgemm.available_backends("cuda") if b in ("sm90", "sm80", "skinny")]
     for backend in scaled:
         for m, n, k in [(33, 17, 100), (130, 129, 700)]:
             a = torch.randint(-127, 128, (m, k), generator=gen, dtype=torch.int8)

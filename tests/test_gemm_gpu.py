@@ -52,7 +52,8 @@ def test_available_backends_cuda(gpu_backends):
     assert "wmma_simple" in gpu_backends
     has_sm80 = torch.cuda.get_device_capability() >= (8, 0)
     assert ("sm80" in gpu_backends) == has_sm80
-    assert set(gpu_backends) <= {"wmma", "wmma_simple", "sm80", "sm90"}
+    assert ("skinny" in gpu_backends) == has_sm80
+    assert set(gpu_backends) <= {"wmma", "wmma_simple", "sm80", "sm90", "skinny"}
 
 
 M_SWEEP_CASES = [
@@ -206,6 +207,23 @@ def test_small_m_long_k(gpu_backend, m, n, k, alpha, beta, rng, make_operand, ma
     out = poison(torch.empty(m, n, dtype=I32, device=DEV))
     check_exact(tcgemm.gemm(a, b, c, alpha, beta, out=out, backend=gpu_backend), expected, f"{gpu_backend} out=")
     check_exact(tcgemm.gemm(a, b, c, alpha, beta, out=c, backend=gpu_backend), expected, f"{gpu_backend} out is c")
+
+
+# Decode-sized problems (few rows, a wide B, long K): auto, sm80 and sm90 hand these to the
+# skinny kernel; the K tails (4100, 4111) and 17..32 rows (two m16 tiles) are its edges.
+DECODE_CASES = [(1, 4096, 4096), (7, 4100, 4100), (16, 2304, 8192), (17, 4096, 4111), (32, 6000, 1024)]
+
+
+@pytest.mark.parametrize("m,n,k", DECODE_CASES, ids=lambda v: str(v))
+def test_decode_shapes(gpu_backend, m, n, k, rng, make_operand, make_int32, poison, ref_gemm, check_exact):
+    for da, db in [(I8, I8), (U8, I8)]:
+        a = make_operand(m, k, da, "row", DEV, rng)
+        b = make_operand(k, n, db, "col", DEV, rng)
+        c = make_int32(m, n, DEV, rng)
+        expected = ref_gemm(a, b, c, 3, -2)
+        out = poison(empty_out(m, n))
+        got = tcgemm.gemm(a, b, c, 3, -2, out=out, backend=gpu_backend)
+        check_exact(got, expected, f"{gpu_backend} {m}x{n}x{k} {da} x {db}")
 
 
 def test_k_zero_gives_zeros(gpu_backend, rng, make_operand, poison, check_exact):

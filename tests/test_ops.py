@@ -104,7 +104,7 @@ def _bad_inputs():
         ("out shape", lambda: tcgemm.int8_gemm(a, b, out=out.t()), ValueError,
          r"argument 'out' must have shape \[M, N\] = \[5, 3\], got \[3, 5\]"),
         ("unknown backend", lambda: tcgemm.int8_gemm(a, b, backend="fast"), ValueError,
-         "argument 'backend' must be one of auto, cpu, wmma, wmma_simple, sm80, sm90; got 'fast'"),
+         "argument 'backend' must be one of auto, cpu, wmma, wmma_simple, sm80, sm90, skinny; got 'fast'"),
         ("GPU backend on CPU tensors", lambda: tcgemm.int8_gemm(a, b, backend="sm80"), ValueError,
          "backend 'sm80' needs CUDA tensors, got tensors on cpu"),
     ]

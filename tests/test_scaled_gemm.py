@@ -200,8 +200,8 @@ def test_fake_tensor_shapes():
 
 def _scaled_backends():
     if not HAS_CUDA:
-        return ["sm80", "sm90"]  # labels only: the tests skip
-    return [b for b in tcgemm.available_backends("cuda") if b in ("sm80", "sm90")] + ["auto"]
+        return ["sm80", "sm90", "skinny"]  # labels only: the tests skip
+    return [b for b in tcgemm.available_backends("cuda") if b in ("sm80", "sm90", "skinny")] + ["auto"]
 
 
 gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
@@ -224,6 +224,24 @@ def test_gpu_matches_reference(backend, gran, out_dtype):
         _poison_allocator(m * n, out_dtype, "cuda")
         out = tcgemm.scaled_gemm(a, b, sa, sb, bias, out_dtype, backend=backend)
         _check(out, a, b, sa, sb, bias, out_dtype, f"{backend} {gran} {(m, n, k)}")
+
+
+@gpu
+@pytest.mark.parametrize("backend", _scaled_backends())
+def test_gpu_decode_shapes(backend):
+    """Few rows against a wide weight (what auto, sm80 and sm90 give the skinny kernel), K tails."""
+    gen = torch.Generator().manual_seed(23)
+    for m, n, k in [(1, 4096, 4096), (9, 2200, 4100), (32, 4096, 1030)]:
+        a, b = _operands(m, n, k, "cuda", gen, b_layout="weight")
+        for gran in ("token-channel", "block-block", "block-chanblock"):
+            if backend == "sm90" and gran == "block-chanblock":
+                continue
+            sa, sb = _scales(gran, m, n, k, "cuda", gen)
+            bias = torch.randn(n, generator=gen).cuda()
+            for out_dtype in (torch.bfloat16, torch.float32):
+                _poison_allocator(m * n, out_dtype, "cuda")
+                out = tcgemm.scaled_gemm(a, b, sa, sb, bias, out_dtype, backend=backend)
+                _check(out, a, b, sa, sb, bias, out_dtype, f"{backend} {gran} {(m, n, k)} {out_dtype}")
 
 
 @gpu
@@ -273,7 +291,7 @@ def test_gpu_errors():
         tcgemm.scaled_gemm(a, b, sa, sb.cpu())
     with pytest.raises(ValueError, match=r"argument 'bias' must be on the same device"):
         tcgemm.scaled_gemm(a, b, sa, sb, torch.ones(8))
-    with pytest.raises(ValueError, match=r"the scaled GEMM runs on backends auto, cpu, sm80 and sm90, not 'wmma'"):
+    with pytest.raises(ValueError, match=r"the scaled GEMM runs on backends auto, cpu, sm80, sm90 and skinny, not 'wmma'"):
         tcgemm.scaled_gemm(a, b, sa, sb, backend="wmma")
 
 

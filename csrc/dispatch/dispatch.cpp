@@ -7,14 +7,15 @@
 #include "kernels/cpu/cpu_int8_gemm.h"
 #include "kernels/sm80/sm80_int8_gemm.h"
 #include "kernels/sm90/sm90_int8_gemm.h"
+#include "kernels/skinny/skinny_gemm.h"
 #include "kernels/sm90/sm90_tensor_map.h"
 #include "kernels/wmma/wmma_int8_gemm.h"
 
 namespace tcgemm {
 namespace {
 
-constexpr Backend kAllBackends[] = {Backend::kAuto, Backend::kCpu, Backend::kWmma, Backend::kWmmaSimple,
-                                    Backend::kSm80,   Backend::kSm90};
+constexpr Backend kAllBackends[] = {Backend::kAuto, Backend::kCpu,  Backend::kWmma,  Backend::kWmmaSimple,
+                                    Backend::kSm80, Backend::kSm90, Backend::kSkinny};
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -37,6 +38,7 @@ const char* backend_name(Backend b) {
     case Backend::kWmmaSimple: return "wmma_simple";
     case Backend::kSm80: return "sm80";
     case Backend::kSm90: return "sm90";
+    case Backend::kSkinny: return "skinny";
   }
   return "?";
 }
@@ -63,6 +65,7 @@ std::vector<Backend> gpu_backends(const DeviceInfo& dev) {
     out.push_back(Backend::kWmma);
     out.push_back(Backend::kWmmaSimple);
   }
+  if (dev.major >= 8) out.push_back(Backend::kSkinny);  // few-row problems; auto reaches it through sm80/sm90
   return out;
 }
 
@@ -87,7 +90,7 @@ std::string resolve_gpu_backend(Backend requested, const DeviceInfo& dev, Backen
              "including 9.0a)";
     return "backend 'sm90' needs compute capability 9.0 (sm_90a), but this GPU has " + cc;
   }
-  const char* need = requested == Backend::kSm80 ? "8.0" : "7.5";
+  const char* need = requested == Backend::kSm80 || requested == Backend::kSkinny ? "8.0" : "7.5";
   return std::string("backend '") + backend_name(requested) + "' needs compute capability >= " + need +
          ", but this GPU has " + cc;
 }
@@ -95,7 +98,8 @@ std::string resolve_gpu_backend(Backend requested, const DeviceInfo& dev, Backen
 bool operand_fits(Backend b, const Operand& op, int64_t rows, int64_t k) {
   switch (b) {
     case Backend::kSm90: return sm90::tma_describable(op, rows, k);
-    case Backend::kSm80: return k_major_aligned(op);
+    case Backend::kSm80:
+    case Backend::kSkinny: return k_major_aligned(op);
     case Backend::kWmma: return k_major_aligned(op) || rows_contiguous_aligned(op);
     default: return true;  // the WMMA fallback and the CPU path read any strides
   }
@@ -113,7 +117,13 @@ bool needs_col_offset(Backend b, const GemmParams& p) {
 
 namespace {
 
+void run_skinny(const GemmParams& p) {
+  if (skinny_row_tiles(p.m) == 1) return skinny::launch_skinny_int8_gemm<1>(p);
+  return skinny::launch_skinny_int8_gemm<2>(p);
+}
+
 void run_sm80(GemmParams p, const DeviceInfo& dev) {
+  if (choose_skinny(p.m, p.n, p.k, dev.sm_count)) return run_skinny(p);
   const Sm80Tile tile = choose_sm80_tile(p.m, p.n, dev.sm_count, dev.smem_optin);
   p.split_k = choose_sm80_split_k(tile, p.m, p.n, p.k, dev.sm_count);
   if (p.split_k > 1) launch_epilogue_fill(p);  // the splits add their scaled partial sums onto it
@@ -124,6 +134,7 @@ void run_sm80(GemmParams p, const DeviceInfo& dev) {
 }
 
 void run_sm90(GemmParams p, const DeviceInfo& dev) {
+  if (choose_skinny(p.m, p.n, p.k, dev.sm_count)) return run_skinny(p);
   const Sm90Plan plan = choose_sm90_plan(p.m, p.n, p.k, dev.sm_count);
   p.split_k = plan.split_k;
   if (p.split_k > 1) launch_epilogue_fill(p);  // the splits add their scaled partial sums onto it
@@ -149,6 +160,7 @@ void run_gpu_gemm(Backend b, const GemmParams& p, const DeviceInfo& dev) {
     case Backend::kWmmaSimple: return wmma_gemm::launch_wmma_int8_gemm_simple(p, dev.sm_count);
     case Backend::kSm80: return run_sm80(p, dev);
     case Backend::kSm90: return run_sm90(p, dev);
+    case Backend::kSkinny: return run_skinny(p);
     default:
       throw std::logic_error(std::string("tcgemm: run_gpu_gemm got non-GPU backend ") + backend_name(b));
   }
@@ -191,20 +203,27 @@ std::string resolve_scaled_gpu_backend(Backend requested, const DeviceInfo& dev,
       *out = Backend::kSm90;
       return "";
     case Backend::kSm80:
-      if (!sm80) return "backend 'sm80' needs compute capability >= 8.0, but this GPU has " + cc;
-      *out = Backend::kSm80;
+    case Backend::kSkinny:
+      if (!sm80) return std::string("backend '") + backend_name(requested) + "' needs compute capability >= 8.0, but this GPU has " + cc;
+      *out = requested;
       return "";
     case Backend::kCpu: return "backend 'cpu' needs CPU tensors";
     default:
-      return std::string("the scaled GEMM runs on backends auto, cpu, sm80 and sm90, not '") + backend_name(requested) +
-             "'";
+      return std::string("the scaled GEMM runs on backends auto, cpu, sm80, sm90 and skinny, not '") +
+             backend_name(requested) + "'";
   }
 }
 
 namespace {
 
+void run_skinny_scaled(const GemmParams& p) {
+  if (skinny_row_tiles(p.m) == 1) return skinny::launch_skinny_scaled_gemm<1>(p);
+  return skinny::launch_skinny_scaled_gemm<2>(p);
+}
+
 void run_sm80_scaled(GemmParams p, const DeviceInfo& dev) {
   p.split_k = 1;
+  if (choose_skinny(p.m, p.n, p.k, dev.sm_count)) return run_skinny_scaled(p);
   const Sm80Tile tile = choose_sm80_tile(p.m, p.n, dev.sm_count, dev.smem_optin);
   if (p.scaled.per_block()) {
     if (tile == Sm80Tile::kLarge) return sm80::launch_sm80_scaled_gemm<Sm80Block, true>(p);
@@ -216,6 +235,7 @@ void run_sm80_scaled(GemmParams p, const DeviceInfo& dev) {
 
 void run_sm90_scaled(GemmParams p, const DeviceInfo& dev) {
   p.split_k = 1;
+  if (choose_skinny(p.m, p.n, p.k, dev.sm_count)) return run_skinny_scaled(p);
   if (p.scaled.per_block()) {
     switch (choose_sm90_block_plan(p.m, p.n, p.k, dev.sm_count).tile) {
       case Sm90Tile::kSmall: return sm90::launch_sm90_scaled_gemm<Sm90Small, true>(p, dev.sm_count);
@@ -237,6 +257,7 @@ void run_gpu_scaled_gemm(Backend b, const GemmParams& p, const DeviceInfo& dev) 
   switch (b) {
     case Backend::kSm80: return run_sm80_scaled(p, dev);
     case Backend::kSm90: return run_sm90_scaled(p, dev);
+    case Backend::kSkinny: return run_skinny_scaled(p);
     default:
       throw std::logic_error(std::string("tcgemm: run_gpu_scaled_gemm got backend ") + backend_name(b));
   }

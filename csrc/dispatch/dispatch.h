@@ -11,7 +11,7 @@
 
 namespace tcgemm {
 
-enum class Backend { kAuto, kCpu, kWmma, kWmmaSimple, kSm80, kSm90 };
+enum class Backend { kAuto, kCpu, kWmma, kWmmaSimple, kSm80, kSm90, kSkinny };
 
 const char* backend_name(Backend b);
 std::optional<Backend> parse_backend(std::string_view name);

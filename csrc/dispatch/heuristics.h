@@ -26,6 +26,20 @@ using Sm80Small = Sm80TileConfig<64, 64, 2, 2, 4, /*SplitK=*/true>;
 // promoted fp32 accumulators double each warp's accumulator registers, so warp tiles halve.
 using Sm80Block = Sm80TileConfig<128, 128, 2, 4, 3>;
 
+// Skinny problems (few rows of A against a wide B: decode-time linear layers) stream B; the
+// skinny kernel (kernels/skinny) reads it straight into registers with many K blocks in flight,
+// on sm80 and sm90 alike. Taken for M <= 8 when its 16-column blocks give every SM at least one
+// and K is long enough that B dominates. H200, TOPS against the sm90 kernels (NOTES-sm90.md,
+// step 11): M = 1 1.1-1.5x, M = 4 1.03-1.4x; M = 16 0.91-1.07x, M = 32 0.6-0.8x.
+constexpr int kSkinnyMaxRows = 8;
+
+// m16 tiles of rows per skinny block.
+inline int skinny_row_tiles(int m) { return m <= 16 ? 1 : 2; }
+
+inline bool choose_skinny(int m, int n, int k, int sm_count) {
+  return m <= kSkinnyMaxRows && (n + 15) / 16 >= sm_count && k >= 512;
+}
+
 enum class Sm80Tile { kLarge, kSmall };
 
 inline Sm80Tile choose_sm80_tile(int m, int n, int sm_count, int smem_optin) {

@@ -1,0 +1,261 @@
+// Skinny-M int8 GEMM (sm_80+, mma.sync m16n8k32): problems with a few rows of A, where the run
+// is a stream of B (decode-time linear layers), on every architecture from Ampere on.
+//
+//   block: 8 warps share one (16 * RowTiles) x 16 tile of D and split K between them in
+//     128-byte K blocks: warp w takes K blocks w, w + 8, ..., so the eight warps read each B
+//     row's consecutive kilobyte together.
+//   loads: per K block a lane loads 32 contiguous bytes of each of its rows straight into
+//     registers (two 16-byte loads): B past L1 with an evict_first L2 policy (read once), A
+//     through L1 (every block reads it). B runs kDepth K blocks ahead of the mma.
+//   K order: a dot product does not depend on the order of K, so the bytes are paired as
+//     loaded instead of in mma.sync's fragment order: at k-step s, lane (g, t) = (lane / 4,
+//     lane % 4) feeds its k-slots 4t.. and 16 + 4t.. with bytes 32t + 8s + {0..3} and
+//     32t + 8s + {4..7} of its row, for A and B alike (ptx/mma.cuh has the fragment layout).
+//   per-block scales: each K block's exact int32 partial sums are promoted into fp32
+//     accumulators with that block's scales.
+//   reduction: the warps' sums meet in shared memory and the block's threads add them (int32
+//     wraps, so the total is exact in any order; fp32 in a fixed warp order) and apply the
+//     epilogue functor, one element per thread.
+// The K tail (K % 128 bytes) is one more K block whose bytes past K read as zero.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <type_traits>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "common/cuda_check.h"
+#include "common/gemm_params.h"
+#include "common/math.h"
+#include "epilogue/int32_epilogue.h"
+#include "epilogue/scaled_epilogue.h"
+#include "kernels/skinny/skinny_gemm.h"
+#include "ptx/cache_policy.cuh"
+#include "ptx/ld_global.cuh"
+#include "ptx/mma.cuh"
+
+namespace tcgemm::skinny {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kColTiles = 2;  // n8 tiles per block
+constexpr int kCols = 8 * kColTiles;
+constexpr int kBK = 128;  // bytes of K per K block
+
+// K blocks of B a warp keeps in flight: as many as 128 registers per thread allow (two blocks per SM).
+template <int RowTiles>
+constexpr int kDepth = RowTiles == 1 ? 4 : 2;
+
+// Bytes k0 .. k0 + 31 of one operand row as 8 little-endian words. Masked: bytes at or past k
+// read as zero (and are not touched).
+template <bool Stream, bool Masked>
+__device__ __forceinline__ void load_row32(uint32_t (&r)[8], const uint8_t* row, int64_t k0, int64_t k,
+                                           uint64_t policy) {
+#pragma unroll
+  for (int v = 0; v < 2; ++v) {
+    const int64_t kv = k0 + 16 * v;
+    uint4 x;
+    if (!Masked || kv + 16 <= k) {
+      x = Stream ? ptx::ld_global_stream_v4(row + kv, policy) : ptx::ld_global_nc_v4(row + kv);
+    } else {
+      uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int i = 0; i < 16; ++i)
+        if (kv + i < k) w[i / 4] |= static_cast<uint32_t>(row[kv + i]) << (8 * (i % 4));
+      x = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    r[4 * v + 0] = x.x;
+    r[4 * v + 1] = x.y;
+    r[4 * v + 2] = x.z;
+    r[4 * v + 3] = x.w;
+  }
+}
+
+template <int RowTiles, bool ASigned, bool BSigned, class Epi>
+__global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmParams p, const Epi epi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using Acc = typename Epi::Acc;  // int32, or fp32 when per-block scales are promoted
+  constexpr bool kPerBlock = Epi::kPerBlock;
+  constexpr int kRegs = RowTiles * kColTiles * 4;  // accumulators per lane
+  constexpr int kAhead = kDepth<RowTiles>;
+  __shared__ Acc partial[kWarps][kRegs][32];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int col_blocks = ceil_div(p.n, kCols);
+  const int m0 = static_cast<int>(blockIdx.x / col_blocks) * 16 * RowTiles;
+  const int n0 = static_cast<int>(blockIdx.x % col_blocks) * kCols;
+
+  // This lane's rows (rows past the edges of A and B clamp: their results are computed and not
+  // stored); of each K block it reads bytes 32t .. 32t + 31.
+  const uint8_t* a_row[RowTiles][2];
+  const uint8_t* b_row[kColTiles];
+#pragma unroll
+  for (int mt = 0; mt < RowTiles; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      a_row[mt][h] = static_cast<const uint8_t*>(p.a.ptr) + min(m0 + 16 * mt + g + 8 * h, p.m - 1) * p.a.stride_row;
+#pragma unroll
+  for (int nt = 0; nt < kColTiles; ++nt)
+    b_row[nt] = static_cast<const uint8_t*>(p.b.ptr) + min(n0 + 8 * nt + g, p.n - 1) * p.b.stride_row;
+  const uint64_t stream = ptx::l2_policy_evict_first();
+
+  int32_t acc[RowTiles][kColTiles][4];  // the whole K range, or one K block when promoting
+  float accf[RowTiles][kColTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < RowTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kColTiles; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        acc[mt][nt][j] = 0;
+        accf[mt][nt][j] = 0.0f;
+      }
+
+  // One K block: A loaded now (L1), B loaded ahead; promotion of its partial sums if per-block.
+  auto compute = [&](const uint32_t (&b)[kColTiles][8], int kb, auto masked) {
+    uint32_t a[RowTiles][2][8];
+#pragma unroll
+    for (int mt = 0; mt < RowTiles; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        load_row32<false, decltype(masked)::value>(a[mt][h], a_row[mt][h], int64_t{kb} * kBK + 32 * t, p.k, 0);
+    if constexpr (kPerBlock) {
+#pragma unroll
+      for (int mt = 0; mt < RowTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kColTiles; ++nt)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0;
+    }
+#pragma unroll
+    for (int s = 0; s < kBK / 32; ++s)
+#pragma unroll
+      for (int mt = 0; mt < RowTiles; ++mt) {
+        const uint32_t af[4] = {a[mt][0][2 * s], a[mt][1][2 * s], a[mt][0][2 * s + 1], a[mt][1][2 * s + 1]};
+#pragma unroll
+        for (int nt = 0; nt < kColTiles; ++nt) {
+          const uint32_t bf[2] = {b[nt][2 * s], b[nt][2 * s + 1]};
+          ptx::mma_m16n8k32<ASigned, BSigned>(acc[mt][nt], af, bf);
+        }
+      }
+    if constexpr (kPerBlock) {
+      float sa[RowTiles][2], sb[kColTiles][2];
+#pragma unroll
+      for (int mt = 0; mt < RowTiles; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) sa[mt][h] = epi.sa(min(m0 + 16 * mt + g + 8 * h, p.m - 1), kb);
+#pragma unroll
+      for (int nt = 0; nt < kColTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) sb[nt][e] = epi.block_scale_b(min(n0 + 8 * nt + 2 * t + e, p.n - 1), kb);
+#pragma unroll
+      for (int mt = 0; mt < RowTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kColTiles; ++nt)
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            accf[mt][nt][j] = promote(accf[mt][nt][j], acc[mt][nt][j], sa[mt][j / 2] * sb[nt][j % 2]);
+    }
+  };
+
+  const int full_blocks = p.k / kBK;
+  for (int kb0 = warp; kb0 < full_blocks; kb0 += kWarps * kAhead) {
+    uint32_t b[kAhead][kColTiles][8];
+#pragma unroll
+    for (int d = 0; d < kAhead; ++d) {
+      const int kb = kb0 + kWarps * d;
+      if (kb < full_blocks) {
+#pragma unroll
+        for (int nt = 0; nt < kColTiles; ++nt)
+          load_row32<true, false>(b[d][nt], b_row[nt], int64_t{kb} * kBK + 32 * t, p.k, stream);
+      }
+    }
+#pragma unroll
+    for (int d = 0; d < kAhead; ++d) {
+      const int kb = kb0 + kWarps * d;
+      if (kb < full_blocks) compute(b[d], kb, std::false_type{});
+    }
+  }
+  if (full_blocks * kBK < p.k && warp == full_blocks % kWarps) {
+    uint32_t b[kColTiles][8];
+#pragma unroll
+    for (int nt = 0; nt < kColTiles; ++nt)
+      load_row32<true, true>(b[nt], b_row[nt], int64_t{full_blocks} * kBK + 32 * t, p.k, stream);
+    compute(b, full_blocks, std::true_type{});
+  }
+
+#pragma unroll
+  for (int mt = 0; mt < RowTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kColTiles; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if constexpr (kPerBlock) {
+          partial[warp][(mt * kColTiles + nt) * 4 + j][lane] = accf[mt][nt][j];
+        } else {
+          partial[warp][(mt * kColTiles + nt) * 4 + j][lane] = acc[mt][nt][j];
+        }
+      }
+  __syncthreads();
+
+  using Out = typename Epi::OutT;
+  Out* d = static_cast<Out*>(std::is_same_v<Epi, Int32Epilogue> ? static_cast<void*>(p.d) : p.out);
+  for (int idx = threadIdx.x; idx < kRegs * 32; idx += kThreads) {
+    const int i = idx / 32, l = idx % 32;
+    Acc sum = partial[0][i][l];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) {
+      if constexpr (kPerBlock) {
+        sum += partial[w][i][l];
+      } else {
+        sum = wrap_add(sum, partial[w][i][l]);
+      }
+    }
+    const int mt = i / (kColTiles * 4), nt = (i / 4) % kColTiles, j = i % 4;
+    const int row = m0 + 16 * mt + l / 4 + 8 * (j / 2);
+    const int col = n0 + 8 * nt + 2 * (l % 4) + j % 2;
+    if (row < p.m && col < p.n) d[static_cast<int64_t>(row) * p.ldd + col] = epi.full(sum, epi.row(row), epi.col(col), row, col);
+  }
+#endif
+}
+
+// One block per (16 * RowTiles) x 16 tile of D, flattened into gridDim.x.
+template <int RowTiles, class Epi>
+void launch_skinny(const GemmParams& p, const Epi& epi) {
+  auto kernel = skinny_gemm_kernel<RowTiles, true, true, Epi>;
+  if constexpr (std::is_same_v<Epi, Int32Epilogue>) {  // the scaled GEMM takes int8 x int8 only
+    if (p.a.is_signed && !p.b.is_signed) kernel = skinny_gemm_kernel<RowTiles, true, false, Epi>;
+    if (!p.a.is_signed && p.b.is_signed) kernel = skinny_gemm_kernel<RowTiles, false, true, Epi>;
+    if (!p.a.is_signed && !p.b.is_signed) kernel = skinny_gemm_kernel<RowTiles, false, false, Epi>;
+  }
+  const int64_t blocks = static_cast<int64_t>(ceil_div(p.m, 16 * RowTiles)) * ceil_div(p.n, kCols);
+  if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("tcgemm: the skinny GEMM's grid exceeds 2^31 blocks");
+  kernel<<<static_cast<unsigned>(blocks), kThreads, 0, p.stream>>>(p, epi);
+  TCGEMM_CHECK_LAUNCH();
+}
+
+template <int RowTiles>
+void launch_skinny_int8_gemm(const GemmParams& p) {
+  launch_skinny<RowTiles>(p, Int32Epilogue{p.epilogue});
+}
+
+template <int RowTiles, bool PerBlock>
+void launch_scaled(const GemmParams& p) {
+  switch (p.out_type) {
+    case OutType::kBf16: return launch_skinny<RowTiles>(p, ScaledEpilogue<__nv_bfloat16, PerBlock>{p.scaled});
+    case OutType::kFp16: return launch_skinny<RowTiles>(p, ScaledEpilogue<__half, PerBlock>{p.scaled});
+    case OutType::kFp32: return launch_skinny<RowTiles>(p, ScaledEpilogue<float, PerBlock>{p.scaled});
+    case OutType::kInt32: break;
+  }
+  throw std::logic_error("tcgemm: launch_skinny_scaled_gemm needs a float output type");
+}
+
+template <int RowTiles>
+void launch_skinny_scaled_gemm(const GemmParams& p) {
+  if (p.scaled.per_block()) return launch_scaled<RowTiles, true>(p);
+  launch_scaled<RowTiles, false>(p);
+}
+
+}  // namespace tcgemm::skinny
