@@ -12,7 +12,7 @@ Per shape (activations x [M, K] bf16, weight [N, K]), all in the same run, TOPS 
   bf16           torch.mm on bf16
 Then QuantLinear (activation quantization included) against bf16 nn.Linear on the Llama-3-8B
 MLP shapes at M = 2048. Device-event timing, warm-up, median, rotated input sets
-(benchmarks/bench_gemm.py). A table is printed last; --json writes the records.
+(benchmarks/bench_gemm.py); methods interleaved in rounds (ROUNDS). A table is printed last; --json writes the records.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from typing import Callable, Optional
 
@@ -34,6 +35,11 @@ BAR_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096), (2048
 EXTRA_SHAPES = [(2048, 4096, 14336), (512, 8192, 8192), (128, 8192, 8192), (16, 4096, 4096)]
 MLP_SHAPES = [(2048, 14336, 4096), (2048, 4096, 14336)]  # (M, out_features, in_features)
 MAX_REPS = 200
+# Methods are timed in rounds, in a rotated order each round, and each takes the median of its
+# round medians: clocks drift with the card's power and heat over a run (H200: the same two
+# kernels timed one after the other gave scaled/int8 ratios up to 10% lower than interleaved,
+# benchmarks/NOTES-scaled.md step 9).
+ROUNDS = 3
 
 
 def unfused_pipeline(x, w_q, w_scale, bias):
@@ -111,12 +117,20 @@ def bench_shape(shape, device) -> dict:
     sets = make_sets(m, n, k, n_sets, device)
     rec = {"shape": list(shape), "n_sets": n_sets, "tops": {}, "errors": {}}
     rec.update(check_accuracy(sets[0]))
-    for name, fn in methods(sets).items():
-        try:
-            ms = median_ms(fn, n_sets, MAX_REPS, device)
-            rec["tops"][name] = 2 * m * n * k / (ms * 1e-3) / 1e12
-        except Exception as exc:  # a peer missing on this build must not stop the run
-            rec["errors"][name] = str(exc).splitlines()[0][:120]
+    fns = methods(sets)
+    round_ms: dict[str, list[float]] = {name: [] for name in fns}
+    for r in range(ROUNDS):
+        names = list(fns)
+        for name in names[r % len(names):] + names[:r % len(names)]:  # a rotated order per round
+            if name in rec["errors"]:
+                continue
+            try:
+                round_ms[name].append(median_ms(fns[name], n_sets, MAX_REPS // ROUNDS, device))
+            except Exception as exc:  # a peer missing on this build must not stop the run
+                rec["errors"][name] = str(exc).splitlines()[0][:120]
+    for name, times in round_ms.items():
+        if times and name not in rec["errors"]:
+            rec["tops"][name] = 2 * m * n * k / (statistics.median(times) * 1e-3) / 1e12
     del sets
     torch.cuda.empty_cache()
     return rec
@@ -130,8 +144,11 @@ def bench_mlp(m, n, k, device) -> dict:
     with torch.no_grad():
         ref, got = linears[0](xs[0]).float(), quant[0](xs[0]).float()
         sqnr = float(10 * torch.log10(ref.pow(2).sum() / (ref - got).pow(2).sum()))
-        t_bf16 = median_ms(lambda i: linears[i](xs[i]), n_sets, MAX_REPS, device)
-        t_q = median_ms(lambda i: quant[i](xs[i]), n_sets, MAX_REPS, device)
+        t_bf16, t_q = [], []
+        for _ in range(ROUNDS):
+            t_bf16.append(median_ms(lambda i: linears[i](xs[i]), n_sets, MAX_REPS // ROUNDS, device))
+            t_q.append(median_ms(lambda i: quant[i](xs[i]), n_sets, MAX_REPS // ROUNDS, device))
+        t_bf16, t_q = statistics.median(t_bf16), statistics.median(t_q)
     flops = 2 * m * n * k
     return {"mlp": [m, n, k], "bf16_tops": flops / t_bf16 / 1e9, "quantlinear_tops": flops / t_q / 1e9,
             "speedup": t_bf16 / t_q, "sqnr_db": sqnr}

@@ -28,17 +28,18 @@ using Sm80Block = Sm80TileConfig<128, 128, 2, 4, 3>;
 
 // Skinny problems (few rows of A against a wide B: decode-time linear layers) stream B; the
 // skinny kernel (kernels/skinny) reads it straight into registers with many K blocks in flight,
-// on sm80 and sm90 alike. Taken for M <= 8 when its 16-column blocks give every SM at least one
-// and K is long enough that B dominates. H200, TOPS against the sm90 kernels (NOTES-sm90.md,
-// step 11): M = 1 1.1-1.5x, M = 4 1.03-1.4x; M = 16 0.91-1.07x, M = 32 0.6-0.8x.
-constexpr int kSkinnyMaxRows = 8;
-
-// m16 tiles of rows per skinny block.
-inline int skinny_row_tiles(int m) { return m <= 16 ? 1 : 2; }
-
+// on sm80 and sm90 alike. Taken when its 16-column blocks give every SM at least one, K is long
+// enough that B dominates, and M <= 8, or M <= 16 with N <= 8192 (wider B gives the sm90 tiles
+// enough columns to stream as well). H200, int8_gemm TOPS against the sm90 kernels
+// (NOTES-sm90.md, step 11): M = 1 and 4 1.03-1.5x; M = 16 1.03-1.26x at N = 4096/8192,
+// 0.91-0.95x at N = 14336/28672; M = 32 0.6-0.9x.
 inline bool choose_skinny(int m, int n, int k, int sm_count) {
-  return m <= kSkinnyMaxRows && (n + 15) / 16 >= sm_count && k >= 512;
+  const bool few_rows = m <= 8 || (m <= 16 && n <= 8192);
+  return few_rows && (n + 15) / 16 >= sm_count && k >= 512;
 }
+
+// m16 tiles of rows per skinny block (a forced skinny backend takes any M).
+inline int skinny_row_tiles(int m) { return m <= 16 ? 1 : 2; }
 
 enum class Sm80Tile { kLarge, kSmall };
 
