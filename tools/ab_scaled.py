@@ -34,6 +34,18 @@ def make_sets(m, n, k, n_sets):
     return sets
 
 
+def burst_ms(fn, n_sets, calls):
+    """Device times (ms) of `calls` back-to-back calls on rotated input sets, queued behind a GPU sleep."""
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
+    torch.cuda._sleep(20_000_000)
+    for c in range(calls):
+        ev[c][0].record()
+        fn(c % n_sets)
+        ev[c][1].record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in ev]
+
+
 def e2e(s):
     qx, sx = tcgemm.quantize(s["x"], "token")
     return tcgemm.scaled_gemm(qx, s["qwt"], sx, s["sw"], s["bias"])
@@ -66,15 +78,7 @@ def main():
         for r in range(rounds):
             order = names[r % len(names):] + names[:r % len(names)]
             for name in order:
-                fn = methods[name]
-                ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
-                torch.cuda._sleep(20_000_000)
-                for c in range(calls):
-                    ev[c][0].record()
-                    fn(c % n_sets)
-                    ev[c][1].record()
-                torch.cuda.synchronize()
-                t = [s.elapsed_time(e) for s, e in ev]
+                t = burst_ms(methods[name], n_sets, calls)
                 times[name] += t
                 per_round[name].append(statistics.median(t))
         flops = 2 * m * n * k

@@ -5,9 +5,15 @@
 
 import statistics
 
+import os
+import sys
+
 import torch
 
 import tcgemm
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ab_scaled import burst_ms  # noqa: E402
 
 SHAPES = [(m, n, k) for (n, k) in [(8192, 8192), (4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192)]
           for m in (1, 4, 16, 32, 48, 64)]
@@ -17,14 +23,7 @@ def timed(fn, n_sets, calls=60):
     for i in range(5):
         fn(i % n_sets)
     torch.cuda.synchronize()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
-    torch.cuda._sleep(20_000_000)
-    for c in range(calls):
-        ev[c][0].record()
-        fn(c % n_sets)
-        ev[c][1].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in ev)
+    return statistics.median(burst_ms(fn, n_sets, calls))
 
 
 def main():

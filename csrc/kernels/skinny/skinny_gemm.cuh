@@ -103,15 +103,19 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmPara
 
   int32_t acc[RowTiles][kColTiles][4];  // the whole K range, or one K block when promoting
   float accf[RowTiles][kColTiles][4];
+  // f(mt, nt, j) for every accumulator register of the lane: m16 tile, n8 tile, fragment register.
+  auto each_acc = [](auto&& f) {
 #pragma unroll
-  for (int mt = 0; mt < RowTiles; ++mt)
+    for (int mt = 0; mt < RowTiles; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < kColTiles; ++nt)
+      for (int nt = 0; nt < kColTiles; ++nt)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        acc[mt][nt][j] = 0;
-        accf[mt][nt][j] = 0.0f;
-      }
+        for (int j = 0; j < 4; ++j) f(mt, nt, j);
+  };
+  each_acc([&](int mt, int nt, int j) {
+    acc[mt][nt][j] = 0;
+    accf[mt][nt][j] = 0.0f;
+  });
 
   // One K block: A loaded now (L1), B loaded ahead; promotion of its partial sums if per-block.
   auto compute = [&](const uint32_t (&b)[kColTiles][8], int kb, auto masked) {
@@ -121,14 +125,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmPara
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         load_row32<false, decltype(masked)::value>(a[mt][h], a_row[mt][h], int64_t{kb} * kBK + 32 * t, p.k, 0);
-    if constexpr (kPerBlock) {
-#pragma unroll
-      for (int mt = 0; mt < RowTiles; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kColTiles; ++nt)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0;
-    }
+    if constexpr (kPerBlock) each_acc([&](int mt, int nt, int j) { acc[mt][nt][j] = 0; });
 #pragma unroll
     for (int s = 0; s < kBK / 32; ++s)
 #pragma unroll
@@ -150,13 +147,9 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmPara
       for (int nt = 0; nt < kColTiles; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) sb[nt][e] = epi.block_scale_b(min(n0 + 8 * nt + 2 * t + e, p.n - 1), kb);
-#pragma unroll
-      for (int mt = 0; mt < RowTiles; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kColTiles; ++nt)
-#pragma unroll
-          for (int j = 0; j < 4; ++j)
-            accf[mt][nt][j] = promote(accf[mt][nt][j], acc[mt][nt][j], sa[mt][j / 2] * sb[nt][j % 2]);
+      each_acc([&](int mt, int nt, int j) {
+        accf[mt][nt][j] = promote(accf[mt][nt][j], acc[mt][nt][j], sa[mt][j / 2] * sb[nt][j % 2]);
+      });
     }
   };
 
@@ -186,18 +179,13 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmPara
     compute(b, full_blocks, std::true_type{});
   }
 
-#pragma unroll
-  for (int mt = 0; mt < RowTiles; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kColTiles; ++nt)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if constexpr (kPerBlock) {
-          partial[warp][(mt * kColTiles + nt) * 4 + j][lane] = accf[mt][nt][j];
-        } else {
-          partial[warp][(mt * kColTiles + nt) * 4 + j][lane] = acc[mt][nt][j];
-        }
-      }
+  each_acc([&](int mt, int nt, int j) {
+    if constexpr (kPerBlock) {
+      partial[warp][(mt * kColTiles + nt) * 4 + j][lane] = accf[mt][nt][j];
+    } else {
+      partial[warp][(mt * kColTiles + nt) * 4 + j][lane] = acc[mt][nt][j];
+    }
+  });
   __syncthreads();
 
   using Out = typename Epi::OutT;
