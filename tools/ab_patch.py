@@ -1,4 +1,9 @@
-"""Diagnostic variants of the scaled epilogue (timing only, results wrong): python3 tools/ab_patch.py DIR VARIANT"""
+"""Variants of the tree for A/B timing (tools/ab_device.sh): python3 tools/ab_patch.py DIR VARIANT
+
+nocvt, noload: the scaled epilogue without its int->float conversion / its scale and bias loads
+(timing only, results wrong). noskinny: no route to the skinny kernel. desc64: wgmma descriptors
+advanced by a 64-bit add (benchmarks/NOTES-scaled.md step 12).
+"""
 import sys
 root, variant = sys.argv[1], sys.argv[2]
 p = f"{root}/csrc/epilogue/scaled_epilogue.h"
@@ -12,16 +17,19 @@ elif variant == "noload":
     old2 = "return Col{in_main_loop ? 1.0f : sb(n, 0), p.bias != nullptr ? p.bias[n] : 0.0f};"
     assert old1 in s and old2 in s
     s = s.replace(old1, "(void)m; return Row{1.0f};").replace(old2, "(void)n; (void)in_main_loop; return Col{1.0f, 0.0f};")
-elif variant == "i2f":
-    old = "return accf + small_int_to_float(partial) * scale;"
-    assert old in s
-    s = s.replace(old, "return accf + static_cast<float>(partial) * scale;")
 elif variant == "noskinny":
     p = f"{root}/csrc/dispatch/heuristics.h"
     s = open(p).read()
     old = "return m <= kSkinnyMaxRows && (n + 15) / 16 >= sm_count && k >= 512;"
     assert old in s
     s = s.replace(old, "(void)m; (void)n; (void)k; (void)sm_count; return false;")
+elif variant == "desc64":
+    p = f"{root}/csrc/ptx/wgmma.cuh"
+    s = open(p).read()
+    old = """  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & ~uint64_t{0xFFFFFFFFu}) | lo;"""
+    assert old in s
+    s = s.replace(old, "  return desc + (bytes >> 4);")
 elif variant != "none":
     raise SystemExit(variant)
 open(p, "w").write(s)

@@ -59,6 +59,13 @@ def main():
         ref = (S[0]["qx"].double() @ S[0]["qwt"].double()) * S[0]["sx"].double() * S[0]["sw"].double() + S[0]["bias"].double()
         got = tcgemm.scaled_gemm(S[0]["qx"], S[0]["qwt"], S[0]["sx"], S[0]["sw"], S[0]["bias"]).double()
         err = float((got - ref).abs().max() / ref.abs().max())
+        s0 = S[0]
+        a_deq = s0["qxb"].double() * s0["sxb"].double().repeat_interleave(128, dim=1)[:, :k]
+        b_deq = s0["qwt"].double() * s0["swb"].double().repeat_interleave(128, dim=0)[:n].repeat_interleave(128, dim=1)[:, :k].t()
+        ref_b = a_deq @ b_deq + s0["bias"].double()
+        got_b = tcgemm.scaled_gemm(s0["qxb"], s0["qwt"], s0["sxb"], s0["swb"], s0["bias"]).double()
+        err = max(err, float((got_b - ref_b).abs().max() / ref_b.abs().max()))
+        del a_deq, b_deq, ref_b, got_b
         methods = {
             "int8": lambda i: tcgemm.int8_gemm(S[i]["qx"], S[i]["qwt"]),
             "chan": lambda i: tcgemm.scaled_gemm(S[i]["qx"], S[i]["qwt"], S[i]["sx"], S[i]["sw"], S[i]["bias"]),

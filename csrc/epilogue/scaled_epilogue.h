@@ -54,6 +54,10 @@ struct ScaledEpilogue {
     return p.scale_b[(n >> p.sb_n_shift) * p.sb_stride_n + kb * p.sb_stride_kb];
   }
 
+  // Where row m's / column n's scales start; K block kb's lies kb * sa_stride_kb / sb_stride_kb further.
+  TCGEMM_HD const float* sa_ptr(int64_t m) const { return p.scale_a + m * p.sa_stride_m; }
+  TCGEMM_HD const float* sb_ptr(int64_t n) const { return p.scale_b + (n >> p.sb_n_shift) * p.sb_stride_n; }
+
   // Per-block: the factor the main loop promotes K block kb with is sa(m, kb) * block_scale_b(n, kb);
   // a weight scale that does not depend on kb (per-channel or per-tensor) waits for col().
   TCGEMM_HD float block_scale_b(int64_t n, int64_t kb) const { return p.sb_stride_kb != 0 ? sb(n, kb) : 1.0f; }

@@ -63,9 +63,13 @@ __device__ __forceinline__ uint64_t wgmma_desc_k_major_sw128(const void* smem_ti
   return start | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
 
-// The same descriptor moved `bytes` (a multiple of 16) further along the tile.
+// The same descriptor moved `bytes` (a multiple of 16) further along the tile. Shared-memory
+// addresses stay below 2^18, so the start-address field never carries into bit 14 and the upper
+// word stays as it is: a 32-bit add on the lower word (a 64-bit add cost ptxas a carry chain and
+// register moves per descriptor).
 __device__ __forceinline__ uint64_t wgmma_desc_advance(uint64_t desc, uint32_t bytes) {
-  return desc + (bytes >> 4);
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & ~uint64_t{0xFFFFFFFFu}) | lo;
 }
 
 // wgmma.fence: orders this warpgroup's register and shared-memory accesses before the wgmma

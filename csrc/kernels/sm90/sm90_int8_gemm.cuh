@@ -287,13 +287,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const uint64_t desc_a0 = ptx::wgmma_desc_k_major_sw128(a_tiles + wg_m * Cfg::kWgRows * Cfg::kBK);
     const uint64_t desc_b0 = ptx::wgmma_desc_k_major_sw128(b_tiles + wg_n * Cfg::kWN * Cfg::kBK);
 
-    // Int32 sums over the whole K range; with per-block scales they hold one K block at a time,
-    // promoted into the fp32 accumulators.
+    // Int32 sums over the whole K range. With per-block scales, two int32 sets (acc, acc_next)
+    // hold one K block each, in turn, and fp32 accumulators the promoted sum.
     int32_t acc[Cfg::kMmaM][Cfg::kAccRegs];
+    int32_t acc_next[kPerBlock ? Cfg::kMmaM : 1][kPerBlock ? Cfg::kAccRegs : 1];
     float accf[kPerBlock ? Cfg::kMmaM : 1][kPerBlock ? Cfg::kAccRegs : 1];
 
-    // Issues the wgmma of one K block (ring slot) into the accumulators.
-    auto issue_block = [&](int slot, bool accumulate) {
+    // Issues the wgmma of one K block (ring slot) into a set of accumulators.
+    auto issue_block = [&](int32_t(&into)[Cfg::kMmaM][Cfg::kAccRegs], int slot, bool accumulate) {
       ptx::wgmma_fence();
       const uint64_t desc_a = ptx::wgmma_desc_advance(desc_a0, slot * Cfg::kATileBytes);
       const uint64_t desc_b = ptx::wgmma_desc_advance(desc_b0, slot * Cfg::kBTileBytes);
@@ -302,36 +303,57 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
           Mma::mma(ptx::wgmma_desc_advance(desc_a, mi * 64 * Cfg::kBK + kk * Cfg::kMmaK),
-                   ptx::wgmma_desc_advance(desc_b, kk * Cfg::kMmaK), acc[mi], accumulate || kk > 0);
+                   ptx::wgmma_desc_advance(desc_b, kk * Cfg::kMmaK), into[mi], accumulate || kk > 0);
         }
       }
       ptx::wgmma_commit_group();
     };
 
-    // Ping-pong turns: warpgroup c waits on named barrier 1 + c before its main loop, and the
-    // other warpgroup arrives there when its own main loop has issued. Besides keeping the two
-    // main loops apart, this keeps a warpgroup from waiting on a ring slot two phases ahead of
-    // the barrier (the other warpgroup has waited on every K block before this tile's).
     const int my_units = (units - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
                          static_cast<int>(gridDim.x);
+    auto unit_of = [&](int nth) {
+      return work_unit<Cfg::kGroupM>(args, static_cast<int>(blockIdx.x) + nth * static_cast<int>(gridDim.x));
+    };
     uint32_t ring = 0;  // K blocks handed out by the ring so far (slot = ring % kStages)
     uint32_t chunks_issued = 0;  // this warp's epilogue TMA stores so far (staging buffer = count % 2)
-    // Units never have an empty K range (the launcher makes every split non-empty).
-    for (int nth = 0; nth < my_units; ++nth) {
-      const WorkUnit w = work_unit<Cfg::kGroupM>(args, static_cast<int>(blockIdx.x) + nth * static_cast<int>(gridDim.x));
-      if (Cfg::kPingPong && nth % 2 != consumer) {
-        ring += w.kb_end - w.kb_begin;  // the other warpgroup's tile
-        continue;
+
+    // The epilogue of this warpgroup's piece of tile w (its columns start at col_base).
+    auto store_tile = [&](const WorkUnit& w, int col_base, const typename Epi::Acc (&pieces)[Cfg::kMmaM][Cfg::kAccRegs]) {
+#pragma unroll
+      for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+        const int row_base = w.tile_m * Cfg::kBM + wg_m * Cfg::kWgRows + 64 * mi;
+        if (row_base >= args.m || col_base >= args.n) continue;  // this piece lies outside D
+        if (args.d_tma) {
+          if (row_base + 16 * warp < args.m) {
+            uint8_t* staging = epi_buffers + (consumer * 4 + warp) * 2 * Cfg::kEpiBufferBytes;
+            store_warp_tile<Cfg>(args, epi, &map_d, pieces[mi], staging, row_base + 16 * warp, col_base, lane,
+                                 chunks_issued);
+          }
+        } else {
+          store_fragment<Cfg::kWN>(args, epi, pieces[mi], row_base + warp * 16 + lane / 4, col_base + 2 * (lane % 4));
+        }
       }
-      if (Cfg::kPingPong && nth > 0) ptx::named_barrier_sync(1 + consumer, 256);
-      const int row0 = w.tile_m * Cfg::kBM + wg_m * Cfg::kWgRows + 16 * warp + lane / 4;  // + 64 mi + 8 h
-      const int col_base = w.tile_n * Cfg::kBN + wg_n * Cfg::kWN;
-      int prev_slot = -1;
-      if constexpr (!kPerBlock) {
+    };
+
+    if constexpr (!kPerBlock) {
+      // Ping-pong turns: warpgroup c waits on named barrier 1 + c before its main loop, and the
+      // other warpgroup arrives there when its own main loop has issued. Besides keeping the two
+      // main loops apart, this keeps a warpgroup from waiting on a ring slot two phases ahead of
+      // the barrier (the other warpgroup has waited on every K block before this tile's).
+      // Units never have an empty K range (the launcher makes every split non-empty).
+      for (int nth = 0; nth < my_units; ++nth) {
+        const WorkUnit w = unit_of(nth);
+        if (Cfg::kPingPong && nth % 2 != consumer) {
+          ring += w.kb_end - w.kb_begin;  // the other warpgroup's tile
+          continue;
+        }
+        if (Cfg::kPingPong && nth > 0) ptx::named_barrier_sync(1 + consumer, 256);
+        const int col_base = w.tile_n * Cfg::kBN + wg_n * Cfg::kWN;
+        int prev_slot = -1;
         for (int kb = w.kb_begin; kb < w.kb_end; ++kb, ++ring) {
           const int slot = static_cast<int>(ring % kStages);
           ptx::mbarrier_wait(&full[slot], (ring / kStages) & 1);
-          issue_block(slot, kb > w.kb_begin);
+          issue_block(acc, slot, kb > w.kb_begin);
           // The group of the previous K block has retired: its slot can be refilled.
           ptx::wgmma_wait_group<1>(acc);
           if (prev_slot >= 0 && lane == 0) ptx::mbarrier_arrive(&empty[prev_slot]);
@@ -339,85 +361,115 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
         if (Cfg::kPingPong && nth + 1 < my_units) ptx::named_barrier_arrive(1 + (1 - consumer), 256);
         ptx::wgmma_wait_group<0>(acc);
-      } else {
+        if (lane == 0) ptx::mbarrier_arrive(&empty[prev_slot]);
+        store_tile(w, col_base, acc);
+      }
+    } else {
+      // Per-block scales (no split-K): each K block's int32 partial sums are folded into the fp32
+      // accumulators accf with that block's factors sa(row, kb) * sb(col, kb) (promotion). Every
+      // K block starts its wgmma from zero, so the CTA's K blocks, tile after tile, go into the
+      // two int32 sets in turn: a step issues the block after the current one into the other set
+      // and promotes the current one while those wgmma run, and a tile's epilogue runs while the
+      // next tile's first block does. ptxas serializes every wgmma of the kernel when a wgmma or
+      // wait sits under a condition (C7518: the only branches here are the loop's exits), when
+      // the current set is read between issuing the next block and a wait_group 1 (C7514: hence
+      // wait_group 0 before the issue) or when the loop writes to accumulator registers (C7515).
+      // Measured (benchmarks/NOTES-scaled.md step 12): +18-22% against one set.
+      const int k_blocks = args.k_blocks;
+      const int total = my_units * k_blocks;  // K blocks of this CTA
+      const int64_t sa_stride = epi.p.sa_stride_kb, sb_stride = epi.p.sb_stride_kb;
+      const bool b_blocks = sb_stride != 0;  // else sb is per channel and waits for the epilogue's col()
+      // Raw scales are loaded two K blocks ahead and multiplied one ahead, so that no product
+      // waits on a load of the same step. A thread's scales lie at a base plus kb * stride.
+      struct RawScales {
+        float a[Cfg::kMmaM][2];
+        float b;
+      };
+      const float* sa_base[Cfg::kMmaM][2];
+      const float* sb_base;
+      auto load_scales = [&](RawScales& raw, int kb) {
+        raw.b = b_blocks ? sb_base[kb * sb_stride] : 1.0f;
+#pragma unroll
+        for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) raw.a[mi][h] = sa_base[mi][h][kb * sa_stride];
+      };
+      float scale[Cfg::kMmaM][2];  // the current block's factors (rows + 0 and + 8 of each m64 piece)
+      auto combine = [&](const RawScales& raw) {
+#pragma unroll
+        for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) scale[mi][h] = raw.a[mi][h] * raw.b;
+      };
+      RawScales raw_next, raw_new;  // the scales of K blocks kb + 1 and kb + 2
+      WorkUnit w;
+      auto begin_tile = [&](int nth) {
+        w = unit_of(nth);
+        const int row0 = w.tile_m * Cfg::kBM + wg_m * Cfg::kWgRows + 16 * warp + lane / 4;  // + 64 mi + 8 h
+        sb_base = epi.sb_ptr(min(w.tile_n * Cfg::kBN + wg_n * Cfg::kWN, args.n - 1));
+#pragma unroll
+        for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) sa_base[mi][h] = epi.sa_ptr(min(row0 + 64 * mi + 8 * h, args.m - 1));
+        load_scales(raw_new, 0);
+        load_scales(raw_next, min(1, k_blocks - 1));
+        combine(raw_new);
 #pragma unroll
         for (int mi = 0; mi < Cfg::kMmaM; ++mi)
 #pragma unroll
           for (int i = 0; i < Cfg::kAccRegs; ++i) accf[mi][i] = 0.0f;
-        // A K block's promotion factors sa(row, kb) * sb(col_base, kb). The raw scales are loaded
-        // two blocks ahead and multiplied one block ahead, so no product uses a load of the same
-        // iteration: ptxas places that product among the K block's wgmma, where (with loads one
-        // block ahead) the warp stalled on a global load before issuing the rest of them.
-        struct RawScales {
-          float a[Cfg::kMmaM][2];
-          float b;
-        };
-        auto load_scales = [&](RawScales& raw, int kb) {
-          raw.b = epi.block_scale_b(min(col_base, args.n - 1), kb);
+      };
+      auto promote_block = [&](const int32_t(&cur)[Cfg::kMmaM][Cfg::kAccRegs]) {
 #pragma unroll
-          for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+        for (int mi = 0; mi < Cfg::kMmaM; ++mi)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) raw.a[mi][h] = epi.sa(min(row0 + 64 * mi + 8 * h, args.m - 1), kb);
-        };
-        auto combine = [&](float (&scale)[Cfg::kMmaM][2], const RawScales& raw) {
-#pragma unroll
-          for (int mi = 0; mi < Cfg::kMmaM; ++mi)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) scale[mi][h] = raw.a[mi][h] * raw.b;
-        };
-        // Folds one K block's partial sums into accf.
-        auto promote_all = [&](const float (&scale)[Cfg::kMmaM][2]) {
-#pragma unroll
-          for (int mi = 0; mi < Cfg::kMmaM; ++mi)
-#pragma unroll
-            for (int i = 0; i < Cfg::kAccRegs; ++i)
-              accf[mi][i] = promote(accf[mi][i], acc[mi][i], scale[mi][(i / 2) % 2]);
-        };
-        float scale[Cfg::kMmaM][2];
-        RawScales raw_next, raw_new;  // the scales of K blocks kb + 1 and kb + 2
-        load_scales(raw_new, w.kb_begin);
-        combine(scale, raw_new);
-        load_scales(raw_next, min(w.kb_begin + 1, w.kb_end - 1));
-        // One K block at a time: compute its partial sums, then fold them into the fp32
-        // accumulators; the other consumer warpgroup's wgmma keep the tensor cores busy.
-        // No wgmma or wait sits under a condition ptxas cannot prove uniform (the scales ahead
-        // load unconditionally): it would serialize every wgmma of the kernel (C7518).
-        // (Promoting one n64 half while the other half's wgmma run makes ptxas serialize them
-        // too, C7514; two int32 sets exceed the 168 registers ptxas allocates here.)
-        for (int kb = w.kb_begin; kb < w.kb_end; ++kb, ++ring) {
-          load_scales(raw_new, min(kb + 2, w.kb_end - 1));
-          const int slot = static_cast<int>(ring % kStages);
-          ptx::mbarrier_wait(&full[slot], (ring / kStages) & 1);
-          issue_block(slot, false);
-          ptx::wgmma_wait_group<0>(acc);
-          if (lane == 0) ptx::mbarrier_arrive(&empty[slot]);
-          promote_all(scale);
-          combine(scale, raw_next);
-          raw_next = raw_new;
+          for (int i = 0; i < Cfg::kAccRegs; ++i)
+            accf[mi][i] = promote(accf[mi][i], cur[mi][i], scale[mi][(i / 2) % 2]);
+      };
+      int nth = 0, kb = 0;  // the current block's unit and K block
+      // Block (nth, kb) was issued into `cur` and is not the CTA's last.
+      auto step = [&](int32_t(&cur)[Cfg::kMmaM][Cfg::kAccRegs], int32_t(&next)[Cfg::kMmaM][Cfg::kAccRegs]) {
+        load_scales(raw_new, min(kb + 2, k_blocks - 1));
+        const int slot = static_cast<int>(ring % kStages);
+        ++ring;
+        const int next_slot = static_cast<int>(ring % kStages);
+        ptx::mbarrier_wait(&full[next_slot], (ring / kStages) & 1);
+        ptx::wgmma_wait_group<0>(cur);
+        issue_block(next, next_slot, false);
+        if (lane == 0) ptx::mbarrier_arrive(&empty[slot]);
+        promote_block(cur);
+        combine(raw_next);
+        raw_next = raw_new;
+        if (++kb == k_blocks) {
+          store_tile(w, w.tile_n * Cfg::kBN + wg_n * Cfg::kWN, accf);
+          kb = 0;
+          begin_tile(++nth);
         }
+      };
+      begin_tile(0);
+      {
+        const int slot = static_cast<int>(ring % kStages);
+        ptx::mbarrier_wait(&full[slot], (ring / kStages) & 1);
+        issue_block(acc, slot, false);
       }
-      if (!kPerBlock && lane == 0) ptx::mbarrier_arrive(&empty[prev_slot]);
-
+      // Block g of the CTA's sequence is in acc for even g, in acc_next for odd g.
+      for (int g = 0; g + 1 < total; g += 2) {
+        step(acc, acc_next);
+        if (g + 2 == total) break;
+        step(acc_next, acc);
+      }
+      ptx::wgmma_wait_group<0>(acc);
+      ptx::wgmma_wait_group<0>(acc_next);
+      if (lane == 0) ptx::mbarrier_arrive(&empty[ring % kStages]);
+      ++ring;
+      if (total % 2 == 0) {  // the last block, total - 1, is odd
 #pragma unroll
-      for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
-        const int row_base = w.tile_m * Cfg::kBM + wg_m * Cfg::kWgRows + 64 * mi;
-        if (row_base >= args.m || col_base >= args.n) continue;  // this piece lies outside D
-        const auto& piece = [&]() -> const typename Epi::Acc(&)[Cfg::kAccRegs] {
-          if constexpr (kPerBlock) {
-            return accf[mi];
-          } else {
-            return acc[mi];
-          }
-        }();
-        if (args.d_tma) {
-          if (row_base + 16 * warp < args.m) {
-            uint8_t* staging = epi_buffers + (consumer * 4 + warp) * 2 * Cfg::kEpiBufferBytes;
-            store_warp_tile<Cfg>(args, epi, &map_d, piece, staging, row_base + 16 * warp, col_base, lane, chunks_issued);
-          }
-        } else {
-          store_fragment<Cfg::kWN>(args, epi, piece, row_base + warp * 16 + lane / 4, col_base + 2 * (lane % 4));
-        }
+        for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+          for (int i = 0; i < Cfg::kAccRegs; ++i) acc[mi][i] = acc_next[mi][i];
       }
+      promote_block(acc);
+      store_tile(w, w.tile_n * Cfg::kBN + wg_n * Cfg::kWN, accf);
     }
     // The shared-memory sources of the last stores must stay valid until TMA has read them.
     if (args.d_tma && lane == 0) ptx::bulk_wait_group<0>();
@@ -436,6 +488,7 @@ void launch_sm90(const GemmParams& p, const Epi& epi, void* d, OutType out_type,
   args.split_k = std::max(1, std::min(p.split_k, args.k_blocks));
   args.k_blocks_split = ceil_div(args.k_blocks, args.split_k);
   args.split_k = ceil_div(args.k_blocks, args.k_blocks_split);  // no empty split
+  if (Epi::kPerBlock && args.split_k != 1) throw std::logic_error("tcgemm: the sm90 per-block kernel has no split-K");
   args.tiles_m = ceil_div(p.m, Cfg::kBM);
   args.tiles_n = ceil_div(p.n, Cfg::kBN);
   args.d = d;
