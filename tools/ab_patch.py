@@ -2,7 +2,8 @@
 
 nocvt, noload: the scaled epilogue without its int->float conversion / its scale and bias loads
 (timing only, results wrong). noskinny: no route to the skinny kernel. desc64: wgmma descriptors
-advanced by a 64-bit add (benchmarks/NOTES-scaled.md step 12).
+advanced by a 64-bit add. coopint8: int8_gemm (M >= 1024) on the per-block kernel's tile.
+nopromo: the per-block kernel without promotion (timing only). (benchmarks/NOTES-scaled.md step 12)
 """
 import sys
 root, variant = sys.argv[1], sys.argv[2]
@@ -30,6 +31,27 @@ elif variant == "desc64":
   return (desc & ~uint64_t{0xFFFFFFFFu}) | lo;"""
     assert old in s
     s = s.replace(old, "  return desc + (bytes >> 4);")
+elif variant == "coopint8":  # int8_gemm on the per-block kernel's tile (cooperative 128x128): its ceiling
+    p = f"{root}/csrc/dispatch/dispatch.cpp"
+    s = open(p).read()
+    old = "case Sm90Tile::kBlock: break;  // per-block scales only"
+    assert old in s
+    s = s.replace(old, "case Sm90Tile::kBlock: return sm90::launch_sm90_int8_gemm<Sm90Block>(p, dev.sm_count);")
+    open(p, "w").write(s)
+    p = f"{root}/csrc/kernels/sm90/sm90_scaled_gemm_block.cu"
+    s = open(p).read() + "template void tcgemm::sm90::launch_sm90_int8_gemm<tcgemm::Sm90Block>(const tcgemm::GemmParams&, int);\n"
+    open(p, "w").write(s)
+    p = f"{root}/csrc/dispatch/heuristics.h"
+    s = open(p).read()
+    old = "  const int splits = allow_split ? sm_count : 0;"
+    assert old in s
+    s = s.replace(old, "  if (allow_split && m >= 1024) return Sm90Plan{Sm90Tile::kBlock, 1};\n" + old)
+elif variant == "nopromo":  # the per-block kernel without promoting (timing only, results wrong)
+    p = f"{root}/csrc/kernels/sm90/sm90_int8_gemm.cuh"
+    s = open(p).read()
+    old = "        promote_block(cur);\n        combine(raw_next);"
+    assert old in s
+    s = s.replace(old, "        combine(raw_next);")
 elif variant != "none":
     raise SystemExit(variant)
 open(p, "w").write(s)

@@ -17,9 +17,9 @@
 //     stores drain. The int32 epilogue's offsets and beta * C are a second, row-wise pass over
 //     the staged chunk. An output TMA cannot describe gets direct register stores (wrapping
 //     atomics under split-K).
-//   per-block scales (ScaledEpilogue<Out, true>): the main loop computes one 128-deep K block at
-//     a time, waits for it and folds its int32 partial sums into fp32 accumulators with that
-//     block's scales (promotion); the other consumer warpgroup's wgmma run meanwhile.
+//   per-block scales (ScaledEpilogue<Out, true>): each 128-deep K block's int32 partial sums are
+//     folded into fp32 accumulators with that block's scales (promotion). Two int32 sets take the
+//     K blocks in turn, so one block is promoted while the next one's wgmma run.
 //
 // Work units are output tiles in grouped order (GroupM tile rows per group, for L2 reuse of B),
 // times split_k ranges of K. Units go round-robin to gridDim.x <= #SMs resident blocks, and
