@@ -34,8 +34,16 @@ def main():
     for backend in tcgemm.available_backends("cuda"):
         rows.append((f"tcgemm.int8_gemm {backend}", lambda be=backend: tcgemm.int8_gemm(a, b, backend=be)))
         rows.append((f"tcgemm.gemm out= {backend}", lambda be=backend: tcgemm.gemm(a, b, backend=be, out=out)))
-    for name, fn in rows:
-        print(f"{name:34s} {per_call_us(fn):7.1f} us/call")
+    # The scaled path on a tiny problem: quantize + scaled_gemm, and the QuantLinear forward.
+    xs = torch.randn(8, 256, device="cuda", dtype=torch.bfloat16)
+    lin = tcgemm.QuantLinear.from_linear(torch.nn.Linear(256, 256, device="cuda", dtype=torch.bfloat16))
+    qx, sx = tcgemm.quantize(xs, "token")
+    rows += [("tcgemm.quantize token", lambda: tcgemm.quantize(xs, "token")),
+             ("tcgemm.scaled_gemm", lambda: tcgemm.scaled_gemm(qx, lin.weight.t(), sx, lin.weight_scale, lin.bias)),
+             ("QuantLinear forward", lambda: lin(xs))]
+    with torch.no_grad():
+        for name, fn in rows:
+            print(f"{name:34s} {per_call_us(fn):7.1f} us/call")
 
 
 if __name__ == "__main__":
