@@ -144,11 +144,14 @@ def bench_mlp(m, n, k, device) -> dict:
     with torch.no_grad():
         ref, got = linears[0](xs[0]).float(), quant[0](xs[0]).float()
         sqnr = float(10 * torch.log10(ref.pow(2).sum() / (ref - got).pow(2).sum()))
-        t_bf16, t_q = [], []
-        for _ in range(ROUNDS):
-            t_bf16.append(median_ms(lambda i: linears[i](xs[i]), n_sets, MAX_REPS // ROUNDS, device))
-            t_q.append(median_ms(lambda i: quant[i](xs[i]), n_sets, MAX_REPS // ROUNDS, device))
-        t_bf16, t_q = statistics.median(t_bf16), statistics.median(t_q)
+        fns = {"bf16": lambda i: linears[i](xs[i]), "quant": lambda i: quant[i](xs[i])}
+        times: dict[str, list[float]] = {name: [] for name in fns}
+        for r in range(ROUNDS):
+            # Alternate which goes first, as bench_shape rotates its methods: a burst timed right
+            # after the other one's runs on the clocks that burst left.
+            for name in (["bf16", "quant"] if r % 2 == 0 else ["quant", "bf16"]):
+                times[name].append(median_ms(fns[name], n_sets, MAX_REPS // ROUNDS, device))
+        t_bf16, t_q = statistics.median(times["bf16"]), statistics.median(times["quant"])
     flops = 2 * m * n * k
     return {"mlp": [m, n, k], "bf16_tops": flops / t_bf16 / 1e9, "quantlinear_tops": flops / t_q / 1e9,
             "speedup": t_bf16 / t_q, "sqnr_db": sqnr}
