@@ -403,10 +403,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       };
       RawScales raw_next, raw_new;  // the scales of K blocks kb + 1 and kb + 2
       WorkUnit w;
+      int col_base;  // this warpgroup's first column of tile w
       auto begin_tile = [&](int nth) {
         w = unit_of(nth);
+        col_base = w.tile_n * Cfg::kBN + wg_n * Cfg::kWN;
         const int row0 = w.tile_m * Cfg::kBM + wg_m * Cfg::kWgRows + 16 * warp + lane / 4;  // + 64 mi + 8 h
-        sb_base = epi.sb_ptr(min(w.tile_n * Cfg::kBN + wg_n * Cfg::kWN, args.n - 1));
+        sb_base = epi.sb_ptr(min(col_base, args.n - 1));
 #pragma unroll
         for (int mi = 0; mi < Cfg::kMmaM; ++mi)
 #pragma unroll
@@ -441,7 +443,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         combine(raw_next);
         raw_next = raw_new;
         if (++kb == k_blocks) {
-          store_tile(w, w.tile_n * Cfg::kBN + wg_n * Cfg::kWN, accf);
+          store_tile(w, col_base, accf);
           kb = 0;
           begin_tile(++nth);
         }
@@ -469,7 +471,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           for (int i = 0; i < Cfg::kAccRegs; ++i) acc[mi][i] = acc_next[mi][i];
       }
       promote_block(acc);
-      store_tile(w, w.tile_n * Cfg::kBN + wg_n * Cfg::kWN, accf);
+      store_tile(w, col_base, accf);
     }
     // The shared-memory sources of the last stores must stay valid until TMA has read them.
     if (args.d_tma && lane == 0) ptx::bulk_wait_group<0>();
