@@ -1,13 +1,13 @@
 #!/bin/bash
 # A/B: the tree as is, plus diagnostic variants built in /tmp copies; interleaved timing in each.
-#   bash tools/ab_device.sh VARIANT...
+#   bash tools/ab_device.sh VARIANT...   (variant "head": the commit REF, default HEAD)
 set -o pipefail
 cd "$(dirname "$0")/.."
 export TORCH_CUDA_ARCH_LIST=9.0a
 ROOT=$PWD
 for v in "$@"; do
   rm -rf /tmp/v_$v && mkdir -p /tmp/v_$v
-  if [ $v = head ]; then git archive HEAD | tar xf - -C /tmp/v_$v; cp tools/ab_*.py /tmp/v_$v/tools/
+  if [ $v = head ]; then git archive ${REF:-HEAD} | tar xf - -C /tmp/v_$v; cp tools/ab_*.py /tmp/v_$v/tools/
   else git ls-files -co --exclude-standard | tar cf - -T - | tar xf - -C /tmp/v_$v; python3 tools/ab_patch.py /tmp/v_$v $v || exit 1; fi
   (cd /tmp/v_$v && MAX_JOBS=6 python3 setup.py build_ext --inplace > $OUT/build_$v.log 2>&1; echo "build $v rc=$?") &
 done
