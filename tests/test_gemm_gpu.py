@@ -210,8 +210,11 @@ def test_small_m_long_k(gpu_backend, m, n, k, alpha, beta, rng, make_operand, ma
 
 
 # Decode-sized problems (few rows, a wide B, long K): auto, sm80 and sm90 hand these to the
-# skinny kernel; the K tails (4100, 4111) and 17..32 rows (two m16 tiles) are its edges.
-DECODE_CASES = [(1, 4096, 4096), (7, 4100, 4100), (16, 2304, 8192), (17, 4096, 4111), (32, 6000, 1024)]
+# skinny kernel; the K tails (4100, 4111) and 17..32 rows (two m16 tiles) are its edges. At 9-16
+# rows and N >= ~7.9K its blocks are 32 columns wide (16x8192; 12x8200 when forced, with a
+# partial last block; auto gives that one to sm90 with A boxes of 16 rows).
+DECODE_CASES = [(1, 4096, 4096), (7, 4100, 4100), (16, 2304, 8192), (17, 4096, 4111), (32, 6000, 1024),
+                (16, 8192, 640), (12, 8200, 1100)]
 
 
 @pytest.mark.parametrize("m,n,k", DECODE_CASES, ids=lambda v: str(v))
@@ -224,6 +227,16 @@ def test_decode_shapes(gpu_backend, m, n, k, rng, make_operand, make_int32, pois
         out = poison(empty_out(m, n))
         got = tcgemm.gemm(a, b, c, 3, -2, out=out, backend=gpu_backend)
         check_exact(got, expected, f"{gpu_backend} {m}x{n}x{k} {da} x {db}")
+
+
+# Fewer rows than the tile: the sm90 kernels load boxes of M's rows (rounded up to 8) and keep the
+# tile's other rows zero in every ring slot; K long enough that each slot is refilled many times.
+@pytest.mark.parametrize("m,n,k", [(5, 1000, 4000), (40, 3000, 2200), (100, 520, 3000)], ids=lambda v: str(v))
+def test_rows_short_of_the_tile(gpu_backend, m, n, k, rng, make_operand, poison, ref_gemm, check_exact):
+    a = make_operand(m, k, I8, "row", DEV, rng)
+    b = make_operand(k, n, I8, "col", DEV, rng)
+    out = poison(empty_out(m, n))
+    check_exact(tcgemm.gemm(a, b, out=out, backend=gpu_backend), ref_gemm(a, b), f"{gpu_backend} {m}x{n}x{k}")
 
 
 def test_k_zero_gives_zeros(gpu_backend, rng, make_operand, poison, check_exact):

@@ -229,9 +229,9 @@ def test_gpu_matches_reference(backend, gran, out_dtype):
 @gpu
 @pytest.mark.parametrize("backend", _scaled_backends())
 def test_gpu_decode_shapes(backend):
-    """Few rows against a wide weight (what auto, sm80 and sm90 give the skinny kernel), K tails."""
+    """Few rows against a wide weight (mostly what auto, sm80 and sm90 give the skinny kernel), K tails."""
     gen = torch.Generator().manual_seed(23)
-    for m, n, k in [(1, 4096, 4096), (9, 2200, 4100), (32, 4096, 1030)]:
+    for m, n, k in [(1, 4096, 4096), (9, 2200, 4100), (32, 4096, 1030), (16, 8192, 640), (12, 8200, 1100)]:
         a, b = _operands(m, n, k, "cuda", gen, b_layout="weight")
         for gran in ("token-channel", "block-block", "block-chanblock"):
             if backend == "sm90" and gran == "block-chanblock":

@@ -8,7 +8,7 @@ ROOT=$PWD
 for v in "$@"; do
   rm -rf /tmp/v_$v && mkdir -p /tmp/v_$v
   if [ $v = head ]; then git archive ${REF:-HEAD} | tar xf - -C /tmp/v_$v; cp tools/ab_*.py /tmp/v_$v/tools/
-  else git ls-files -co --exclude-standard | tar cf - -T - | tar xf - -C /tmp/v_$v; python3 tools/ab_patch.py /tmp/v_$v $v || exit 1; fi
+  else git ls-files -co --exclude-standard | tar cf - -T - | tar xf - -C /tmp/v_$v; for part in ${v//+/ }; do python3 tools/ab_patch.py /tmp/v_$v $part || exit 1; done; fi
   (cd /tmp/v_$v && MAX_JOBS=6 python3 setup.py build_ext --inplace > $OUT/build_$v.log 2>&1; echo "build $v rc=$?") &
 done
 MAX_JOBS=6 python3 -m pip install --no-build-isolation --no-deps -e . > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }

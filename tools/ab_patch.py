@@ -3,7 +3,8 @@
 nocvt, noload: the scaled epilogue without its int->float conversion / its scale and bias loads
 (timing only, results wrong). noskinny: no route to the skinny kernel. desc64: wgmma descriptors
 advanced by a 64-bit add. coopint8: int8_gemm (M >= 1024) on the per-block kernel's tile.
-nopromo: the per-block kernel without promotion (timing only). (benchmarks/NOTES-scaled.md step 12)
+nopromo: the per-block kernel without promotion (timing only). ct2, ct4: skinny blocks of 16 or
+32 columns at every N. fullbox: sm90 A boxes of BM rows at any M. VARIANT may join several with +. (benchmarks/NOTES-scaled.md step 12)
 """
 import sys
 root, variant = sys.argv[1], sys.argv[2]
@@ -21,9 +22,15 @@ elif variant == "noload":
 elif variant == "noskinny":
     p = f"{root}/csrc/dispatch/heuristics.h"
     s = open(p).read()
-    old = "return m <= kSkinnyMaxRows && (n + 15) / 16 >= sm_count && k >= 512;"
+    old = "return few_rows && (n + 15) / 16 >= sm_count && k >= 512;"
     assert old in s
-    s = s.replace(old, "(void)m; (void)n; (void)k; (void)sm_count; return false;")
+    s = s.replace(old, "(void)few_rows; (void)n; (void)k; (void)sm_count; return false;")
+elif variant in ("ct2", "ct4"):  # skinny blocks of 16 (ct2) or 32 (ct4) columns at every N
+    p = f"{root}/csrc/dispatch/heuristics.h"
+    s = open(p).read()
+    old = "return 8 * wide_blocks >= 15LL * sm_count ? SkinnyTile::kRows16Cols32 : SkinnyTile::kRows16Cols16;"
+    assert old in s
+    s = s.replace(old, "(void)wide_blocks; return SkinnyTile::kRows16Cols" + ("16;" if variant == "ct2" else "32;"))
 elif variant == "desc64":
     p = f"{root}/csrc/ptx/wgmma.cuh"
     s = open(p).read()
@@ -52,6 +59,12 @@ elif variant == "nopromo":  # the per-block kernel without promoting (timing onl
     old = "        promote_block(cur);\n        combine(raw_next);"
     assert old in s
     s = s.replace(old, "        combine(raw_next);")
+elif variant == "fullbox":  # sm90: A loaded in whole BM-row boxes even when M < BM (out-of-bounds rows)
+    p = f"{root}/csrc/kernels/sm90/sm90_int8_gemm.cuh"
+    s = open(p).read()
+    old = "args.a_box_rows = std::min(Cfg::kBM, round_up(p.m, 8));"
+    assert old in s
+    s = s.replace(old, "args.a_box_rows = Cfg::kBM;")
 elif variant != "none":
     raise SystemExit(variant)
 open(p, "w").write(s)

@@ -1,6 +1,6 @@
 """Skinny-M timing: int8_gemm and scaled_gemm (auto) on decode shapes, with B streaming rate.
 
-    python3 tools/ab_skinny.py
+    python3 tools/ab_skinny.py [ROUNDS]     (tools/ab_device.sh passes ROUNDS; shapes timed ROUNDS times)
 """
 
 import statistics
@@ -17,6 +17,7 @@ from ab_scaled import burst_ms  # noqa: E402
 
 SHAPES = [(m, n, k) for (n, k) in [(8192, 8192), (4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192)]
           for m in (1, 4, 16, 32, 48, 64)]
+ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 1
 
 
 def timed(fn, n_sets, calls=60):
@@ -37,13 +38,15 @@ def main():
                           bias=torch.randn(n, device="cuda"), x=a.to(torch.bfloat16), wb=w.to(torch.bfloat16).t()))
         ref = (S[0]["a"].double() @ S[0]["wt"].double()).to(torch.int64)
         ok = torch.equal(tcgemm.int8_gemm(S[0]["a"], S[0]["wt"]).long(), ref)
-        t_i = timed(lambda i: tcgemm.int8_gemm(S[i]["a"], S[i]["wt"]), n_sets)
-        t_s = timed(lambda i: tcgemm.scaled_gemm(S[i]["a"], S[i]["wt"], S[i]["sa"], S[i]["sw"], S[i]["bias"]), n_sets)
-        t_b = timed(lambda i: torch.mm(S[i]["x"], S[i]["wb"]), n_sets)
-        t_m = timed(lambda i: torch._int_mm(S[i]["a"], S[i]["wt"]), n_sets) if m > 16 else float("nan")
-        fl = 2 * m * n * k / 1e9
-        print(f"{m:3d}x{n}x{k}: int8 {fl / t_i:7.1f} TOPS {n * k / t_i / 1e6:6.0f} GB/s | scaled {fl / t_s:7.1f} | "
-              f"bf16 {fl / t_b:7.1f} | _int_mm {fl / t_m:7.1f} | exact={ok}", flush=True)
+        for _ in range(ROUNDS):
+            t_i = timed(lambda i: tcgemm.int8_gemm(S[i]["a"], S[i]["wt"]), n_sets)
+            t_s = timed(lambda i: tcgemm.scaled_gemm(S[i]["a"], S[i]["wt"], S[i]["sa"], S[i]["sw"], S[i]["bias"]),
+                        n_sets)
+            t_b = timed(lambda i: torch.mm(S[i]["x"], S[i]["wb"]), n_sets)
+            t_m = timed(lambda i: torch._int_mm(S[i]["a"], S[i]["wt"]), n_sets) if m > 16 else float("nan")
+            fl = 2 * m * n * k / 1e9
+            print(f"{m:3d}x{n}x{k}: int8 {fl / t_i:7.1f} TOPS {n * k / t_i / 1e6:6.0f} GB/s | scaled {fl / t_s:7.1f}"
+                  f" | bf16 {fl / t_b:7.1f} | _int_mm {fl / t_m:7.1f} | exact={ok}", flush=True)
         del S
         torch.cuda.empty_cache()
 

@@ -117,13 +117,16 @@ bool needs_col_offset(Backend b, const GemmParams& p) {
 
 namespace {
 
-void run_skinny(const GemmParams& p) {
-  if (skinny_row_tiles(p.m) == 1) return skinny::launch_skinny_int8_gemm<1>(p);
-  return skinny::launch_skinny_int8_gemm<2>(p);
+void run_skinny(const GemmParams& p, const DeviceInfo& dev) {
+  switch (choose_skinny_tile(p.m, p.n, dev.sm_count)) {
+    case SkinnyTile::kRows16Cols16: return skinny::launch_skinny_int8_gemm<1, 2>(p);
+    case SkinnyTile::kRows16Cols32: return skinny::launch_skinny_int8_gemm<1, 4>(p);
+    case SkinnyTile::kRows32Cols16: return skinny::launch_skinny_int8_gemm<2, 2>(p);
+  }
 }
 
 void run_sm80(GemmParams p, const DeviceInfo& dev) {
-  if (choose_skinny(p.m, p.n, p.k, dev.sm_count)) return run_skinny(p);
+  if (choose_skinny(p.m, p.n, p.k, dev.sm_count)) return run_skinny(p, dev);
   const Sm80Tile tile = choose_sm80_tile(p.m, p.n, dev.sm_count, dev.smem_optin);
   p.split_k = choose_sm80_split_k(tile, p.m, p.n, p.k, dev.sm_count);
   if (p.split_k > 1) launch_epilogue_fill(p);  // the splits add their scaled partial sums onto it
@@ -134,7 +137,7 @@ void run_sm80(GemmParams p, const DeviceInfo& dev) {
 }
 
 void run_sm90(GemmParams p, const DeviceInfo& dev) {
-  if (choose_skinny(p.m, p.n, p.k, dev.sm_count)) return run_skinny(p);
+  if (choose_skinny(p.m, p.n, p.k, dev.sm_count)) return run_skinny(p, dev);
   const Sm90Plan plan = choose_sm90_plan(p.m, p.n, p.k, dev.sm_count);
   p.split_k = plan.split_k;
   if (p.split_k > 1) launch_epilogue_fill(p);  // the splits add their scaled partial sums onto it
@@ -160,7 +163,7 @@ void run_gpu_gemm(Backend b, const GemmParams& p, const DeviceInfo& dev) {
     case Backend::kWmmaSimple: return wmma_gemm::launch_wmma_int8_gemm_simple(p, dev.sm_count);
     case Backend::kSm80: return run_sm80(p, dev);
     case Backend::kSm90: return run_sm90(p, dev);
-    case Backend::kSkinny: return run_skinny(p);
+    case Backend::kSkinny: return run_skinny(p, dev);
     default:
       throw std::logic_error(std::string("tcgemm: run_gpu_gemm got non-GPU backend ") + backend_name(b));
   }
@@ -216,14 +219,17 @@ std::string resolve_scaled_gpu_backend(Backend requested, const DeviceInfo& dev,
 
 namespace {
 
-void run_skinny_scaled(const GemmParams& p) {
-  if (skinny_row_tiles(p.m) == 1) return skinny::launch_skinny_scaled_gemm<1>(p);
-  return skinny::launch_skinny_scaled_gemm<2>(p);
+void run_skinny_scaled(const GemmParams& p, const DeviceInfo& dev) {
+  switch (choose_skinny_tile(p.m, p.n, dev.sm_count)) {
+    case SkinnyTile::kRows16Cols16: return skinny::launch_skinny_scaled_gemm<1, 2>(p);
+    case SkinnyTile::kRows16Cols32: return skinny::launch_skinny_scaled_gemm<1, 4>(p);
+    case SkinnyTile::kRows32Cols16: return skinny::launch_skinny_scaled_gemm<2, 2>(p);
+  }
 }
 
 void run_sm80_scaled(GemmParams p, const DeviceInfo& dev) {
   p.split_k = 1;
-  if (choose_skinny(p.m, p.n, p.k, dev.sm_count)) return run_skinny_scaled(p);
+  if (choose_skinny(p.m, p.n, p.k, dev.sm_count)) return run_skinny_scaled(p, dev);
   const Sm80Tile tile = choose_sm80_tile(p.m, p.n, dev.sm_count, dev.smem_optin);
   if (p.scaled.per_block()) {
     if (tile == Sm80Tile::kLarge) return sm80::launch_sm80_scaled_gemm<Sm80Block, true>(p);
@@ -235,7 +241,7 @@ void run_sm80_scaled(GemmParams p, const DeviceInfo& dev) {
 
 void run_sm90_scaled(GemmParams p, const DeviceInfo& dev) {
   p.split_k = 1;
-  if (choose_skinny(p.m, p.n, p.k, dev.sm_count)) return run_skinny_scaled(p);
+  if (choose_skinny(p.m, p.n, p.k, dev.sm_count)) return run_skinny_scaled(p, dev);
   if (p.scaled.per_block()) {
     switch (choose_sm90_block_plan(p.m, p.n, p.k, dev.sm_count).tile) {
       case Sm90Tile::kSmall: return sm90::launch_sm90_scaled_gemm<Sm90Small, true>(p, dev.sm_count);
@@ -257,7 +263,7 @@ void run_gpu_scaled_gemm(Backend b, const GemmParams& p, const DeviceInfo& dev) 
   switch (b) {
     case Backend::kSm80: return run_sm80_scaled(p, dev);
     case Backend::kSm90: return run_sm90_scaled(p, dev);
-    case Backend::kSkinny: return run_skinny_scaled(p);
+    case Backend::kSkinny: return run_skinny_scaled(p, dev);
     default:
       throw std::logic_error(std::string("tcgemm: run_gpu_scaled_gemm got backend ") + backend_name(b));
   }

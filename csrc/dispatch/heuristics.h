@@ -32,14 +32,27 @@ using Sm80Block = Sm80TileConfig<128, 128, 2, 4, 3>;
 // enough that B dominates, and M <= 8, or M <= 16 with N <= 8192 (wider B gives the sm90 tiles
 // enough columns to stream as well). H200, int8_gemm TOPS against the sm90 kernels
 // (NOTES-sm90.md, step 11): M = 1 and 4 1.03-1.5x; M = 16 1.03-1.26x at N = 4096/8192,
-// 0.91-0.95x at N = 14336/28672; M = 32 0.6-0.9x.
+// 0.91-0.95x at N = 14336/28672; M = 32 0.6-0.9x. Rechecked after the sm90 kernel's A boxes
+// were cut to M's rows (step 14): M = 1 and 4 1.06-1.3x at N <= 8192, 0.97-1.02x at wider N;
+// M = 16 0.98x at N = 8192.
 inline bool choose_skinny(int m, int n, int k, int sm_count) {
   const bool few_rows = m <= 8 || (m <= 16 && n <= 8192);
   return few_rows && (n + 15) / 16 >= sm_count && k >= 512;
 }
 
-// m16 tiles of rows per skinny block (a forced skinny backend takes any M).
-inline int skinny_row_tiles(int m) { return m <= 16 ? 1 : 2; }
+// The skinny block's tile of D: m16 tiles of rows x n8 tiles of columns (a forced skinny backend
+// takes any M). At 9-16 rows, 32 columns per block when that still gives every SM its two block
+// slots (N >= ~7.9K on 132 SMs): each K block of A a warp loads then feeds twice as many mma.
+// H200 (NOTES-sm90.md step 14), 16 vs 32 columns, TOPS: 16x8192x8192 87.4 vs 89.1-90.0,
+// 16x28672x8192 107.3 vs 111.2-111.5; at M = 1 and 4 the wider blocks lost up to 10% (fewer
+// blocks, little A to share), and narrower B needs 16 columns to fill the SMs.
+enum class SkinnyTile { kRows16Cols16, kRows16Cols32, kRows32Cols16 };
+
+inline SkinnyTile choose_skinny_tile(int m, int n, int sm_count) {
+  if (m > 16) return SkinnyTile::kRows32Cols16;
+  const long long wide_blocks = (n + 31) / 32;
+  return m > 8 && 8 * wide_blocks >= 15LL * sm_count ? SkinnyTile::kRows16Cols32 : SkinnyTile::kRows16Cols16;
+}
 
 enum class Sm80Tile { kLarge, kSmall };
 

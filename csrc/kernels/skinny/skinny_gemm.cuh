@@ -1,7 +1,7 @@
 // Skinny-M int8 GEMM (sm_80+, mma.sync m16n8k32): problems with a few rows of A, where the run
 // is a stream of B (decode-time linear layers), on every architecture from Ampere on.
 //
-//   block: 8 warps share one (16 * RowTiles) x 16 tile of D and split K between them in
+//   block: 8 warps share one (16 * RowTiles) x (8 * ColTiles) tile of D and split K between them in
 //     128-byte K blocks: warp w takes K blocks w, w + 8, ..., so the eight warps read each B
 //     row's consecutive kilobyte together.
 //   loads: per K block a lane loads 32 contiguous bytes of each of its rows straight into
@@ -40,13 +40,12 @@ namespace tcgemm::skinny {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kColTiles = 2;  // n8 tiles per block
-constexpr int kCols = 8 * kColTiles;
 constexpr int kBK = 128;  // bytes of K per K block
 
-// K blocks of B a warp keeps in flight: as many as 128 registers per thread allow (two blocks per SM).
-template <int RowTiles>
-constexpr int kDepth = RowTiles == 1 ? 4 : 2;
+// K blocks of B a warp keeps in flight: as many as 128 registers per thread allow (two blocks per
+// SM): 64 registers of B with one m16 tile of A, 32 with two (whose A fragments take the rest).
+template <int RowTiles, int ColTiles>
+constexpr int kDepth = (RowTiles == 1 ? 64 : 32) / (8 * ColTiles);
 
 // Bytes k0 .. k0 + 31 of one operand row as 8 little-endian words. Masked: bytes at or past k
 // read as zero (and are not touched).
@@ -73,13 +72,15 @@ __device__ __forceinline__ void load_row32(uint32_t (&r)[8], const uint8_t* row,
   }
 }
 
-template <int RowTiles, bool ASigned, bool BSigned, class Epi>
+template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, class Epi>
 __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmParams p, const Epi epi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using Acc = typename Epi::Acc;  // int32, or fp32 when per-block scales are promoted
   constexpr bool kPerBlock = Epi::kPerBlock;
-  constexpr int kRegs = RowTiles * kColTiles * 4;  // accumulators per lane
-  constexpr int kAhead = kDepth<RowTiles>;
+  constexpr int kCols = 8 * ColTiles;
+  constexpr int kRegs = RowTiles * ColTiles * 4;  // accumulators per lane
+  constexpr int kAhead = kDepth<RowTiles, ColTiles>;
+  static_assert(kAhead >= 1, "no register room for a K block of B");
   __shared__ Acc partial[kWarps][kRegs][32];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -90,25 +91,25 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmPara
   // This lane's rows (rows past the edges of A and B clamp: their results are computed and not
   // stored); of each K block it reads bytes 32t .. 32t + 31.
   const uint8_t* a_row[RowTiles][2];
-  const uint8_t* b_row[kColTiles];
+  const uint8_t* b_row[ColTiles];
 #pragma unroll
   for (int mt = 0; mt < RowTiles; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
       a_row[mt][h] = static_cast<const uint8_t*>(p.a.ptr) + min(m0 + 16 * mt + g + 8 * h, p.m - 1) * p.a.stride_row;
 #pragma unroll
-  for (int nt = 0; nt < kColTiles; ++nt)
+  for (int nt = 0; nt < ColTiles; ++nt)
     b_row[nt] = static_cast<const uint8_t*>(p.b.ptr) + min(n0 + 8 * nt + g, p.n - 1) * p.b.stride_row;
   const uint64_t stream = ptx::l2_policy_evict_first();
 
-  int32_t acc[RowTiles][kColTiles][4];  // the whole K range, or one K block when promoting
-  float accf[RowTiles][kColTiles][4];
+  int32_t acc[RowTiles][ColTiles][4];  // the whole K range, or one K block when promoting
+  float accf[RowTiles][ColTiles][4];
   // f(mt, nt, j) for every accumulator register of the lane: m16 tile, n8 tile, fragment register.
   auto each_acc = [](auto&& f) {
 #pragma unroll
     for (int mt = 0; mt < RowTiles; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < kColTiles; ++nt)
+      for (int nt = 0; nt < ColTiles; ++nt)
 #pragma unroll
         for (int j = 0; j < 4; ++j) f(mt, nt, j);
   };
@@ -118,7 +119,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmPara
   });
 
   // One K block: A loaded now (L1), B loaded ahead; promotion of its partial sums if per-block.
-  auto compute = [&](const uint32_t (&b)[kColTiles][8], int kb, auto masked) {
+  auto compute = [&](const uint32_t (&b)[ColTiles][8], int kb, auto masked) {
     uint32_t a[RowTiles][2][8];
 #pragma unroll
     for (int mt = 0; mt < RowTiles; ++mt)
@@ -132,19 +133,19 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmPara
       for (int mt = 0; mt < RowTiles; ++mt) {
         const uint32_t af[4] = {a[mt][0][2 * s], a[mt][1][2 * s], a[mt][0][2 * s + 1], a[mt][1][2 * s + 1]};
 #pragma unroll
-        for (int nt = 0; nt < kColTiles; ++nt) {
+        for (int nt = 0; nt < ColTiles; ++nt) {
           const uint32_t bf[2] = {b[nt][2 * s], b[nt][2 * s + 1]};
           ptx::mma_m16n8k32<ASigned, BSigned>(acc[mt][nt], af, bf);
         }
       }
     if constexpr (kPerBlock) {
-      float sa[RowTiles][2], sb[kColTiles][2];
+      float sa[RowTiles][2], sb[ColTiles][2];
 #pragma unroll
       for (int mt = 0; mt < RowTiles; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) sa[mt][h] = epi.sa(min(m0 + 16 * mt + g + 8 * h, p.m - 1), kb);
 #pragma unroll
-      for (int nt = 0; nt < kColTiles; ++nt)
+      for (int nt = 0; nt < ColTiles; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) sb[nt][e] = epi.block_scale_b(min(n0 + 8 * nt + 2 * t + e, p.n - 1), kb);
       each_acc([&](int mt, int nt, int j) {
@@ -155,13 +156,13 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmPara
 
   const int full_blocks = p.k / kBK;
   for (int kb0 = warp; kb0 < full_blocks; kb0 += kWarps * kAhead) {
-    uint32_t b[kAhead][kColTiles][8];
+    uint32_t b[kAhead][ColTiles][8];
 #pragma unroll
     for (int d = 0; d < kAhead; ++d) {
       const int kb = kb0 + kWarps * d;
       if (kb < full_blocks) {
 #pragma unroll
-        for (int nt = 0; nt < kColTiles; ++nt)
+        for (int nt = 0; nt < ColTiles; ++nt)
           load_row32<true, false>(b[d][nt], b_row[nt], int64_t{kb} * kBK + 32 * t, p.k, stream);
       }
     }
@@ -172,18 +173,18 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmPara
     }
   }
   if (full_blocks * kBK < p.k && warp == full_blocks % kWarps) {
-    uint32_t b[kColTiles][8];
+    uint32_t b[ColTiles][8];
 #pragma unroll
-    for (int nt = 0; nt < kColTiles; ++nt)
+    for (int nt = 0; nt < ColTiles; ++nt)
       load_row32<true, true>(b[nt], b_row[nt], int64_t{full_blocks} * kBK + 32 * t, p.k, stream);
     compute(b, full_blocks, std::true_type{});
   }
 
   each_acc([&](int mt, int nt, int j) {
     if constexpr (kPerBlock) {
-      partial[warp][(mt * kColTiles + nt) * 4 + j][lane] = accf[mt][nt][j];
+      partial[warp][(mt * ColTiles + nt) * 4 + j][lane] = accf[mt][nt][j];
     } else {
-      partial[warp][(mt * kColTiles + nt) * 4 + j][lane] = acc[mt][nt][j];
+      partial[warp][(mt * ColTiles + nt) * 4 + j][lane] = acc[mt][nt][j];
     }
   });
   __syncthreads();
@@ -201,7 +202,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmPara
         sum = wrap_add(sum, partial[w][i][l]);
       }
     }
-    const int mt = i / (kColTiles * 4), nt = (i / 4) % kColTiles, j = i % 4;
+    const int mt = i / (ColTiles * 4), nt = (i / 4) % ColTiles, j = i % 4;
     const int row = m0 + 16 * mt + l / 4 + 8 * (j / 2);
     const int col = n0 + 8 * nt + 2 * (l % 4) + j % 2;
     if (row < p.m && col < p.n) d[static_cast<int64_t>(row) * p.ldd + col] = epi.full(sum, epi.row(row), epi.col(col), row, col);
@@ -209,41 +210,41 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmPara
 #endif
 }
 
-// One block per (16 * RowTiles) x 16 tile of D, flattened into gridDim.x.
-template <int RowTiles, class Epi>
+// One block per (16 * RowTiles) x (8 * ColTiles) tile of D, flattened into gridDim.x.
+template <int RowTiles, int ColTiles, class Epi>
 void launch_skinny(const GemmParams& p, const Epi& epi) {
-  auto kernel = skinny_gemm_kernel<RowTiles, true, true, Epi>;
+  auto kernel = skinny_gemm_kernel<RowTiles, ColTiles, true, true, Epi>;
   if constexpr (std::is_same_v<Epi, Int32Epilogue>) {  // the scaled GEMM takes int8 x int8 only
-    if (p.a.is_signed && !p.b.is_signed) kernel = skinny_gemm_kernel<RowTiles, true, false, Epi>;
-    if (!p.a.is_signed && p.b.is_signed) kernel = skinny_gemm_kernel<RowTiles, false, true, Epi>;
-    if (!p.a.is_signed && !p.b.is_signed) kernel = skinny_gemm_kernel<RowTiles, false, false, Epi>;
+    if (p.a.is_signed && !p.b.is_signed) kernel = skinny_gemm_kernel<RowTiles, ColTiles, true, false, Epi>;
+    if (!p.a.is_signed && p.b.is_signed) kernel = skinny_gemm_kernel<RowTiles, ColTiles, false, true, Epi>;
+    if (!p.a.is_signed && !p.b.is_signed) kernel = skinny_gemm_kernel<RowTiles, ColTiles, false, false, Epi>;
   }
-  const int64_t blocks = static_cast<int64_t>(ceil_div(p.m, 16 * RowTiles)) * ceil_div(p.n, kCols);
+  const int64_t blocks = static_cast<int64_t>(ceil_div(p.m, 16 * RowTiles)) * ceil_div(p.n, 8 * ColTiles);
   if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("tcgemm: the skinny GEMM's grid exceeds 2^31 blocks");
   kernel<<<static_cast<unsigned>(blocks), kThreads, 0, p.stream>>>(p, epi);
   TCGEMM_CHECK_LAUNCH();
 }
 
-template <int RowTiles>
+template <int RowTiles, int ColTiles>
 void launch_skinny_int8_gemm(const GemmParams& p) {
-  launch_skinny<RowTiles>(p, Int32Epilogue{p.epilogue});
+  launch_skinny<RowTiles, ColTiles>(p, Int32Epilogue{p.epilogue});
 }
 
-template <int RowTiles, bool PerBlock>
+template <int RowTiles, int ColTiles, bool PerBlock>
 void launch_scaled(const GemmParams& p) {
   switch (p.out_type) {
-    case OutType::kBf16: return launch_skinny<RowTiles>(p, ScaledEpilogue<__nv_bfloat16, PerBlock>{p.scaled});
-    case OutType::kFp16: return launch_skinny<RowTiles>(p, ScaledEpilogue<__half, PerBlock>{p.scaled});
-    case OutType::kFp32: return launch_skinny<RowTiles>(p, ScaledEpilogue<float, PerBlock>{p.scaled});
+    case OutType::kBf16: return launch_skinny<RowTiles, ColTiles>(p, ScaledEpilogue<__nv_bfloat16, PerBlock>{p.scaled});
+    case OutType::kFp16: return launch_skinny<RowTiles, ColTiles>(p, ScaledEpilogue<__half, PerBlock>{p.scaled});
+    case OutType::kFp32: return launch_skinny<RowTiles, ColTiles>(p, ScaledEpilogue<float, PerBlock>{p.scaled});
     case OutType::kInt32: break;
   }
   throw std::logic_error("tcgemm: launch_skinny_scaled_gemm needs a float output type");
 }
 
-template <int RowTiles>
+template <int RowTiles, int ColTiles>
 void launch_skinny_scaled_gemm(const GemmParams& p) {
-  if (p.scaled.per_block()) return launch_scaled<RowTiles, true>(p);
-  launch_scaled<RowTiles, false>(p);
+  if (p.scaled.per_block()) return launch_scaled<RowTiles, ColTiles, true>(p);
+  launch_scaled<RowTiles, ColTiles, false>(p);
 }
 
 }  // namespace tcgemm::skinny

@@ -7,12 +7,13 @@
 namespace tcgemm::skinny {
 
 // Needs both operands K-major with a 16-byte aligned base (and row stride when they have more
-// than one row); any M, N, K >= 1. RowTiles m16 tiles of rows per block (1 or 2).
-template <int RowTiles>
+// than one row); any M, N, K >= 1. A block computes RowTiles m16 tiles of rows by ColTiles n8
+// tiles of columns; instantiated for (1, 2), (1, 4) and (2, 2) (dispatch/heuristics.h picks).
+template <int RowTiles, int ColTiles>
 void launch_skinny_int8_gemm(const GemmParams& p);
 
 // The scaled GEMM (int8 x int8, any scale granularity, p.scaled.per_block() picks promotion).
-template <int RowTiles>
+template <int RowTiles, int ColTiles>
 void launch_skinny_scaled_gemm(const GemmParams& p);
 
 }  // namespace tcgemm::skinny

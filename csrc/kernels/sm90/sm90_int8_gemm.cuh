@@ -58,6 +58,7 @@ struct Sm90Args {
   int k_blocks_split;   // K blocks per split (the last split may have fewer)
   int split_k;
   int tiles_m, tiles_n;
+  int a_box_rows;       // rows of A a stage loads: BM, or M rounded up to 8 when M < BM (rest zero)
   void* d;              // [M, N] of the epilogue's OutT, unit stride along N
   int64_t ldd;
   bool d_vec2;          // column pairs of D are aligned: they go out as one store
@@ -248,6 +249,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     ptx::tma_prefetch_descriptor(&map_b);
     if (args.d_tma) ptx::tma_prefetch_descriptor(&map_d);
   }
+  // A shorter than one tile: each stage loads only its first a_box_rows rows (a box mostly out of
+  // bounds costs ~10% at 17-33 rows against 8192 x 8192, benchmarks/NOTES-sm90.md step 14), so
+  // the rows below stay zero for the whole run. Whole 128-byte rows: the swizzle keeps rows apart.
+  if (args.a_box_rows < Cfg::kBM) {
+    constexpr int kChunksPerRow = Cfg::kBK / 16;
+    const int chunks = (Cfg::kBM - args.a_box_rows) * kChunksPerRow;
+    for (int i = threadIdx.x; i < kStages * chunks; i += blockDim.x) {
+      const int stage = i / chunks, rest = i % chunks;
+      *reinterpret_cast<uint4*>(a_tiles + stage * Cfg::kATileBytes + args.a_box_rows * Cfg::kBK + 16 * rest) =
+          make_uint4(0, 0, 0, 0);
+    }
+    ptx::fence_proxy_async_shared();  // before wgmma reads them
+  }
   __syncthreads();
 
   const int units = args.tiles_m * args.tiles_n * args.split_k;
@@ -264,11 +278,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const uint64_t keep = ptx::l2_policy_evict_last(), stream = ptx::l2_policy_evict_first();
     const uint64_t policy_a = args.tiles_n == 1 ? stream : keep;
     const uint64_t policy_b = args.tiles_m == 1 ? stream : keep;
+    const uint32_t stage_bytes = args.a_box_rows * Cfg::kBK + Cfg::kBTileBytes;  // TMA counts a box whole
     for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
       const WorkUnit w = work_unit<Cfg::kGroupM>(args, unit);
       for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
         ptx::mbarrier_wait(&empty[slot], phase ^ 1);
-        ptx::mbarrier_arrive_expect_tx(&full[slot], Cfg::kStageBytes);
+        ptx::mbarrier_arrive_expect_tx(&full[slot], stage_bytes);
         ptx::tma_load_2d(a_tiles + slot * Cfg::kATileBytes, &map_a, &full[slot], kb * Cfg::kBK, w.tile_m * Cfg::kBM, policy_a);
         ptx::tma_load_2d(b_tiles + slot * Cfg::kBTileBytes, &map_b, &full[slot], kb * Cfg::kBK, w.tile_n * Cfg::kBN, policy_b);
         if (++slot == kStages) {
@@ -493,12 +508,13 @@ void launch_sm90(const GemmParams& p, const Epi& epi, void* d, OutType out_type,
   if (Epi::kPerBlock && args.split_k != 1) throw std::logic_error("tcgemm: the sm90 per-block kernel has no split-K");
   args.tiles_m = ceil_div(p.m, Cfg::kBM);
   args.tiles_n = ceil_div(p.n, Cfg::kBN);
+  args.a_box_rows = std::min(Cfg::kBM, round_up(p.m, 8));
   args.d = d;
   args.ldd = p.ldd;
   args.d_vec2 = p.ldd % 2 == 0 && reinterpret_cast<uintptr_t>(d) % (2 * sizeof(Out)) == 0;
   args.d_tma = tma_storable(d, sizeof(Out), p.m, p.ldd);
 
-  const CUtensorMap map_a = make_operand_tensor_map(p.a, p.m, p.k, Cfg::kBM, "a");
+  const CUtensorMap map_a = make_operand_tensor_map(p.a, p.m, p.k, args.a_box_rows, "a");
   const CUtensorMap map_b = make_operand_tensor_map(p.b, p.n, p.k, Cfg::kBN, "b");
   CUtensorMap map_d{};
   if (args.d_tma) {
