@@ -211,8 +211,9 @@ def test_small_m_long_k(gpu_backend, m, n, k, alpha, beta, rng, make_operand, ma
 
 # Decode-sized problems (few rows, a wide B, long K): auto, sm80 and sm90 hand these to the
 # skinny kernel; the K tails (4100, 4111) and 17..32 rows (two m16 tiles) are its edges. At 9-16
-# rows and N >= ~7.9K its blocks are 32 columns wide (16x8192; 12x8200 when forced, with a
-# partial last block; auto gives that one to sm90 with A boxes of 16 rows).
+# rows and N >= ~7.9K its blocks are 32 columns wide (16x8192, 12x8200 with a partial last block:
+# through sm80 and the forced skinny backend; auto and sm90 give them to the sm90 tiles, with A
+# boxes of 16 rows).
 DECODE_CASES = [(1, 4096, 4096), (7, 4100, 4100), (16, 2304, 8192), (17, 4096, 4111), (32, 6000, 1024),
                 (16, 8192, 640), (12, 8200, 1100)]
 

@@ -126,7 +126,7 @@ void run_skinny(const GemmParams& p, const DeviceInfo& dev) {
 }
 
 void run_sm80(GemmParams p, const DeviceInfo& dev) {
-  if (choose_skinny(p.m, p.n, p.k, dev.sm_count)) return run_skinny(p, dev);
+  if (choose_skinny(p.m, p.n, p.k, dev.sm_count, /*vs_sm90=*/false)) return run_skinny(p, dev);
   const Sm80Tile tile = choose_sm80_tile(p.m, p.n, dev.sm_count, dev.smem_optin);
   p.split_k = choose_sm80_split_k(tile, p.m, p.n, p.k, dev.sm_count);
   if (p.split_k > 1) launch_epilogue_fill(p);  // the splits add their scaled partial sums onto it
@@ -137,7 +137,7 @@ void run_sm80(GemmParams p, const DeviceInfo& dev) {
 }
 
 void run_sm90(GemmParams p, const DeviceInfo& dev) {
-  if (choose_skinny(p.m, p.n, p.k, dev.sm_count)) return run_skinny(p, dev);
+  if (choose_skinny(p.m, p.n, p.k, dev.sm_count, /*vs_sm90=*/true)) return run_skinny(p, dev);
   const Sm90Plan plan = choose_sm90_plan(p.m, p.n, p.k, dev.sm_count);
   p.split_k = plan.split_k;
   if (p.split_k > 1) launch_epilogue_fill(p);  // the splits add their scaled partial sums onto it
@@ -229,7 +229,7 @@ void run_skinny_scaled(const GemmParams& p, const DeviceInfo& dev) {
 
 void run_sm80_scaled(GemmParams p, const DeviceInfo& dev) {
   p.split_k = 1;
-  if (choose_skinny(p.m, p.n, p.k, dev.sm_count)) return run_skinny_scaled(p, dev);
+  if (choose_skinny(p.m, p.n, p.k, dev.sm_count, /*vs_sm90=*/false)) return run_skinny_scaled(p, dev);
   const Sm80Tile tile = choose_sm80_tile(p.m, p.n, dev.sm_count, dev.smem_optin);
   if (p.scaled.per_block()) {
     if (tile == Sm80Tile::kLarge) return sm80::launch_sm80_scaled_gemm<Sm80Block, true>(p);
@@ -241,7 +241,7 @@ void run_sm80_scaled(GemmParams p, const DeviceInfo& dev) {
 
 void run_sm90_scaled(GemmParams p, const DeviceInfo& dev) {
   p.split_k = 1;
-  if (choose_skinny(p.m, p.n, p.k, dev.sm_count)) return run_skinny_scaled(p, dev);
+  if (choose_skinny(p.m, p.n, p.k, dev.sm_count, /*vs_sm90=*/true)) return run_skinny_scaled(p, dev);
   if (p.scaled.per_block()) {
     switch (choose_sm90_block_plan(p.m, p.n, p.k, dev.sm_count).tile) {
       case Sm90Tile::kSmall: return sm90::launch_sm90_scaled_gemm<Sm90Small, true>(p, dev.sm_count);

@@ -29,20 +29,23 @@ using Sm80Block = Sm80TileConfig<128, 128, 2, 4, 3>;
 // Skinny problems (few rows of A against a wide B: decode-time linear layers) stream B; the
 // skinny kernel (kernels/skinny) reads it straight into registers with many K blocks in flight,
 // on sm80 and sm90 alike. Taken when its 16-column blocks give every SM at least one, K is long
-// enough that B dominates, and M <= 8, or M <= 16 with N <= 8192 (wider B gives the sm90 tiles
-// enough columns to stream as well). H200, int8_gemm TOPS against the sm90 kernels
-// (NOTES-sm90.md, step 11): M = 1 and 4 1.03-1.5x; M = 16 1.03-1.26x at N = 4096/8192,
-// 0.91-0.95x at N = 14336/28672; M = 32 0.6-0.9x. Rechecked after the sm90 kernel's A boxes
-// were cut to M's rows (step 14): M = 1 and 4 1.06-1.3x at N <= 8192, 0.97-1.02x at wider N;
-// M = 16 0.98x at N = 8192.
-inline bool choose_skinny(int m, int n, int k, int sm_count) {
-  const bool few_rows = m <= 8 || (m <= 16 && n <= 8192);
+// enough that B dominates, and M <= 8, or M <= 16 with N <= 8192 against the sm80 kernels (wider
+// B gives the tiles enough columns to stream as well), N <= 6144 against the sm90 kernels.
+// H200, int8_gemm TOPS against the sm90 kernels (NOTES-sm90.md, step 11): M = 1 and 4
+// 1.03-1.5x; M = 16 1.03-1.26x at N = 4096/8192, 0.91-0.95x at N = 14336/28672; M = 32 0.6-0.9x.
+// Since the sm90 kernel's A boxes were cut to M's rows (step 14), same runs with cuBLASLt:
+// M = 1 and 4 1.06-1.3x at N <= 8192, 0.97-1.02x at N = 14336/28672; M = 8 at N = 8192 1.02x;
+// M = 16 at N = 4096 1.19x, but at N = 8192 0.95-0.98x (sm90 89.5-92.0, skinny 87.3-87.7, cuBLASLt
+// 88.4-88.9) and M = 12 0.98-0.99x: the 9-16 row bound sits between the two measured widths.
+inline bool choose_skinny(int m, int n, int k, int sm_count, bool vs_sm90) {
+  const bool few_rows = m <= 8 || (m <= 16 && n <= (vs_sm90 ? 6144 : 8192));
   return few_rows && (n + 15) / 16 >= sm_count && k >= 512;
 }
 
 // The skinny block's tile of D: m16 tiles of rows x n8 tiles of columns (a forced skinny backend
 // takes any M). At 9-16 rows, 32 columns per block when that still gives every SM its two block
-// slots (N >= ~7.9K on 132 SMs): each K block of A a warp loads then feeds twice as many mma.
+// slots (N >= ~7.9K on 132 SMs; reached through sm80 and the forced skinny backend): each K
+// block of A a warp loads then feeds twice as many mma.
 // H200 (NOTES-sm90.md step 14), 16 vs 32 columns, TOPS: 16x8192x8192 87.4 vs 89.1-90.0,
 // 16x28672x8192 107.3 vs 111.2-111.5; at M = 1 and 4 the wider blocks lost up to 10% (fewer
 // blocks, little A to share), and narrower B needs 16 columns to fill the SMs.
