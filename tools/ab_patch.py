@@ -4,7 +4,8 @@ nocvt, noload: the scaled epilogue without its int->float conversion / its scale
 (timing only, results wrong). noskinny: no route to the skinny kernel. desc64: wgmma descriptors
 advanced by a 64-bit add. coopint8: int8_gemm (M >= 1024) on the per-block kernel's tile.
 nopromo: the per-block kernel without promotion (timing only). ct2, ct4: skinny blocks of 16 or
-32 columns at every N. fullbox: sm90 A boxes of BM rows at any M. VARIANT may join several with +. (benchmarks/NOTES-scaled.md step 12)
+32 columns at every N. fullbox: sm90 A boxes of BM rows at any M. nostore80: the sm80 epilogue
+without its global stores (timing only). VARIANT may join several with +. (benchmarks/NOTES-scaled.md step 12)
 """
 import sys
 root, variant = sys.argv[1], sys.argv[2]
@@ -31,6 +32,12 @@ elif variant in ("ct2", "ct4"):  # skinny blocks of 16 (ct2) or 32 (ct4) columns
     old = "return 8 * wide_blocks >= 15LL * sm_count ? SkinnyTile::kRows16Cols32 : SkinnyTile::kRows16Cols16;"
     assert old in s
     s = s.replace(old, "(void)wide_blocks; return SkinnyTile::kRows16Cols" + ("16;" if variant == "ct2" else "32;"))
+elif variant == "nostore80":  # sm80 epilogue without its global stores (timing only, results wrong)
+    p = f"{root}/csrc/kernels/sm80/sm80_int8_gemm.cuh"
+    s = open(p).read()
+    old = "  if (row >= p.m || col >= p.n) return;\n  using Out = typename Epi::OutT;"
+    assert old in s
+    s = s.replace(old, "  if (row >= p.m || col >= p.n || v0 != 0x13572468) return;\n  using Out = typename Epi::OutT;")
 elif variant == "desc64":
     p = f"{root}/csrc/ptx/wgmma.cuh"
     s = open(p).read()
