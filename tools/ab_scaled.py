@@ -46,6 +46,14 @@ def burst_ms(fn, n_sets, calls):
     return [s.elapsed_time(e) for s, e in ev]
 
 
+def median_burst_ms(fn, n_sets, calls, warmup):
+    """Median device time (ms) of one call: `warmup` calls, then one burst_ms burst of `calls`."""
+    for i in range(warmup):
+        fn(i % n_sets)
+    torch.cuda.synchronize()
+    return statistics.median(burst_ms(fn, n_sets, calls))
+
+
 def e2e(s):
     qx, sx = tcgemm.quantize(s["x"], "token")
     return tcgemm.scaled_gemm(qx, s["qwt"], sx, s["sw"], s["bias"])

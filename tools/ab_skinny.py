@@ -6,7 +6,6 @@ Environment: SHAPES="16x8192x8192,8x4096x4096" times only those; PEER=1 adds cuB
 of its heuristic's algorithms, built as in benchmarks/bench_gemm.py) in place of bf16.
 """
 
-import statistics
 
 import os
 import sys
@@ -17,7 +16,7 @@ import tcgemm
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
-from ab_scaled import burst_ms  # noqa: E402
+from ab_scaled import median_burst_ms  # noqa: E402
 
 SHAPES = [(m, n, k) for (n, k) in [(8192, 8192), (4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192)]
           for m in (1, 4, 16, 32, 48, 64)]
@@ -30,11 +29,8 @@ if os.environ.get("PEER") == "1":
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 1
 
 
-def timed(fn, n_sets, calls=60):
-    for i in range(5):
-        fn(i % n_sets)
-    torch.cuda.synchronize()
-    return statistics.median(burst_ms(fn, n_sets, calls))
+def timed(fn, n_sets):
+    return median_burst_ms(fn, n_sets, calls=60, warmup=5)
 
 
 def main():

@@ -16,17 +16,10 @@ import torch
 import tcgemm
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ab_scaled import burst_ms  # noqa: E402
+from ab_scaled import median_burst_ms  # noqa: E402
 
 KS = (1024, 2048, 4096, 8192, 16384)
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-
-
-def timed(fn, n_sets, calls=40):
-    for i in range(3):
-        fn(i % n_sets)
-    torch.cuda.synchronize()
-    return statistics.median(burst_ms(fn, n_sets, calls))
 
 
 def sets(m, n, k, n_sets=3):
@@ -59,7 +52,7 @@ def main():
             }
             order = list(fns) if _ % 2 == 0 else list(fns)[::-1]
             for name in order:
-                res[(m, n, k)][name].append(timed(fns[name], len(S)))
+                res[(m, n, k)][name].append(median_burst_ms(fns[name], len(S), calls=40, warmup=3))
             fl = 2 * m * n * k / 1e9
             print(f"{m}x{n}x{k}: " + " | ".join(f"{nm} {fl / res[(m, n, k)][nm][-1]:6.0f}" for nm in fns)
                   + f" TOPS exact={ok}", flush=True)
