@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/hd.h"
+#include "common/scale_layout.h"
 
 #if !defined(__CUDA_ARCH__)
 #include <cmath>
@@ -17,13 +18,9 @@ namespace tcgemm {
 
 enum class QuantDtype : int { kBFloat16, kFloat16, kFloat32 };
 
-// kTensor: one scale for all of x. kToken: one per row. kGroup: one per row and 128-wide K group.
+// kTensor: one scale for all of x. kToken: one per row. kGroup: one per row and kScaleBlock-wide
+// K group (the activation blocks of the scaled GEMM); G = scale_blocks(K), the last may be short.
 enum class QuantGranularity : int { kTensor, kToken, kGroup };
-
-constexpr int kQuantGroupSize = 128;
-
-// G = ceil(K / 128): the last group of a row may be short.
-TCGEMM_HD constexpr int64_t quant_groups(int64_t k) { return (k + kQuantGroupSize - 1) / kQuantGroupSize; }
 
 struct QuantizeParams {
   const void* x = nullptr;   // [M, K] of `dtype`, unit stride along K
@@ -41,7 +38,7 @@ struct QuantizeParams {
   void* workspace = nullptr;
   cudaStream_t stream = nullptr;
 
-  TCGEMM_HD int64_t groups() const { return quant_groups(k); }
+  TCGEMM_HD int64_t groups() const { return scale_blocks(k); }
 };
 
 // IEEE round-to-nearest fp32 division on both sides. On the device `/` may be compiled to a

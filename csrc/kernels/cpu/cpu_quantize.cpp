@@ -44,8 +44,8 @@ void quantize_rows(const QuantizeParams& p, int64_t m_begin, int64_t m_end, floa
       }
       case QuantGranularity::kGroup:
         for (int64_t g = 0; g < groups; ++g) {
-          const int64_t begin = g * kQuantGroupSize;
-          const int64_t n = std::min<int64_t>(kQuantGroupSize, p.k - begin);
+          const int64_t begin = g * kScaleBlock;
+          const int64_t n = std::min<int64_t>(kScaleBlock, p.k - begin);
           float scale;
           if (p.scale_in != nullptr) {
             scale = p.scale_in[row * groups + g];

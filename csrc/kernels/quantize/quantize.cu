@@ -251,10 +251,10 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
 // The last group of a row may be short. Needs K % VEC == 0 when VEC > 1.
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kBlockThreads) quantize_group_kernel(const QuantizeParams p) {
-  constexpr int LANES = VEC == 1 ? kWarp : kQuantGroupSize / VEC;
-  constexpr int PER_LANE = kQuantGroupSize / (LANES * VEC);  // vectors per lane
+  constexpr int LANES = VEC == 1 ? kWarp : kScaleBlock / VEC;
+  constexpr int PER_LANE = kScaleBlock / (LANES * VEC);  // vectors per lane
   constexpr int GROUPS_PER_WARP = kWarp / LANES;
-  static_assert(LANES <= kWarp && kWarp % LANES == 0 && PER_LANE * LANES * VEC == kQuantGroupSize);
+  static_assert(LANES <= kWarp && kWarp % LANES == 0 && PER_LANE * LANES * VEC == kScaleBlock);
   const int lane = threadIdx.x % kWarp;
   const int sub = lane % LANES;
   const int64_t groups = p.groups();
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_group_kernel(const Qua
     const int64_t gid = w * GROUPS_PER_WARP + lane / LANES;
     const bool valid = gid < total;
     const int64_t row = valid ? gid / groups : 0;
-    const int64_t col0 = (gid - row * groups) * kQuantGroupSize;
+    const int64_t col0 = (gid - row * groups) * kScaleBlock;
     const T* x_row = x + row * p.x_stride_row;
     float v[PER_LANE][VEC];
     float amax = 0.f;
@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const Qu
     if (p.granularity == QuantGranularity::kToken) scale = p.scale_in[row];
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < nvec; i += int64_t{gridDim.x} * blockDim.x) {
       // A vector never straddles two groups: 128 is a multiple of VEC.
-      if (p.granularity == QuantGranularity::kGroup) scale = p.scale_in[row * groups + i * VEC / kQuantGroupSize];
+      if (p.granularity == QuantGranularity::kGroup) scale = p.scale_in[row * groups + i * VEC / kScaleBlock];
       float v[VEC];
       load_vec<T, VEC>(x_row + i * VEC, v);
       store_quantized<VEC>(p.q + row * p.k + i * VEC, v, QuantDivisor(scale));
@@ -374,7 +374,7 @@ void launch_token(const QuantizeParams& p) {
 
 template <typename T, int VEC>
 void launch_group(const QuantizeParams& p) {
-  constexpr int64_t lanes = VEC == 1 ? kWarp : kQuantGroupSize / VEC;
+  constexpr int64_t lanes = VEC == 1 ? kWarp : kScaleBlock / VEC;
   constexpr int64_t groups_per_block = kBlockThreads / kWarp * (kWarp / lanes);
   const int64_t blocks = std::min(ceil_div(p.m * p.groups(), groups_per_block), kMaxBlocks);
   quantize_group_kernel<T, VEC><<<static_cast<unsigned>(blocks), kBlockThreads, 0, p.stream>>>(p);

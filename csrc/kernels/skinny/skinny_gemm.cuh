@@ -27,25 +27,17 @@
 #include <cuda_fp16.h>
 
 #include "common/cuda_check.h"
-#include "common/gemm_params.h"
 #include "common/math.h"
-#include "epilogue/int32_epilogue.h"
-#include "epilogue/scaled_epilogue.h"
+#include "common/problem.h"
+#include "epilogue/block_scales.h"
+#include "epilogue/epilogues.h"
+#include "kernels/skinny/configs.h"
 #include "kernels/skinny/skinny_gemm.h"
 #include "ptx/cache_policy.cuh"
 #include "ptx/ld_global.cuh"
 #include "ptx/mma.cuh"
 
 namespace tcgemm::skinny {
-
-constexpr int kWarps = 8;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kBK = 128;  // bytes of K per K block
-
-// K blocks of B a warp keeps in flight: as many as 128 registers per thread allow (two blocks per
-// SM): 64 registers of B with one m16 tile of A, 32 with two (whose A fragments take the rest).
-template <int RowTiles, int ColTiles>
-constexpr int kDepth = (RowTiles == 1 ? 64 : 32) / (8 * ColTiles);
 
 // Bytes k0 .. k0 + 31 of one operand row as 8 little-endian words. Masked: bytes at or past k
 // read as zero (and are not touched).
@@ -72,15 +64,16 @@ __device__ __forceinline__ void load_row32(uint32_t (&r)[8], const uint8_t* row,
   }
 }
 
+// RowTiles, ColTiles: those of the config (TileConfig<RowTiles, ColTiles>).
 template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, class Epi>
-__global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmParams p, const Epi epi) {
+__global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmProblem p, const Epi epi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using Cfg = TileConfig<RowTiles, ColTiles>;
   using Acc = typename Epi::Acc;  // int32, or fp32 when per-block scales are promoted
-  constexpr bool kPerBlock = Epi::kPerBlock;
-  constexpr int kCols = 8 * ColTiles;
+  constexpr bool kPerBlock = Epi::kPromotes;
+  constexpr int kCols = Cfg::kCols;
   constexpr int kRegs = RowTiles * ColTiles * 4;  // accumulators per lane
-  constexpr int kAhead = kDepth<RowTiles, ColTiles>;
-  static_assert(kAhead >= 1, "no register room for a K block of B");
+  constexpr int kAhead = Cfg::kDepth;
   __shared__ Acc partial[kWarps][kRegs][32];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -139,18 +132,9 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmPara
         }
       }
     if constexpr (kPerBlock) {
-      float sa[RowTiles][2], sb[ColTiles][2];
-#pragma unroll
-      for (int mt = 0; mt < RowTiles; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) sa[mt][h] = epi.sa(min(m0 + 16 * mt + g + 8 * h, p.m - 1), kb);
-#pragma unroll
-      for (int nt = 0; nt < ColTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) sb[nt][e] = epi.block_scale_b(min(n0 + 8 * nt + 2 * t + e, p.n - 1), kb);
-      each_acc([&](int mt, int nt, int j) {
-        accf[mt][nt][j] = promote(accf[mt][nt][j], acc[mt][nt][j], sa[mt][j / 2] * sb[nt][j % 2]);
-      });
+      MmaSyncPromotion<RowTiles, ColTiles> scales;
+      scales.load(epi, m0, n0, p.m, p.n, lane, kb);
+      scales.promote_into(accf, acc);
     }
   };
 
@@ -190,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmPara
   __syncthreads();
 
   using Out = typename Epi::OutT;
-  Out* d = static_cast<Out*>(std::is_same_v<Epi, Int32Epilogue> ? static_cast<void*>(p.d) : p.out);
+  Out* d = static_cast<Out*>(p.d.ptr);
   for (int idx = threadIdx.x; idx < kRegs * 32; idx += kThreads) {
     const int i = idx / 32, l = idx % 32;
     Acc sum = partial[0][i][l];
@@ -205,46 +189,34 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmPara
     const int mt = i / (ColTiles * 4), nt = (i / 4) % ColTiles, j = i % 4;
     const int row = m0 + 16 * mt + l / 4 + 8 * (j / 2);
     const int col = n0 + 8 * nt + 2 * (l % 4) + j % 2;
-    if (row < p.m && col < p.n) d[static_cast<int64_t>(row) * p.ldd + col] = epi.full(sum, epi.row(row), epi.col(col), row, col);
+    if (row < p.m && col < p.n) d[static_cast<int64_t>(row) * p.d.ld + col] = epi.full(sum, epi.row(row), epi.col(col), row, col);
   }
 #endif
 }
 
-// One block per (16 * RowTiles) x (8 * ColTiles) tile of D, flattened into gridDim.x.
-template <int RowTiles, int ColTiles, class Epi>
-void launch_skinny(const GemmParams& p, const Epi& epi) {
-  auto kernel = skinny_gemm_kernel<RowTiles, ColTiles, true, true, Epi>;
-  if constexpr (std::is_same_v<Epi, Int32Epilogue>) {  // the scaled GEMM takes int8 x int8 only
-    if (p.a.is_signed && !p.b.is_signed) kernel = skinny_gemm_kernel<RowTiles, ColTiles, true, false, Epi>;
-    if (!p.a.is_signed && p.b.is_signed) kernel = skinny_gemm_kernel<RowTiles, ColTiles, false, true, Epi>;
-    if (!p.a.is_signed && !p.b.is_signed) kernel = skinny_gemm_kernel<RowTiles, ColTiles, false, false, Epi>;
-  }
-  const int64_t blocks = static_cast<int64_t>(ceil_div(p.m, 16 * RowTiles)) * ceil_div(p.n, 8 * ColTiles);
+template <class Cfg, class Epi, bool ASigned, bool BSigned>
+void launch_kernel(const GemmProblem& p, const Epi& epi) {
+  const int64_t blocks = static_cast<int64_t>(ceil_div(p.m, Cfg::kRows)) * ceil_div(p.n, Cfg::kCols);
   if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("tcgemm: the skinny GEMM's grid exceeds 2^31 blocks");
-  kernel<<<static_cast<unsigned>(blocks), kThreads, 0, p.stream>>>(p, epi);
+  skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi><<<static_cast<unsigned>(blocks), kThreads, 0, p.stream>>>(p, epi);
   TCGEMM_CHECK_LAUNCH();
 }
 
-template <int RowTiles, int ColTiles>
-void launch_skinny_int8_gemm(const GemmParams& p) {
-  launch_skinny<RowTiles, ColTiles>(p, Int32Epilogue{p.epilogue});
-}
-
-template <int RowTiles, int ColTiles, bool PerBlock>
-void launch_scaled(const GemmParams& p) {
-  switch (p.out_type) {
-    case OutType::kBf16: return launch_skinny<RowTiles, ColTiles>(p, ScaledEpilogue<__nv_bfloat16, PerBlock>{p.scaled});
-    case OutType::kFp16: return launch_skinny<RowTiles, ColTiles>(p, ScaledEpilogue<__half, PerBlock>{p.scaled});
-    case OutType::kFp32: return launch_skinny<RowTiles, ColTiles>(p, ScaledEpilogue<float, PerBlock>{p.scaled});
-    case OutType::kInt32: break;
+// One block per tile of D, flattened into gridDim.x.
+template <class Cfg, class Epi>
+void launch(const GemmProblem& p, const Epi& epi) {
+  if constexpr (Epi::kMixedSigns) {
+    if (p.a.is_signed && p.b.is_signed) return launch_kernel<Cfg, Epi, true, true>(p, epi);
+    if (p.a.is_signed) return launch_kernel<Cfg, Epi, true, false>(p, epi);
+    if (p.b.is_signed) return launch_kernel<Cfg, Epi, false, true>(p, epi);
+    return launch_kernel<Cfg, Epi, false, false>(p, epi);
+  } else {
+    launch_kernel<Cfg, Epi, true, true>(p, epi);
   }
-  throw std::logic_error("tcgemm: launch_skinny_scaled_gemm needs a float output type");
-}
-
-template <int RowTiles, int ColTiles>
-void launch_skinny_scaled_gemm(const GemmParams& p) {
-  if (p.scaled.per_block()) return launch_scaled<RowTiles, ColTiles, true>(p);
-  launch_scaled<RowTiles, ColTiles, false>(p);
 }
 
 }  // namespace tcgemm::skinny
+
+// The launchers of one tile config for every epilogue (one translation unit per config).
+#define TCGEMM_SKINNY_INSTANTIATE_ONE(Epi, Cfg) \
+  template void tcgemm::skinny::launch<Cfg, Epi>(const tcgemm::GemmProblem&, const Epi&);

@@ -6,7 +6,7 @@
 
 #include <cuda.h>
 
-#include "common/gemm_params.h"
+#include "common/problem.h"
 
 namespace tcgemm::sm90 {
 

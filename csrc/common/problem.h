@@ -1,0 +1,49 @@
+// The plain description of one GEMM that the binding layer hands to dispatch and kernels: shape,
+// operands, output. What is applied to the accumulators (the epilogue) travels separately
+// (epilogue/epilogues.h). Nothing here depends on torch, so kernels build against CUDA alone.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "common/hd.h"
+
+namespace tcgemm {
+
+// One int8/uint8 operand seen as a [rows, K] matrix: A is [M, K]; B enters as its transpose [N, K].
+// "K-major" (stride_k == 1) is the layout every tensor-core instruction wants in registers:
+// A row-major, B column-major (the nn.Linear weight [N, K] passed as w.t()).
+struct Operand {
+  const void* ptr = nullptr;
+  int64_t stride_row = 0;  // elements between consecutive rows (M for A, N for B)
+  int64_t stride_k = 0;    // elements between consecutive K indices
+  bool is_signed = true;   // int8 when true, uint8 otherwise
+
+  TCGEMM_HD bool k_major() const { return stride_k == 1; }
+  TCGEMM_HD bool rows_contiguous() const { return stride_row == 1 && !k_major(); }  // M- (or N-) major
+};
+
+// The element type of D: int32 for the exact GEMM, a float type for the scaled GEMM.
+enum class OutType { kInt32, kBf16, kFp16, kFp32 };
+
+// D: [M, N] of `type`, unit stride along N, `ld` elements between rows.
+struct Output {
+  void* ptr = nullptr;
+  int64_t ld = 0;
+  OutType type = OutType::kInt32;
+};
+
+struct GemmProblem {
+  int m = 0, n = 0, k = 0;
+  Operand a;  // [M, K]
+  Operand b;  // B^T, [N, K]
+  Output d;   // [M, N]
+  // Split-K (set by dispatch, for epilogues that can add partial sums): K is cut into split_k
+  // ranges of whole K blocks, each adding epilogue.partial(its sum) onto D with wrapping atomics,
+  // after D was filled with epilogue(0) (epilogue/int32_epilogue_fill.h).
+  int split_k = 1;
+  cudaStream_t stream = nullptr;
+};
+
+}  // namespace tcgemm

@@ -1,0 +1,81 @@
+// Scales of the scaled GEMM: the one block size and the one decoder of scale shapes.
+// Nothing here depends on torch: the binding layer describes a scale tensor with plain numbers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "common/hd.h"
+
+namespace tcgemm {
+
+// K (and, for 128x128 weight scales, N) extent of one per-block scale; also the K depth of one
+// promotion in the per-block kernels and of one activation group of `quantize`.
+constexpr int kScaleBlock = 128;
+constexpr int kScaleBlockShift = 7;
+static_assert(1 << kScaleBlockShift == kScaleBlock, "the shift must match the block");
+
+TCGEMM_HD constexpr int64_t scale_blocks(int64_t extent) { return (extent + kScaleBlock - 1) / kScaleBlock; }
+
+// The scales of one operand ([rows, K]: A, or B seen as [N, K]), fp32, addressed by strides so
+// that one description covers every granularity (a zero stride broadcasts):
+//   s(r, kb) = ptr[(r >> row_shift) * stride_row + kb * stride_kb],  kb = the 128-wide K block.
+struct ScaleOperand {
+  const float* ptr = nullptr;
+  int64_t stride_row = 0;
+  int64_t stride_kb = 0;
+  int row_shift = 0;  // kScaleBlockShift when one scale covers 128 rows (128x128 weight blocks)
+
+  TCGEMM_HD bool per_block() const { return stride_kb != 0; }
+  TCGEMM_HD const float* row_ptr(int64_t r) const { return ptr + (r >> row_shift) * stride_row; }
+  TCGEMM_HD float at(int64_t r, int64_t kb) const { return row_ptr(r)[kb * stride_kb]; }
+};
+
+// A scale tensor as the binding layer sees it (dim <= 2; sizes and strides of its dimensions).
+struct ScaleTensor {
+  const float* ptr = nullptr;
+  int dim = 0;
+  int64_t sizes[2] = {1, 1};
+  int64_t strides[2] = {0, 0};
+  int64_t numel() const { return dim == 0 ? 1 : dim == 1 ? sizes[0] : sizes[0] * sizes[1]; }
+};
+
+// scale_a of A [M, K] with kb = max(1, ceil(K / 128)) K blocks: [] / [1] / [1, 1] per tensor,
+// [M, 1] per token, [M, kb] per 1x128 block; nullopt for any other shape.
+inline std::optional<ScaleOperand> decode_scale_a(const ScaleTensor& s, int64_t m, int64_t kb) {
+  ScaleOperand op;
+  op.ptr = s.ptr;
+  if (s.numel() == 1 && s.dim <= 2) return op;
+  if (s.dim == 2 && s.sizes[0] == m && (s.sizes[1] == 1 || s.sizes[1] == kb)) {
+    op.stride_row = m > 1 ? s.strides[0] : 0;
+    op.stride_kb = s.sizes[1] > 1 ? s.strides[1] : 0;
+    return op;
+  }
+  return std::nullopt;
+}
+
+// scale_b of B [K, N]: [] / [1] per tensor, [N] or [1, N] per channel, [ceil(N/128), kb] per
+// 128x128 block, [N, kb] per channel and 1x128 block; ambiguous shapes resolve in that order.
+inline std::optional<ScaleOperand> decode_scale_b(const ScaleTensor& s, int64_t n, int64_t kb) {
+  ScaleOperand op;
+  op.ptr = s.ptr;
+  const int64_t nb = scale_blocks(n);
+  if (s.numel() == 1 && s.dim <= 2) return op;
+  if (s.dim == 1 && s.sizes[0] == n) {
+    op.stride_row = s.strides[0];
+    return op;
+  }
+  if (s.dim == 2 && s.sizes[0] == 1 && s.sizes[1] == n) {
+    op.stride_row = s.strides[1];
+    return op;
+  }
+  if (s.dim == 2 && s.sizes[1] == kb && (s.sizes[0] == nb || s.sizes[0] == n)) {
+    op.row_shift = s.sizes[0] == nb ? kScaleBlockShift : 0;
+    op.stride_row = s.sizes[0] > 1 ? s.strides[0] : 0;
+    op.stride_kb = kb > 1 ? s.strides[1] : 0;
+    return op;
+  }
+  return std::nullopt;
+}
+
+}  // namespace tcgemm

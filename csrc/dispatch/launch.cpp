@@ -1,0 +1,100 @@
+#include "dispatch/launch.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "dispatch/plan.h"
+#include "epilogue/int32_epilogue_fill.h"
+#include "kernels/cpu/cpu_gemm.h"
+#include "kernels/skinny/configs.h"
+#include "kernels/skinny/skinny_gemm.h"
+#include "kernels/sm80/configs.h"
+#include "kernels/sm80/sm80_gemm.h"
+#include "kernels/sm90/configs.h"
+#include "kernels/sm90/sm90_gemm.h"
+#include "kernels/wmma/configs.h"
+#include "kernels/wmma/wmma_gemm.h"
+
+namespace tcgemm {
+namespace {
+
+// Split-K plans: D starts as epilogue(0), onto which the splits add their partial sums.
+void prefill_for_split(const GemmProblem& p, const EpilogueArgs& epilogue) {
+  if (p.split_k > 1) launch_epilogue_fill(p, std::get<Int32EpilogueParams>(epilogue));
+}
+
+void run_skinny(const GemmProblem& p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
+  const SkinnyConfig config = plan_skinny(p.m, p.n, dev.sm_count);
+  with_epilogue(epilogue, p.d.type, [&](const auto& epi) {
+    switch (config) {
+      case SkinnyConfig::kRows16Cols16: return skinny::launch<skinny::Rows16Cols16>(p, epi);
+      case SkinnyConfig::kRows16Cols32: return skinny::launch<skinny::Rows16Cols32>(p, epi);
+      case SkinnyConfig::kRows32Cols16: return skinny::launch<skinny::Rows32Cols16>(p, epi);
+    }
+  });
+}
+
+void run_sm80(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
+  if (use_skinny(p.m, p.n, p.k, dev.sm_count, /*vs_sm90=*/false)) return run_skinny(p, epilogue, dev);
+  const Sm80Plan plan = plan_sm80(p.m, p.n, p.k, epilogue_family_of(epilogue), dev.sm_count, dev.smem_optin);
+  p.split_k = plan.split_k;
+  prefill_for_split(p, epilogue);
+  with_epilogue(epilogue, p.d.type, [&](const auto& epi) {
+    switch (plan.config) {
+      case Sm80Config::kLarge: return sm80::launch<sm80::Large>(p, epi);
+      case Sm80Config::kSmall: return sm80::launch<sm80::Small>(p, epi);
+      case Sm80Config::kBlock: return sm80::launch<sm80::Block>(p, epi);
+    }
+  });
+}
+
+void run_sm90(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
+  if (use_skinny(p.m, p.n, p.k, dev.sm_count, /*vs_sm90=*/true)) return run_skinny(p, epilogue, dev);
+  const Sm90Plan plan = plan_sm90(p.m, p.n, p.k, epilogue_family_of(epilogue), dev.sm_count);
+  p.split_k = plan.split_k;
+  prefill_for_split(p, epilogue);
+  with_epilogue(epilogue, p.d.type, [&](const auto& epi) {
+    switch (plan.config) {
+      case Sm90Config::kLarge: return sm90::launch<sm90::Large>(p, epi, dev.sm_count);
+      case Sm90Config::kPingPong: return sm90::launch<sm90::PingPong>(p, epi, dev.sm_count);
+      case Sm90Config::kSmall: return sm90::launch<sm90::Small>(p, epi, dev.sm_count);
+      case Sm90Config::kTiny: return sm90::launch<sm90::Tiny>(p, epi, dev.sm_count);
+      case Sm90Config::kBlock: return sm90::launch<sm90::Block>(p, epi, dev.sm_count);
+    }
+  });
+}
+
+void run_wmma(const GemmProblem& p, const EpilogueArgs& epilogue, const DeviceInfo& dev, bool simple) {
+  // The classic design's fallback: one warp per tile when the device lacks the tiled kernel's smem.
+  const bool tiled = !simple && dev.smem_optin >= wmma_gemm::Config::kSmemBytes;
+  with_epilogue(epilogue, p.d.type, [&](const auto& epi) {
+    if (tiled) return wmma_gemm::launch(p, epi, dev.sm_count);
+    wmma_gemm::launch_simple(p, epi, dev.sm_count);
+  });
+}
+
+}  // namespace
+
+void run_gpu(Backend b, const GemmProblem& p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
+  if (p.k == 0) {  // A @ B is all zeros: no GEMM kernel needed
+    const auto* int32 = std::get_if<Int32EpilogueParams>(&epilogue);
+    if (int32 == nullptr) throw std::logic_error("tcgemm: run_gpu got K = 0 for an epilogue without a fill");
+    return launch_epilogue_fill(p, *int32);
+  }
+  switch (b) {
+    case Backend::kWmma: return run_wmma(p, epilogue, dev, /*simple=*/false);
+    case Backend::kWmmaSimple: return run_wmma(p, epilogue, dev, /*simple=*/true);
+    case Backend::kSm80: return run_sm80(p, epilogue, dev);
+    case Backend::kSm90: return run_sm90(p, epilogue, dev);
+    case Backend::kSkinny: return run_skinny(p, epilogue, dev);
+    case Backend::kAuto:
+    case Backend::kCpu: break;
+  }
+  throw std::logic_error(std::string("tcgemm: run_gpu got non-GPU backend ") + backend_name(b));
+}
+
+void run_cpu(const GemmProblem& p, const EpilogueArgs& epilogue, int64_t m_begin, int64_t m_end) {
+  cpu::gemm_rows(p, epilogue, m_begin, m_end);
+}
+
+}  // namespace tcgemm

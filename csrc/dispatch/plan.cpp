@@ -1,0 +1,118 @@
+#include "dispatch/plan.h"
+
+#include <algorithm>
+
+#include "epilogue/epilogues.h"
+#include "kernels/sm80/configs.h"
+#include "kernels/sm90/configs.h"
+
+namespace tcgemm {
+
+// Taken when the skinny kernel's 16-column blocks give every SM at least one, K is long enough
+// that B dominates, and M <= 8, or M <= 16 with N <= 8192 against the sm80 kernels (wider B
+// gives the tiles enough columns to stream as well), N <= 6144 against the sm90 kernels.
+// H200, int8_gemm TOPS against the sm90 kernels (docs/design/skinny.md, "Against the tiled
+// kernels" and "The route"): M = 1 and 4 1.06-1.3x at N <= 8192, 0.97-1.02x at N = 14336/28672;
+// M = 8 at N = 8192 1.02x; M = 16 at N = 4096 1.19x, but at N = 8192 0.95-0.98x (sm90 89.5-92.0,
+// skinny 87.3-87.7, cuBLASLt 88.4-88.9) and M = 12 0.98-0.99x: the 9-16 row bound sits between
+// the two measured widths.
+bool use_skinny(int m, int n, int k, int sm_count, bool vs_sm90) {
+  const bool few_rows = m <= 8 || (m <= 16 && n <= (vs_sm90 ? 6144 : 8192));
+  return few_rows && (n + 15) / 16 >= sm_count && k >= 512;
+}
+
+// A forced skinny backend takes any M. At 9-16 rows, 32 columns per block when that still gives
+// every SM its two block slots (N >= ~7.9K on 132 SMs): each K block of A a warp loads then feeds
+// twice as many mma (docs/design/skinny.md, "32-column blocks at 9-16 rows").
+SkinnyConfig plan_skinny(int m, int n, int sm_count) {
+  if (m > 16) return SkinnyConfig::kRows32Cols16;
+  const long long wide_blocks = (n + 31) / 32;
+  return m > 8 && 8 * wide_blocks >= 15LL * sm_count ? SkinnyConfig::kRows16Cols32 : SkinnyConfig::kRows16Cols16;
+}
+
+Sm80Plan plan_sm80(int m, int n, int k, unsigned epilogue_family, int sm_count, int smem_optin) {
+  using sm80::Large;
+  using sm80::Small;
+  const long long large_tiles =
+      static_cast<long long>((m + Large::kBM - 1) / Large::kBM) * ((n + Large::kBN - 1) / Large::kBN);
+  // One 128x128 block on each of half the SMs still beats four times as many 64x64 blocks
+  // (H200: 512x4096x4096 and 256x8192x28672, 128 blocks on 132 SMs; docs/design/sm80.md).
+  const bool large = smem_optin >= Large::kSmemBytes && 2 * large_tiles >= sm_count;
+  if (epilogue_family == kEpiPerBlock) return Sm80Plan{large ? Sm80Config::kBlock : Sm80Config::kSmall, 1};
+  if (large) return Sm80Plan{Sm80Config::kLarge, 1};
+  if (epilogue_family != kEpiInt32) return Sm80Plan{Sm80Config::kSmall, 1};  // rounded once: no split-K
+  // Split-K when the tiles alone leave more than half the SMs idle (tiny M, or tiny M and N):
+  // enough K splits for about two blocks per SM, each keeping at least 4 K slices so its
+  // pipeline fills. Measured on the H200: 1x4096x4096 1.9 -> 2.5 TOPS, 16x4096x4096 32 -> 41;
+  // at 128-512 rows (about one wave of tiles) splitting lost 20-30% to the atomics and the fill.
+  const long long tiles = static_cast<long long>((m + Small::kBM - 1) / Small::kBM) * ((n + Small::kBN - 1) / Small::kBN);
+  if (2 * tiles > sm_count) return Sm80Plan{Sm80Config::kSmall, 1};
+  const long long wanted = (2LL * sm_count + tiles - 1) / tiles;
+  const long long most = ((k + Small::kBK - 1) / Small::kBK) / 4;
+  return Sm80Plan{Sm80Config::kSmall, static_cast<int>(std::max(1LL, std::min({wanted, most, 16LL})))};
+}
+
+// The sm90 plan: tile and K split by a cost model in units of one 128x128x128 MAC block on one SM:
+//   waves(units) x per-unit cost, per-unit cost = tile area x K blocks per split x the config's
+//   relative cost per MAC, plus ~32 K blocks for a split's prefill kernel and TMA reduce-adds.
+// The per-MAC factors stand for what waves miss: small tiles issue narrower wgmma and, on
+// skinny problems, the run is bound by streaming B, which fewer, larger tiles do as well.
+// Fitted to H200 runs (docs/design/sm90.md, "Tile configs and the plan"), e.g. TOPS at
+//   128x8192x8192: 64x128 unsplit 702, 64x64 654, 128x128 615, 64x128 split 2 515;
+//   256x8192x8192: 128x128 1000, 64x128 882, 128x256 split 2 684;
+//   64x8192x8192: 64x64 unsplit 377, 64x128 unsplit 366, either split 2 ~310;
+//   16x28672x8192: 64x128 116, 64x64 87.
+// Ping-pong 128x128 beats cooperative 128x256 by 2-6% when K <= 4096 (short main loops, the
+// epilogue exposed) and loses 2-7% at K >= 8192.
+// Splits are tried only for epilogues that add partials, while the tiles alone leave more than
+// half the SMs idle; the scaled GEMM's outputs are rounded once, after the whole K sum.
+namespace {
+
+constexpr double kSm90SplitPenaltyBlocks = 32.0;
+
+// Tries every split of one config (while allowed) and keeps the cheapest plan so far.
+// split_sms: splits are tried while 2 * tiles <= split_sms (0: never split).
+template <class Cfg>
+void sm90_consider(Sm90Config config, double per_mac, int m, int n, int k, int split_sms, Sm90Plan* best,
+                   double* best_cost, int sm_count) {
+  const long long tiles = static_cast<long long>((m + Cfg::kBM - 1) / Cfg::kBM) * ((n + Cfg::kBN - 1) / Cfg::kBN);
+  const long long k_blocks = (static_cast<long long>(k) + Cfg::kBK - 1) / Cfg::kBK;
+  const double area = static_cast<double>(Cfg::kBM) * Cfg::kBN / (128.0 * 128.0);
+  for (int split = 1; split <= 16; ++split) {
+    if (split > 1 && (2 * tiles > split_sms || k_blocks / split < 4)) break;
+    const long long per_split = (k_blocks + split - 1) / split;
+    const long long units = tiles * ((k_blocks + per_split - 1) / per_split);
+    // Ping-pong blocks run their two warpgroups' tiles one after the other: a block is a slot.
+    const long long waves = (units + sm_count - 1) / sm_count;
+    const double penalty = split > 1 ? kSm90SplitPenaltyBlocks : 0.0;
+    const double cost = static_cast<double>(waves) * area * per_mac * (static_cast<double>(per_split) + penalty);
+    if (cost < *best_cost) {
+      *best_cost = cost;
+      *best = Sm90Plan{config, split};
+    }
+  }
+}
+
+}  // namespace
+
+Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, int sm_count) {
+  Sm90Plan best;
+  double best_cost = 1e300;
+  if (epilogue_family == kEpiPerBlock) {
+    // The configs that can promote (TileConfig::kSupportsPerBlock). The 128x128 block config's
+    // per-MAC factor is a first estimate (narrower wgmma than Large).
+    sm90_consider<sm90::Block>(Sm90Config::kBlock, 1.1, m, n, k, 0, &best, &best_cost, sm_count);
+    sm90_consider<sm90::Small>(Sm90Config::kSmall, 1.3, m, n, k, 0, &best, &best_cost, sm_count);
+    sm90_consider<sm90::Tiny>(Sm90Config::kTiny, 2.2, m, n, k, 0, &best, &best_cost, sm_count);
+    return best;
+  }
+  const int splits = epilogue_family == kEpiInt32 ? sm_count : 0;  // splits only while 2 * tiles <= this
+  sm90_consider<sm90::Large>(Sm90Config::kLarge, 1.0, m, n, k, splits, &best, &best_cost, sm_count);
+  sm90_consider<sm90::PingPong>(Sm90Config::kPingPong, k <= 4096 ? 0.97 : 1.04, m, n, k, splits, &best, &best_cost,
+                                sm_count);
+  sm90_consider<sm90::Small>(Sm90Config::kSmall, 1.3, m, n, k, splits, &best, &best_cost, sm_count);
+  sm90_consider<sm90::Tiny>(Sm90Config::kTiny, 2.2, m, n, k, splits, &best, &best_cost, sm_count);
+  return best;
+}
+
+}  // namespace tcgemm

@@ -1,0 +1,30 @@
+// Per-family plan rules: which tile config (and K split) runs a problem, by shape and epilogue.
+// The configs themselves belong to their kernel families (kernels/<family>/configs.h).
+#pragma once
+
+namespace tcgemm {
+
+// Skinny problems (few rows of A against a wide B: decode-time linear layers) stream B; the
+// skinny kernel reads it straight into registers with many K blocks in flight, on sm80 and sm90
+// alike. vs_sm90: whether the alternative is the sm90 kernels (else the sm80 ones).
+bool use_skinny(int m, int n, int k, int sm_count, bool vs_sm90);
+
+enum class SkinnyConfig { kRows16Cols16, kRows16Cols32, kRows32Cols16 };
+SkinnyConfig plan_skinny(int m, int n, int sm_count);
+
+enum class Sm80Config { kLarge, kSmall, kBlock };
+struct Sm80Plan {
+  Sm80Config config = Sm80Config::kLarge;
+  int split_k = 1;
+};
+// epilogue_family: the kEpi* family of the epilogue (epilogue/epilogues.h).
+Sm80Plan plan_sm80(int m, int n, int k, unsigned epilogue_family, int sm_count, int smem_optin);
+
+enum class Sm90Config { kLarge, kPingPong, kSmall, kTiny, kBlock };
+struct Sm90Plan {
+  Sm90Config config = Sm90Config::kLarge;
+  int split_k = 1;
+};
+Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, int sm_count);
+
+}  // namespace tcgemm

@@ -1,0 +1,63 @@
+// Per-block promotion, shared by the kernels whose epilogue has kPromotes: every 128-deep K
+// block's exact int32 partial sums are folded into fp32 accumulators with that block's scales.
+#pragma once
+
+#include <cstdint>
+
+#include "common/hd.h"
+
+namespace tcgemm {
+
+// accf + partial * scale: one K block's exact partial sum folded into the fp32 accumulator.
+// float(partial) is exact (|partial| <= 128 * 128 * 128 = 2^21 for a 128-deep int8 x int8 block)
+// and compiles to one I2FP on sm_90: measured on the H200 1-5% faster per-block than the
+// 1.5 * 2^23 magic-number conversion (one integer and one float add), docs/design/scaled.md.
+TCGEMM_HD float promote(float accf, int32_t partial, float scale) {
+  return accf + static_cast<float>(partial) * scale;
+}
+
+// The scales of one row (or column) by K block: ptr[kb * stride_kb]. A null ptr stands for scales
+// that do not depend on the K block (the epilogue applies them): their factor is 1 here.
+struct BlockScales {
+  const float* ptr = nullptr;
+  int64_t stride_kb = 0;
+};
+
+#if defined(__CUDACC__)
+// Promotion of an mma.sync accumulator tile (the sm80 and skinny kernels): MmaM m16 tiles by
+// MmaN n8 tiles whose fragment register r of lane (g, t) = (lane / 4, lane % 4) holds row
+// row0 + 16 i + g + 8 (r / 2) and column col0 + 8 j + 2 t + r % 2.
+template <int MmaM, int MmaN>
+struct MmaSyncPromotion {
+  float rows[MmaM][2];  // scale_a of rows + 0 and + 8 of each m16 tile
+  float cols[MmaN][2];  // the K-block part of scale_b of the lane's two columns of each n8 tile
+
+  // The scales of K block kb; rows and columns past the edges of D clamp to the last one.
+  template <class Epi>
+  TCGEMM_HD void load(const Epi& epi, int row0, int col0, int m, int n, int lane, int kb) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < MmaM; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) rows[i][h] = epi.a_block_scale(min_int(row0 + i * 16 + g + 8 * h, m - 1), kb);
+#pragma unroll
+    for (int j = 0; j < MmaN; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) cols[j][e] = epi.b_block_scale(min_int(col0 + j * 8 + 2 * t + e, n - 1), kb);
+  }
+
+  TCGEMM_HD void promote_into(float (&accf)[MmaM][MmaN][4], const int32_t (&acc)[MmaM][MmaN][4]) const {
+#pragma unroll
+    for (int i = 0; i < MmaM; ++i)
+#pragma unroll
+      for (int j = 0; j < MmaN; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) accf[i][j][r] = promote(accf[i][j][r], acc[i][j][r], rows[i][r / 2] * cols[j][r % 2]);
+  }
+
+ private:
+  TCGEMM_HD static int min_int(int x, int y) { return x < y ? x : y; }
+};
+#endif
+
+}  // namespace tcgemm

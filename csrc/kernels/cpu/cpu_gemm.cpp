@@ -1,0 +1,66 @@
+#include "kernels/cpu/cpu_gemm.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <type_traits>
+
+#include "common/scale_layout.h"
+#include "epilogue/block_scales.h"
+
+namespace tcgemm::cpu {
+namespace {
+
+// The dot product of K indices [k0, k1), wrapping modulo 2^32 exactly like the tensor cores' int32.
+template <typename TA, typename TB>
+int32_t dot(const TA* a, const TB* b, int64_t k0, int64_t k1) {
+  uint32_t acc = 0;
+  for (int64_t k = k0; k < k1; ++k) acc += static_cast<uint32_t>(int32_t{a[k]} * int32_t{b[k]});
+  return static_cast<int32_t>(acc);
+}
+
+template <class Epi, typename TA, typename TB>
+void rows(const GemmProblem& p, const Epi& epi, int64_t m_begin, int64_t m_end) {
+  using Out = typename Epi::OutT;
+  const TA* a = static_cast<const TA*>(p.a.ptr);
+  const TB* b = static_cast<const TB*>(p.b.ptr);
+  Out* d = static_cast<Out*>(p.d.ptr);
+  const int64_t k_blocks = scale_blocks(p.k);
+  for (int64_t m = m_begin; m < m_end; ++m) {
+    const TA* a_row = a + m * p.a.stride_row;
+    const typename Epi::Row r = epi.row(m);
+    for (int64_t n = 0; n < p.n; ++n) {
+      const TB* b_row = b + n * p.b.stride_row;
+      typename Epi::Acc acc{};
+      if constexpr (Epi::kPromotes) {
+        for (int64_t kb = 0; kb < k_blocks; ++kb) {
+          const int32_t partial = dot(a_row, b_row, kb * kScaleBlock, std::min<int64_t>(p.k, (kb + 1) * kScaleBlock));
+          acc = promote(acc, partial, epi.a_block_scale(m, kb) * epi.b_block_scale(n, kb));
+        }
+      } else {
+        acc = dot(a_row, b_row, 0, p.k);
+      }
+      d[m * p.d.ld + n] = epi.full(acc, r, epi.col(n), m, n);
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_rows(const GemmProblem& p, const EpilogueArgs& epilogue, int64_t m_begin, int64_t m_end) {
+  with_epilogue(epilogue, p.d.type, [&](const auto& epi) {
+    using Epi = std::decay_t<decltype(epi)>;
+    using Out = typename Epi::OutT;
+    if constexpr (!std::is_same_v<Out, int32_t> && !std::is_same_v<Out, float>) {
+      throw std::logic_error("tcgemm: the CPU path writes int32 or fp32");
+    } else if constexpr (Epi::kMixedSigns) {
+      if (p.a.is_signed && p.b.is_signed) return rows<Epi, int8_t, int8_t>(p, epi, m_begin, m_end);
+      if (p.a.is_signed) return rows<Epi, int8_t, uint8_t>(p, epi, m_begin, m_end);
+      if (p.b.is_signed) return rows<Epi, uint8_t, int8_t>(p, epi, m_begin, m_end);
+      return rows<Epi, uint8_t, uint8_t>(p, epi, m_begin, m_end);
+    } else {
+      rows<Epi, int8_t, int8_t>(p, epi, m_begin, m_end);
+    }
+  });
+}
+
+}  // namespace tcgemm::cpu

@@ -1,0 +1,32 @@
+// The skinny kernel's tile configs: a block of 8 warps computes RowTiles m16 tiles of rows by
+// ColTiles n8 tiles of columns of D; dispatch/plan.cpp chooses among them (docs/design/skinny.md).
+#pragma once
+
+#include "common/scale_layout.h"
+
+namespace tcgemm::skinny {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBK = 128;  // bytes of K per K block
+static_assert(kBK == kScaleBlock, "a K block must be one scale block");
+
+template <int RowTiles, int ColTiles>
+struct TileConfig {
+  static constexpr int kRowTiles = RowTiles, kColTiles = ColTiles;
+  static constexpr int kRows = 16 * RowTiles, kCols = 8 * ColTiles;
+  // K blocks of B a warp keeps in flight: as many as 128 registers per thread allow (two blocks
+  // per SM): 64 registers of B with one m16 tile of A, 32 with two (whose A fragments take the rest).
+  static constexpr int kDepth = (RowTiles == 1 ? 64 : 32) / (8 * ColTiles);
+  static_assert(kDepth >= 1, "no register room for a K block of B");
+};
+
+// Up to 16 rows, 16 columns per block: the most blocks, for narrow B and M <= 8.
+using Rows16Cols16 = TileConfig<1, 2>;
+// Up to 16 rows, 32 columns: at 9-16 rows on wide B, each K block of A a warp loads feeds twice
+// as many mma (H200: 16x8192x8192 87.4 -> 89.1-90.0 TOPS; at M = 1 and 4 it lost up to 10%).
+using Rows16Cols32 = TileConfig<1, 4>;
+// 17-32 rows (reached only through the forced skinny backend).
+using Rows32Cols16 = TileConfig<2, 2>;
+
+}  // namespace tcgemm::skinny

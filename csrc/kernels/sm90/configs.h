@@ -1,0 +1,98 @@
+// The sm90 (wgmma + TMA) kernel's tile configs: the template, and the configs by regime that
+// dispatch/plan.cpp chooses among (measured on the H200: docs/design/sm90.md).
+#pragma once
+
+#include "common/scale_layout.h"
+#include "epilogue/epilogues.h"
+
+namespace tcgemm::sm90 {
+
+// A block is one producer warpgroup (TMA) and two consumer warpgroups (wgmma); K advances 128
+// bytes per pipeline stage, one 128-byte swizzle row per operand row.
+//   cooperative (PingPong = false): the WgM x WgN consumer warpgroups split each BM x BN tile,
+//     each owning (BM / WgM) x (BN / WgN);
+//   ping-pong (PingPong = true, WgM = WgN = 1): the two consumer warpgroups take alternate
+//     tiles whole, so one's epilogue overlaps the other's main loop (the ring hands out K blocks
+//     in tile order, which keeps the two main loops mostly apart).
+// A warpgroup's piece is MmaM = rows / 64 stacked m64nWNk32 wgmma per 32 K bytes.
+// Epilogues: the kEpi* families (epilogue/epilogues.h) the config is instantiated for.
+template <int BM, int BN, int WgM, int WgN, int Stages, bool PingPong, unsigned Epilogues, int GroupM = 8>
+struct TileConfig {
+  static constexpr unsigned kEpilogues = Epilogues;
+  static constexpr bool kPingPong = PingPong;
+  static constexpr int kWgM = WgM, kWgN = WgN;
+  static constexpr int kConsumerWarpgroups = PingPong ? 2 : WgM * WgN;
+  static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
+  static constexpr int kBM = BM;
+  static constexpr int kBN = BN;
+  static constexpr int kWgRows = BM / WgM;
+  static constexpr int kWN = BN / WgN;
+  static constexpr int kMmaM = kWgRows / 64;
+  static constexpr int kBK = 128;
+  static constexpr int kMmaK = 32;
+  static constexpr int kStages = Stages;
+  static constexpr int kGroupM = GroupM;  // rasterization: tile rows per group (L2 reuse of B)
+  static constexpr int kAccRegs = kWN / 2;  // per m64 piece
+  // Per-block scaled GEMM (epilogue/block_scales.h): two int32 sets and an fp32 set of
+  // accumulators; a warpgroup's columns must lie in one 128-column block of the weight scales,
+  // and a K block of the ring is one scale block.
+  static constexpr bool kSupportsPerBlock =
+      !PingPong && kScaleBlock % kWN == 0 && 2 * kMmaM * kAccRegs <= 128 && kBK == kScaleBlock;
+  // Arrivals that free a ring slot: every warp of the warpgroups that read it.
+  static constexpr int kSlotReaders = PingPong ? 4 : 4 * kConsumerWarpgroups;
+
+  static constexpr int kATileBytes = kBM * kBK;
+  static constexpr int kBTileBytes = kBN * kBK;
+  static constexpr int kStageBytes = kATileBytes + kBTileBytes;
+
+  // Epilogue staging: each consumer warp writes its 16 x WN rows of D 128 bytes of columns at a
+  // time (one 128-byte swizzle row per output row: 32 int32/fp32 or 64 bf16/fp16 columns) into
+  // one of its two buffers, and TMA stores it while the warp fills the other and then goes on
+  // to its next tile. Per warp, so no barriers.
+  static constexpr int kEpiRows = 16;
+  static constexpr int kEpiRowBytes = 128;
+  static constexpr int kEpiBufferBytes = kEpiRows * kEpiRowBytes;
+  static constexpr int kEpiBytes = kConsumerWarpgroups * 4 * 2 * kEpiBufferBytes;
+
+  // Stages, epilogue buffers, then 2 mbarriers per stage; +1024 to align everything to the
+  // 128-byte swizzle atom.
+  static constexpr int kSmemBytes = kStages * kStageBytes + kEpiBytes + 2 * kStages * 8 + 1024;
+
+  // setmaxnreg split of the 64K-register file: the producer needs few, the consumers hold
+  // the accumulators.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = kConsumerWarpgroups == 1 ? 240 : 232;
+
+  static_assert(!PingPong || (WgM == 1 && WgN == 1), "ping-pong warpgroups take whole tiles");
+  static_assert(kWgRows % 64 == 0 && kWgRows * WgM == BM && kWN * WgN == BN, "tile split");
+  static_assert(kWN % 8 == 0 && kWN >= 8 && kWN <= 256, "wgmma N must be a multiple of 8 up to 256");
+  static_assert(kMmaM * kAccRegs <= 128, "accumulators per consumer thread");
+  static_assert(kBN <= 256 && kBM <= 256, "a TMA box holds at most 256 rows");
+  static_assert(kATileBytes % 1024 == 0 && kBTileBytes % 1024 == 0, "tiles must keep 1024-byte alignment");
+  static_assert(kWN * 2 % kEpiRowBytes == 0, "the epilogue stores whole 128-byte chunks of a warp's rows");
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an H100/H200 block can have");
+  static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= 65536, "register file");
+  static_assert(!(Epilogues & kEpiPerBlock) || kSupportsPerBlock, "config cannot promote per-block scales");
+};
+
+constexpr unsigned kAnyScaling = kEpiInt32 | kEpiScaled;
+
+// Large: 128x256, two cooperative consumer warpgroups of 64x256, 4 stages of 48 KiB.
+using Large = TileConfig<128, 256, 2, 1, 4, false, kAnyScaling>;
+// Ping-pong: 128x128 tiles, each consumer warpgroup computes whole tiles (2 x m64n128) in turn,
+// 6 stages of 32 KiB: one warpgroup's epilogue hides under the other's main loop.
+// (A cooperative 128x128 config measured the same as ping-pong 128x128 at M = 128 and 256,
+// 463 vs 460 and 1000 vs 986 TOPS, and was dropped.)
+using PingPong = TileConfig<128, 128, 1, 1, 6, true, kAnyScaling>;
+// Small M (<= 64 rows): 64x128, two consumer warpgroups of 64x64 side by side, 8 stages of 24 KiB;
+// these problems stream B, so the deep ring matters more than the MMA shape.
+using Small = TileConfig<64, 128, 1, 2, 8, false, kAnyScaling | kEpiPerBlock>;
+// Tiny: 64x64, one consumer warpgroup, 12 stages of 16 KiB: twice the tiles of Small, so that
+// skinny problems fill the SMs without splitting K.
+using Tiny = TileConfig<64, 64, 1, 1, 12, false, kAnyScaling | kEpiPerBlock>;
+// Per-block scaled GEMM (1x128 x 128x128 scales), large problems: 128x128, two cooperative
+// consumer warpgroups of 64x128, 6 stages of 32 KiB. Promotion needs two int32 sets and an fp32
+// set of accumulators, which rules out 256-wide and 128-row warpgroup pieces.
+using Block = TileConfig<128, 128, 2, 1, 6, false, kEpiPerBlock>;
+
+}  // namespace tcgemm::sm90

@@ -1,0 +1,146 @@
+// Hopper int8 GEMM: TMA loads into a multistage shared-memory ring, wgmma from swizzled shared
+// memory, warp specialization and a persistent tile loop. The kernel composes its pieces:
+//   sm90_scheduler.cuh  which work units (tile x K range) a block takes, and the ring position;
+//   sm90_producer.cuh   warpgroup 0: one thread issues the TMA loads of every K block;
+//   sm90_mainloop.cuh   warpgroups 1..: wgmma per K block, per-block promotion when the
+//                       epilogue asks for it, then the tile's epilogue;
+//   sm90_store.cuh      the epilogue stores: staged per warp in swizzled shared memory and
+//                       written by TMA (a reduce-add under split-K) while the warp goes on.
+// Out-of-range rows and K columns arrive as zeros from TMA; TMA stores clip at the edges of D.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+
+#include <cuda.h>
+
+#include "common/cuda_check.h"
+#include "common/math.h"
+#include "common/problem.h"
+#include "epilogue/epilogues.h"
+#include "kernels/sm90/configs.h"
+#include "kernels/sm90/sm90_gemm.h"
+#include "kernels/sm90/sm90_mainloop.cuh"
+#include "kernels/sm90/sm90_producer.cuh"
+#include "kernels/sm90/sm90_tensor_map.h"
+#include "ptx/mbarrier.cuh"
+#include "ptx/tma.cuh"
+#include "ptx/warpgroup.cuh"
+#include "ptx/wgmma.cuh"
+
+namespace tcgemm::sm90 {
+
+template <class Cfg, bool ASigned, bool BSigned, class Epi>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                     const __grid_constant__ CUtensorMap map_d, const Params args, const Epi epi) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Mma = ptx::WgmmaInt8<Cfg::kWN, ASigned, BSigned>;
+  constexpr int kStages = Cfg::kStages;
+  static_assert(!Epi::kPromotes || (Cfg::kSupportsPerBlock && !Cfg::kPingPong), "config cannot promote per-block scales");
+
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(round_up<uintptr_t>(reinterpret_cast<uintptr_t>(smem_raw), 1024));
+  uint8_t* a_tiles = smem;                                      // kStages x [BM][128], swizzled
+  uint8_t* b_tiles = smem + kStages * Cfg::kATileBytes;         // kStages x [BN][128], swizzled
+  uint8_t* epi_buffers = b_tiles + kStages * Cfg::kBTileBytes;  // per consumer warp: 2 x [16][128 bytes]
+  uint64_t* full = reinterpret_cast<uint64_t*>(epi_buffers + Cfg::kEpiBytes);
+  uint64_t* empty = full + kStages;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbarrier_init(&full[s], 1);                   // the producer's expect_tx
+      ptx::mbarrier_init(&empty[s], Cfg::kSlotReaders);  // one arrival per reading warp
+    }
+    ptx::mbarrier_fence_init();
+    ptx::tma_prefetch_descriptor(&map_a);
+    ptx::tma_prefetch_descriptor(&map_b);
+    if (args.d_tma) ptx::tma_prefetch_descriptor(&map_d);
+  }
+  // A shorter than one tile: each stage loads only its first a_box_rows rows (a box mostly out of
+  // bounds costs ~10% at 17-33 rows against 8192 x 8192, docs/design/sm90.md), so the rows below
+  // stay zero for the whole run. Whole 128-byte rows: the swizzle keeps rows apart.
+  if (args.a_box_rows < Cfg::kBM) {
+    constexpr int kChunksPerRow = Cfg::kBK / 16;
+    const int chunks = (Cfg::kBM - args.a_box_rows) * kChunksPerRow;
+    for (int i = threadIdx.x; i < kStages * chunks; i += blockDim.x) {
+      const int stage = i / chunks, rest = i % chunks;
+      *reinterpret_cast<uint4*>(a_tiles + stage * Cfg::kATileBytes + args.a_box_rows * Cfg::kBK + 16 * rest) =
+          make_uint4(0, 0, 0, 0);
+    }
+    ptx::fence_proxy_async_shared();  // before wgmma reads them
+  }
+  __syncthreads();
+
+  if (threadIdx.x / 128 == 0) {
+    // The producer warpgroup gives back registers; one thread issues the loads.
+    ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+    if (threadIdx.x == 0) produce<Cfg>(args, &map_a, &map_b, a_tiles, b_tiles, full, empty);
+    return;
+  }
+  ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
+  Consumer<Cfg, Mma, Epi> consumer(args, epi, &map_d, a_tiles, b_tiles, epi_buffers, full, empty);
+  if constexpr (Epi::kPromotes) {
+    consume_tiles_promoting(consumer);
+  } else {
+    consume_tiles(consumer);
+  }
+  // The shared-memory sources of the last stores must stay valid until TMA has read them.
+  if (args.d_tma && consumer.lane == 0) ptx::bulk_wait_group<0>();
+#endif
+}
+
+template <class Cfg, class Epi, bool ASigned, bool BSigned>
+void launch_kernel(const GemmProblem& p, const Epi& epi, int sm_count) {
+  using Out = typename Epi::OutT;
+  Params args{};
+  args.m = p.m;
+  args.n = p.n;
+  TileScheduler& s = args.sched;
+  s.k_blocks = ceil_div(p.k, Cfg::kBK);
+  s.split_k = Epi::kAddsPartials ? std::max(1, std::min(p.split_k, s.k_blocks)) : 1;
+  s.k_blocks_split = ceil_div(s.k_blocks, s.split_k);
+  s.split_k = ceil_div(s.k_blocks, s.k_blocks_split);  // no empty split
+  s.tiles_m = ceil_div(p.m, Cfg::kBM);
+  s.tiles_n = ceil_div(p.n, Cfg::kBN);
+  args.a_box_rows = std::min(Cfg::kBM, round_up(p.m, 8));
+  args.d = p.d.ptr;
+  args.ldd = p.d.ld;
+  args.d_vec2 = p.d.ld % 2 == 0 && reinterpret_cast<uintptr_t>(p.d.ptr) % (2 * sizeof(Out)) == 0;
+  args.d_tma = tma_storable(p.d.ptr, sizeof(Out), p.m, p.d.ld);
+
+  const CUtensorMap map_a = make_operand_tensor_map(p.a, p.m, p.k, args.a_box_rows, "a");
+  const CUtensorMap map_b = make_operand_tensor_map(p.b, p.n, p.k, Cfg::kBN, "b");
+  CUtensorMap map_d{};
+  if (args.d_tma) {
+    map_d = make_output_tensor_map(p.d.ptr, p.d.type, p.m, p.n, p.d.ld, Cfg::kEpiRows,
+                                   Cfg::kEpiRowBytes / static_cast<int>(sizeof(Out)));
+  }
+  auto kernel = sm90_gemm_kernel<Cfg, ASigned, BSigned, Epi>;
+  TCGEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  const int64_t units = static_cast<int64_t>(s.tiles_m) * s.tiles_n * s.split_k;
+  const int grid = static_cast<int>(std::min<int64_t>(units, sm_count));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(map_a, map_b, map_d, args, epi);
+  TCGEMM_CHECK_LAUNCH();
+}
+
+template <class Cfg, class Epi>
+void launch(const GemmProblem& p, const Epi& epi, int sm_count) {
+  if constexpr (!config_serves<Cfg, Epi>()) {
+    throw std::logic_error("tcgemm: this sm90 tile config is not built for this epilogue");
+  } else if constexpr (Epi::kMixedSigns) {
+    if (p.a.is_signed && p.b.is_signed) return launch_kernel<Cfg, Epi, true, true>(p, epi, sm_count);
+    if (p.a.is_signed) return launch_kernel<Cfg, Epi, true, false>(p, epi, sm_count);
+    if (p.b.is_signed) return launch_kernel<Cfg, Epi, false, true>(p, epi, sm_count);
+    return launch_kernel<Cfg, Epi, false, false>(p, epi, sm_count);
+  } else {
+    launch_kernel<Cfg, Epi, true, true>(p, epi, sm_count);
+  }
+}
+
+}  // namespace tcgemm::sm90
+
+// The launchers of one tile config for every epilogue it serves (one translation unit per config).
+#define TCGEMM_SM90_INSTANTIATE_ONE(Epi, Cfg) \
+  template void tcgemm::sm90::launch<Cfg, Epi>(const tcgemm::GemmProblem&, const Epi&, int);

@@ -1,0 +1,63 @@
+// The persistent tile scheduler of the sm90 kernel: work units are output tiles in grouped order
+// (GroupM tile rows per group, for L2 reuse of B) times split_k ranges of K blocks. Units go
+// round-robin to the gridDim.x <= #SMs resident blocks, and every role of a block walks the same
+// sequence, so the ring's counters stay in step.
+#pragma once
+
+#include <cstdint>
+
+namespace tcgemm::sm90 {
+
+// One unit of work: an output tile and its range of K blocks.
+struct WorkUnit {
+  int tile_m, tile_n;
+  int kb_begin, kb_end;
+};
+
+struct TileScheduler {
+  int tiles_m, tiles_n;
+  int k_blocks;        // ceil(K / 128)
+  int k_blocks_split;  // K blocks per split (the last split may have fewer; none is empty)
+  int split_k;
+
+  __device__ __forceinline__ int units() const { return tiles_m * tiles_n * split_k; }
+
+  template <int GroupM>
+  __device__ __forceinline__ WorkUnit unit(int u) const {
+    const int tiles = tiles_m * tiles_n;
+    const int split = u / tiles;  // concurrent blocks share a K range: their A and B rows overlap in L2
+    const int tile = u - split * tiles;
+    const int group_size = GroupM * tiles_n;
+    const int group = tile / group_size;
+    const int first_m = group * GroupM;
+    const int rows_in_group = min(tiles_m - first_m, GroupM);
+    const int in_group = tile - group * group_size;
+    WorkUnit w;
+    w.tile_m = first_m + in_group % rows_in_group;
+    w.tile_n = in_group / rows_in_group;
+    w.kb_begin = split * k_blocks_split;
+    w.kb_end = min(k_blocks, w.kb_begin + k_blocks_split);
+    return w;
+  }
+
+  // This block's units: the nth is unit blockIdx.x + nth * gridDim.x.
+  __device__ __forceinline__ int block_units() const {
+    return (units() - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+  }
+  template <int GroupM>
+  __device__ __forceinline__ WorkUnit block_unit(int nth) const {
+    return unit<GroupM>(static_cast<int>(blockIdx.x) + nth * static_cast<int>(gridDim.x));
+  }
+};
+
+// A position in the ring of Stages shared-memory slots: the K blocks handed out so far. The
+// producer and the consumers count the same sequence, so one counter gives slot and phase.
+template <int Stages>
+struct RingPosition {
+  uint32_t count = 0;
+
+  __device__ __forceinline__ int slot() const { return static_cast<int>(count % Stages); }
+  __device__ __forceinline__ uint32_t phase() const { return (count / Stages) & 1; }
+};
+
+}  // namespace tcgemm::sm90

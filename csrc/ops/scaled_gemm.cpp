@@ -1,0 +1,160 @@
+// tcgemm::scaled_gemm: int8 x int8 -> bf16 / fp16 / fp32 with the scales, bias and conversion
+// fused into the GEMM's epilogue (per-block scales: into its main loop). Validation, the scale
+// granularity read off the scale shapes, output allocation, launch.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/math.h"
+#include "common/scale_layout.h"
+#include "dispatch/backends.h"
+#include "dispatch/launch.h"
+#include "epilogue/scaled_epilogue.h"
+#include "ops/tensor_args.h"
+
+namespace tcgemm {
+namespace {
+
+constexpr const char* kOp = "tcgemm.scaled_gemm";
+constexpr int64_t kMaxUnblockedK = 131071;  // int8 x int8 dot products of this length fit in int32
+
+void check_scale_tensor(const at::Tensor& s, const char* name, const at::Tensor& a) {
+  TORCH_CHECK_TYPE(s.scalar_type() == at::kFloat, kOp, ": argument '", name, "' must have dtype torch.float32, got ",
+                   dtype_name(s.scalar_type()));
+  check_same_device(kOp, s, name, a);
+}
+
+ScaleTensor scale_tensor(const at::Tensor& s) {
+  ScaleTensor t;
+  t.ptr = s.data_ptr<float>();
+  t.dim = static_cast<int>(s.dim());
+  for (int i = 0; i < t.dim && i < 2; ++i) {
+    t.sizes[i] = s.size(i);
+    t.strides[i] = s.stride(i);
+  }
+  return t;
+}
+
+// The shapes common/scale_layout.h decodes; the messages list them.
+ScaleOperand describe_scale_a(const at::Tensor& s, int64_t m, int64_t kb) {
+  const std::optional<ScaleOperand> op = s.dim() <= 2 ? decode_scale_a(scale_tensor(s), m, kb) : std::nullopt;
+  TORCH_CHECK_VALUE(op.has_value(), kOp, ": argument 'scale_a' must have shape [] or [1] (per-tensor), [M, 1] = [",
+                    num(m), ", 1] (per-token) or [M, ceil(K/128)] = [", num(m), ", ", num(kb),
+                    "] (per-block 1x128), got ", shape_str(s.sizes()));
+  return *op;
+}
+
+ScaleOperand describe_scale_b(const at::Tensor& s, int64_t n, int64_t kb) {
+  const std::optional<ScaleOperand> op = s.dim() <= 2 ? decode_scale_b(scale_tensor(s), n, kb) : std::nullopt;
+  TORCH_CHECK_VALUE(op.has_value(), kOp, ": argument 'scale_b' must have shape [] or [1] (per-tensor), [N] = [", num(n),
+                    "] or [1, N] (per-channel), [ceil(N/128), ceil(K/128)] = [", num(scale_blocks(n)), ", ", num(kb),
+                    "] (per-block 128x128) or [N, ceil(K/128)] = [", num(n), ", ", num(kb), "], got ",
+                    shape_str(s.sizes()));
+  return *op;
+}
+
+at::ScalarType check_out_dtype(const std::optional<at::ScalarType>& out_dtype) {
+  const at::ScalarType t = out_dtype.value_or(at::kBFloat16);
+  TORCH_CHECK_TYPE(t == at::kBFloat16 || t == at::kHalf || t == at::kFloat, kOp,
+                   ": argument 'out_dtype' must be torch.bfloat16, torch.float16 or torch.float32, got ",
+                   dtype_name(t));
+  return t;
+}
+
+OutType out_type_of(at::ScalarType t) {
+  if (t == at::kBFloat16) return OutType::kBf16;
+  if (t == at::kHalf) return OutType::kFp16;
+  return OutType::kFp32;
+}
+
+void run_cuda(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmProblem& p,
+              const ScaledEpilogueParams& e) {
+  const c10::cuda::CUDAGuard guard(a.device());
+  const DeviceInfo dev = device_info(a.device());
+  Backend backend = Backend::kAuto;
+  const std::string why_not = resolve_gpu_backend(requested, dev, e, &backend);
+  TORCH_CHECK_VALUE(why_not.empty(), kOp, ": ", why_not, " (argument 'backend')");
+  const OperandCopies copies = fit_operands(backend, a, b, p);  // alive until the launch is enqueued
+  p.stream = at::cuda::getCurrentCUDAStream(a.device().index()).stream();
+  run_gpu(backend, p, e, dev);
+}
+
+void run_on_cpu(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmProblem& p,
+                const ScaledEpilogueParams& e, at::Tensor& out) {
+  const OperandCopies k_major = cpu_k_major_operands(kOp, requested, a, b, p);
+  // fp32 results, rounded once to the output dtype by torch (round to nearest even).
+  at::Tensor f32 = out.scalar_type() == at::kFloat ? out : at::empty(out.sizes(), out.options().dtype(at::kFloat));
+  p.d = Output{f32.data_ptr<float>(), f32.stride(0), OutType::kFp32};
+  at::parallel_for(0, p.m, cpu_row_grain(p), [&](int64_t begin, int64_t end) { run_cpu(p, e, begin, end); });
+  if (!f32.is_same(out)) out.copy_(f32);
+}
+
+}  // namespace
+
+at::Tensor scaled_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
+                       const std::optional<at::Tensor>& bias, std::optional<at::ScalarType> out_dtype,
+                       std::string_view backend_arg) {
+  const Backend requested = parse_backend_arg(kOp, backend_arg);
+  check_operand(kOp, a, "a", "[M, K]", /*signed_only=*/true);
+  check_operand(kOp, b, "b", "[K, N]", /*signed_only=*/true);
+  check_same_device(kOp, b, "b", a);
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  TORCH_CHECK_VALUE(b.size(0) == k, kOp, ": K mismatch: 'a' is [M, K] = ", shape_str(a.sizes()),
+                    " but 'b' is [K, N] = ", shape_str(b.sizes()));
+  const at::ScalarType dtype = check_out_dtype(out_dtype);
+  check_scale_tensor(scale_a, "scale_a", a);
+  check_scale_tensor(scale_b, "scale_b", a);
+  const int64_t kb = std::max<int64_t>(1, scale_blocks(k));
+  ScaledEpilogueParams e;
+  e.a = describe_scale_a(scale_a, m, kb);
+  e.b = describe_scale_b(scale_b, n, kb);
+  at::Tensor bias_f32;
+  if (bias.has_value()) {
+    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == n, kOp, ": argument 'bias' must have shape [N] = [", num(n),
+                      "], got ", shape_str(bias->sizes()));
+    TORCH_CHECK_TYPE(at::isFloatingType(bias->scalar_type()), kOp,
+                     ": argument 'bias' must have a floating-point dtype, got ", dtype_name(bias->scalar_type()));
+    check_same_device(kOp, *bias, "bias", a);
+    bias_f32 = bias->to(at::kFloat).contiguous();
+    e.bias = bias_f32.data_ptr<float>();
+  }
+  TORCH_CHECK_VALUE(e.per_block() || k <= kMaxUnblockedK, kOp, ": K = ", num(k), " > ", num(kMaxUnblockedK),
+                    " could overflow the int32 accumulator without per-block scales; pass scale_a as [M, ceil(K/128)]"
+                    " (per-block 1x128)");
+
+  at::Tensor out = at::empty({m, n}, a.options().dtype(dtype));
+  if (m == 0 || n == 0) return out;
+  if (k == 0) {  // every sum is zero: out = bias
+    if (bias_f32.defined()) {
+      out.copy_(bias_f32.unsqueeze(0).expand({m, n}));
+    } else {
+      out.zero_();
+    }
+    return out;
+  }
+  GemmProblem p;
+  p.m = static_cast<int>(m);
+  p.n = static_cast<int>(n);
+  p.k = static_cast<int>(k);
+  p.a = describe(a, false);
+  p.b = describe(b, true);
+  p.d = Output{out.data_ptr(), n, out_type_of(dtype)};
+  if (a.is_cuda()) {
+    run_cuda(requested, a, b, p, e);
+  } else {
+    TORCH_CHECK_VALUE(a.is_cpu(), kOp, ": argument 'a' must be a CPU or CUDA tensor, got ", a.device().str());
+    run_on_cpu(requested, a, b, p, e, out);
+  }
+  return out;
+}
+
+TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { m.impl("scaled_gemm", &scaled_gemm); }
+TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) { m.impl("scaled_gemm", &scaled_gemm); }
+
+}  // namespace tcgemm

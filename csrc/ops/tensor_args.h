@@ -1,0 +1,54 @@
+// Helpers every op's binding code shares: message formatting, argument checks that name the
+// argument, the [rows, K] description of an int8 operand, the device description for dispatch.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/problem.h"
+#include "dispatch/backends.h"
+
+namespace tcgemm {
+
+// Messages format numbers with std::to_string, never through an ostream: with some toolchain
+// pairings (seen: g++ 13 building against torch 2.11) the extension's own instantiation of
+// ostream's integer insertion picks the wrong locale facet and crashes.
+inline std::string num(int64_t v) { return std::to_string(v); }
+std::string shape_str(at::IntArrayRef sizes);
+std::string dtype_name(at::ScalarType t);
+bool fits_int32(int64_t v);
+
+// A 2-D int8/uint8 operand (int8 only when signed_only) with dimensions below 2^30.
+void check_operand(const char* op, const at::Tensor& t, const char* name, const char* shape, bool signed_only = false);
+void check_same_device(const char* op, const at::Tensor& t, const char* name, const at::Tensor& a);
+Backend parse_backend_arg(const char* op, std::string_view name);
+
+// The [rows, K] view of an operand: A as given, B transposed (transpose = true).
+Operand describe(const at::Tensor& t, bool transpose);
+
+// A K-major copy of the [rows, K] view (A, or B transposed) whose rows are padded to 16 bytes:
+// the layout every GPU kernel reads directly. Returns the [rows, K] view of the padded buffer.
+at::Tensor k_major_copy(const at::Tensor& t, bool transpose);
+
+DeviceInfo device_info(const at::Device& device);
+
+// Gives p.a / p.b a K-major padded copy when `backend` cannot read them in place; the copies
+// are returned so they outlive the launch (the caching allocator keeps them stream-ordered).
+struct OperandCopies {
+  at::Tensor a, b;
+};
+OperandCopies fit_operands(Backend backend, const at::Tensor& a, const at::Tensor& b, GemmProblem& p);
+
+// The CPU path of a GEMM op: checks that `requested` is "auto" or "cpu", makes both operands
+// K-major (a contiguous copy of one that is not) and describes them in p; the returned tensors
+// must outlive the computation.
+OperandCopies cpu_k_major_operands(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
+                                   GemmProblem& p);
+
+// Rows of D per at::parallel_for task: about 64K multiply-adds each.
+int64_t cpu_row_grain(const GemmProblem& p);
+
+}  // namespace tcgemm
