@@ -9,7 +9,7 @@ namespace tcgemm::sm80 {
 
 // A block computes a BM x BN tile of D with WarpsM x WarpsN warps, streaming K through a
 // Stages-deep cp.async ring of 128-byte K slices (one swizzle row per operand row). SplitK
-// configs can also run a K range per blockIdx.y (GemmParams::split_k); the others compile
+// configs can also run a K range per blockIdx.y (GemmProblem::split_k); the others compile
 // without that bookkeeping, which cost the large tiles 13% at 4096^3 on the H200.
 // Epilogues: the kEpi* families (epilogue/epilogues.h) the config is instantiated for.
 template <int BM, int BN, int WarpsM, int WarpsN, int Stages, unsigned Epilogues, bool SplitK = false>
