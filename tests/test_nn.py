@@ -387,7 +387,7 @@ def digits_mlp():
     Returns (model, x_test, y_test). The 797-image test split makes 0.5 pp four images.
     """
     pytest.importorskip("sklearn.datasets")
-    from tcgemm.demo import train_digits_mlp  # the demo's model, so both report the same thing
+    from examples.demo import train_digits_mlp  # the demo's model, so both report the same thing
 
     return train_digits_mlp(seed=0)
 

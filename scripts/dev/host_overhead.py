@@ -1,29 +1,18 @@
-"""Host time per call of the GEMM ops (what a small, launch-bound problem pays on the CPU).
+"""Host time per call of the GEMM ops: what a small, launch-bound problem pays on the CPU.
 
-    python3 tools/host_overhead.py
-Times many back-to-back calls with perf_counter and a single synchronize at the end; when the
-kernels are shorter than the host work, this is the host cost per call.
+    python3 -m scripts.dev.host_overhead
+
+Many back-to-back calls and one synchronize (benchmarks/timing.py host_us): when the kernels are
+shorter than the host work, this is the host's cost per call (checks, dispatch, launch).
 """
-
-import time
 
 import torch
 
 import tcgemm
+from benchmarks import timing
 
 
-def per_call_us(fn, n=2000):
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
-
-
-def main():
+def main() -> int:
     a = torch.randint(-128, 128, (1, 64), device="cuda", dtype=torch.int8)
     a32 = torch.randint(-128, 128, (32, 64), device="cuda", dtype=torch.int8)
     b = torch.randint(-128, 128, (64, 64), device="cuda", dtype=torch.int8).t().contiguous().t()
@@ -41,10 +30,12 @@ def main():
     rows += [("tcgemm.quantize token", lambda: tcgemm.quantize(xs, "token")),
              ("tcgemm.scaled_gemm", lambda: tcgemm.scaled_gemm(qx, lin.weight.t(), sx, lin.weight_scale, lin.bias)),
              ("QuantLinear forward", lambda: lin(xs))]
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     with torch.no_grad():
         for name, fn in rows:
-            print(f"{name:34s} {per_call_us(fn):7.1f} us/call")
+            print(f"{name:34s} {timing.host_us(fn):7.1f} us/call")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,11 +1,12 @@
 """The main job: shows tcgemm is exact and measures it against PyTorch's own paths.
 
-    python -m tcgemm.demo            # GPU when present, else the CPU path (and says so)
-    python -m tcgemm.demo --quick    # fewer shapes
+    python3 -m examples.demo            # from the repository root; GPU when present, else the CPU path
+    python3 -m examples.demo --quick    # fewer shapes and repetitions
 
 On a GPU it checks every backend bit-exact against an int64 reference on odd shapes and all
 four operand layouts, then times int8 GEMM (TN: activations [M,K] row-major, weight [N,K]) for
-each backend against torch._int_mm and bf16 torch.matmul, with CUDA events over rotated inputs.
+each backend against torch._int_mm and bf16 torch.matmul (benchmarks/timing.py: device events,
+warm-up, median, rotated inputs).
 
 Then the quantized-model part (tcgemm.nn): a small MLP trained on scikit-learn's digits is
 quantized with quantize_model (float vs int8 accuracy, on the CPU and on the GPU), and on a GPU a
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import copy
 import math
-import statistics
 import time
 
 import torch
@@ -26,6 +26,7 @@ from torch import nn
 
 import tcgemm
 import tcgemm.nn
+from benchmarks import timing
 from tcgemm.reference import gemm_reference
 
 
@@ -61,18 +62,8 @@ def check_exact(device: str, backends: list[str]) -> bool:
 
 
 def _median_ms(fn, inputs, reps: int) -> float:
-    for i in range(3):
-        fn(*inputs[i % len(inputs)])
-    times = []
-    for i in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        args = inputs[i % len(inputs)]
-        start.record()
-        fn(*args)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    """Median device time (ms) of `reps` calls fn(*inputs[i]) over the rotated input tuples."""
+    return timing.median_ms(lambda i: fn(*inputs[i]), len(inputs), max_reps=reps, min_reps=reps)
 
 
 def time_gpu(backends: list[str], shapes, reps: int) -> None:
@@ -80,7 +71,7 @@ def time_gpu(backends: list[str], shapes, reps: int) -> None:
     names = backends + ["torch._int_mm", "bf16 matmul"]
     print("  " + f"{'M x N x K':>22s}" + "".join(f"{n:>15s}" for n in names))
     for m, n, k in shapes:
-        sets = max(2, min(8, (3 * 60 * 2**20) // (m * k + n * k)))  # exceed L2 so no set stays cached
+        sets = timing.input_sets(m * k + n * k, max_sets=8)  # exceed L2 so no set stays cached
         gen = torch.Generator().manual_seed(m + n + k)
         inputs = [(_random_int8((m, k), torch.int8, "cuda", gen), _random_int8((n, k), torch.int8, "cuda", gen).t())
                   for _ in range(sets)]
@@ -216,7 +207,8 @@ def demo_llama_mlp(reps: int, tokens: int = 2048, dim: int = 4096, hidden: int =
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python3 -m examples.demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer shapes and repetitions (GEMMs and the MLP block)")
     args = parser.parse_args()
     print(f"tcgemm {tcgemm.__version__}, torch {torch.__version__}")

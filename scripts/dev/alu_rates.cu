@@ -1,11 +1,12 @@
 // Throughput of the per-block promotion's arithmetic on one GPU, in accumulators per clock per
 // SM: accf += float(partial) * scale, as the sm90 per-block kernel runs it (I2FP + FFMA), against
-// FFMA alone. benchmarks/NOTES-scaled.md quotes the figures. The inputs do not change across
+// FFMA alone. docs/design/scaled.md quotes the figures. The inputs do not change across
 // iterations: check in the SASS (cuobjdump -sass) that each loop body still holds 64 I2FP / FFMA,
 // as it did with nvcc 13.0 (a magic-number variant, IADD + FADD + FFMA, was hoisted out of the
-// loop whole and is not measured here).
+// loop whole and is not measured here). Timed in clock cycles inside the kernel (clock64), so the
+// figure does not depend on the clock the SM runs at.
 //
-//   nvcc -O3 -arch=sm_90a tools/alu_rates.cu -o /tmp/alu_rates && /tmp/alu_rates
+//   nvcc -O3 -arch=sm_90a scripts/dev/alu_rates.cu -o /tmp/alu_rates && /tmp/alu_rates
 #include <cstdio>
 #include <cstdlib>
 
