@@ -96,7 +96,8 @@ def methods(sets, peers: bool = True) -> dict[str, Callable[[int], object]]:
     fns = {
         "int8_gemm": lambda i: tcgemm.int8_gemm(S[i]["qx"], S[i]["qw"].t()),
         "scaled_chan": lambda i: tcgemm.scaled_gemm(S[i]["qx"], S[i]["qw"].t(), S[i]["sx"], S[i]["sw"], S[i]["bias"]),
-        "scaled_block": lambda i: tcgemm.scaled_gemm(S[i]["qxb"], S[i]["qw"].t(), S[i]["sxb"], S[i]["swb"], S[i]["bias"]),
+        "scaled_block": lambda i: tcgemm.scaled_gemm(S[i]["qxb"], S[i]["qw"].t(), S[i]["sxb"], S[i]["swb"],
+                                                     S[i]["bias"]),
         "fused_e2e": lambda i: _fused(S[i]),
     }
     if not peers:
@@ -191,7 +192,8 @@ def format_table(doc: dict[str, Any]) -> str:
              + "   /fp8  /int8 /unfused e2e/unf block/chan"]
     for r in records:
         t = r["tops"]
-        row = f"{r['shape'][0]:>6}{r['shape'][1]:>7}{r['shape'][2]:>7} " + "".join(f"{fmt(t.get(n)):>12}" for n in METHODS)
+        m, n, k = r["shape"]
+        row = f"{m:>6}{n:>7}{k:>7} " + "".join(f"{fmt(t.get(name)):>12}" for name in METHODS)
         lines.append(row + "  " + " ".join(f"{c:>6}" for c in ratio_cells(t)))
     lines += ["", "QuantLinear (activation quantization included) vs bf16 nn.Linear, Llama-3-8B MLP, M=2048"]
     for r in mlp:

@@ -30,7 +30,7 @@ namespace tcgemm::ptx {
 // 16*warp + lane/4 + 8h, column 8j + 2*(lane%4) + e.
 template <int N, bool ASigned, bool BSigned>
 struct WgmmaInt8 {
-  static_assert(N == 64 || N == 128 || N == 256, "add N to SHAPES in tools/gen_wgmma_int8.py");
+  static_assert(N == 64 || N == 128 || N == 256, "add N to SHAPES in csrc/ptx/gen_wgmma_int8.py");
   static constexpr int kAccRegs = N / 2;
 
   __device__ __forceinline__ static void mma(uint64_t desc_a, uint64_t desc_b, int32_t (&d)[N / 2],

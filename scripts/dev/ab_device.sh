@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A/B timing of two builds on the GPU machine: the working tree ("new") against a commit ("base").
 #
-#   bash scripts/dev/ab_device.sh [ROUNDS]                      (from anywhere; default 3 rounds)
+#   bash scripts/dev/ab_device.sh [ROUNDS]                      (from anywhere; default 5 rounds)
 #
 # Environment:
 #   REF        the base commit (default HEAD), exported with `git archive` and built in $AB_DIR/base
@@ -24,7 +24,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-ROUNDS=${1:-${ROUNDS:-3}}
+ROUNDS=${1:-${ROUNDS:-5}}
 REF=${REF:-HEAD}
 AB_DIR=${AB_DIR:-/tmp/tcgemm_ab}
 OUT=${OUT:-$ROOT/benchmarks/results/ab}
@@ -137,7 +137,8 @@ done
 kill $SMI 2> /dev/null || true
 
 (
-  echo "A/B: new = ${NEW_REF:-the working tree} ${NEW_COMMIT:+($NEW_COMMIT)}, base = $REF ($BASE_COMMIT), $ROUNDS rounds"
+  echo "A/B: new = ${NEW_REF:-the working tree} ${NEW_COMMIT:+($NEW_COMMIT)}," \
+    "base = $REF ($BASE_COMMIT), $ROUNDS rounds"
   echo "GPU: $(nvidia-smi --query-gpu=name,power.limit --format=csv,noheader 2> /dev/null || echo unknown)"
   status=0
   for bench in "${benches[@]}"; do

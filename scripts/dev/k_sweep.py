@@ -53,8 +53,8 @@ def main(argv=None) -> int:
             "_int_mm": lambda i: torch._int_mm(S[i]["a"], S[i]["wt"]),
         }
         ms[(m, n, k)] = timing.interleaved_ms(fns, len(S), rounds=args.rounds)
-        print(f"{m}x{n}x{k}: " + " | ".join(f"{name} {timing.tops(m, n, k, t):6.0f}" for name, t in ms[(m, n, k)].items())
-              + f" TOPS, exact={exact}", flush=True)
+        cells = " | ".join(f"{name} {timing.tops(m, n, k, t):6.0f}" for name, t in ms[(m, n, k)].items())
+        print(f"{m}x{n}x{k}: {cells} TOPS, exact={exact}", flush=True)
         del S
         torch.cuda.empty_cache()
     print(f"== TOPS over K at {mn} x {mn}, 8192^3, and the fit time = a + b * K")
