@@ -6,16 +6,8 @@ from typing import Optional
 
 import torch
 
-try:
-    from . import _C  # noqa: F401  (loading the library registers torch.ops.tcgemm)
-except ImportError as exc:  # pragma: no cover - only without a build
-    raise ImportError(
-        "tcgemm's compiled extension (tcgemm._C) is missing or was built for another torch: "
-        "reinstall with `pip install --no-build-isolation -e .`"
-    ) from exc
-
-BACKENDS = ("auto", "cpu", "wmma", "wmma_simple", "sm80", "sm90", "skinny")
-_OP = "tcgemm.gemm"
+from ._checks import check_args
+from ._library import BACKENDS  # noqa: F401  (tcgemm.BACKENDS)
 
 
 def gemm(
@@ -81,49 +73,15 @@ def available_backends(device: torch.device | str | int | None = None) -> list[s
     return names.split(",") if names else []
 
 
-def _check_fake_args(a, b, c, alpha, beta, out=None) -> None:
-    """The binding layer's checks, for fake tensors and meta kernels (same messages)."""
-    for name, t, shape in (("a", a, "[M, K]"), ("b", b, "[K, N]")):
-        torch._check(t.dim() == 2, lambda: f"{_OP}: argument '{name}' must be a 2-D tensor {shape}, got a {t.dim()}-D tensor")
-        torch._check(
-            t.dtype in (torch.int8, torch.uint8),
-            lambda: f"{_OP}: argument '{name}' must have dtype torch.int8 or torch.uint8, got {t.dtype}",
-        )
-    torch._check(
-        a.shape[1] == b.shape[0],
-        lambda: f"{_OP}: K mismatch: 'a' is [M, K] = {list(a.shape)} but 'b' is [K, N] = {list(b.shape)}",
-    )
-    for name, value in (("alpha", alpha), ("beta", beta)):
-        torch._check(-(2**31) <= value < 2**31, lambda: f"{_OP}: argument '{name}' must fit in int32, got {value}")
-    torch._check(beta == 0 or c is not None, lambda: f"{_OP}: argument 'beta' is {beta} but no 'c' was given")
-    m, n = a.shape[0], b.shape[1]
-    for name, t in (("b", b), ("c", c), ("out", out)):
-        if t is None:
-            continue
-        torch._check(
-            t.device == a.device,
-            lambda: f"{_OP}: argument '{name}' must be on the same device as 'a' ({a.device}), got {t.device}",
-        )
-        if name != "b":
-            torch._check(t.dtype == torch.int32, lambda: f"{_OP}: argument '{name}' must have dtype torch.int32, got {t.dtype}")
-            torch._check(
-                t.dim() == 2 and t.shape[0] == m and t.shape[1] == n,
-                lambda: f"{_OP}: argument '{name}' must have shape [M, N] = [{m}, {n}], got {list(t.shape)}",
-            )
-
-
 @torch.library.register_fake("tcgemm::gemm")
 def _gemm_fake(a, b, c=None, alpha=1, beta=0, backend="auto"):
-    _check_fake_args(a, b, c, alpha, beta)
+    check_args("gemm", a=a, b=b, c=c, alpha=alpha, beta=beta, backend=backend)
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.int32)
 
 
 @torch.library.register_fake("tcgemm::gemm_out")
 def _gemm_out_fake(a, b, c, alpha, beta, backend, *, out):
-    _check_fake_args(a, b, c, alpha, beta, out)
-
-
-_SCALED_OP = "tcgemm.scaled_gemm"
+    check_args("gemm_out", a=a, b=b, c=c, alpha=alpha, beta=beta, backend=backend, out=out)
 
 
 def scaled_gemm(
@@ -164,38 +122,9 @@ def scaled_gemm(
     return torch.ops.tcgemm.scaled_gemm.default(a, b, scale_a, scale_b, bias, out_dtype, backend)
 
 
-def _scaled_shapes_ok(scale_a, scale_b, m, n, k) -> tuple[bool, bool]:
-    kb = max(1, -(-k // 128))
-    nb = -(-n // 128)
-    sa, sb = list(scale_a.shape), list(scale_b.shape)
-    a_ok = (scale_a.numel() == 1 and scale_a.dim() <= 2) or sa in ([m, 1], [m, kb])
-    b_ok = (scale_b.numel() == 1 and scale_b.dim() <= 2) or sb in ([n], [1, n], [nb, kb], [n, kb])
-    return a_ok, b_ok
-
-
 @torch.library.register_fake("tcgemm::scaled_gemm")
 def _scaled_gemm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=None, backend="auto"):
-    for name, t, shape in (("a", a, "[M, K]"), ("b", b, "[K, N]")):
-        torch._check(t.dim() == 2, lambda: f"{_SCALED_OP}: argument '{name}' must be a 2-D tensor {shape}, got a {t.dim()}-D tensor")
-        torch._check(t.dtype == torch.int8, lambda: f"{_SCALED_OP}: argument '{name}' must have dtype torch.int8, got {t.dtype}")
-    torch._check(
-        a.shape[1] == b.shape[0],
-        lambda: f"{_SCALED_OP}: K mismatch: 'a' is [M, K] = {list(a.shape)} but 'b' is [K, N] = {list(b.shape)}",
+    check_args(
+        "scaled_gemm", a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=out_dtype, backend=backend
     )
-    out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
-    torch._check(
-        out_dtype in (torch.bfloat16, torch.float16, torch.float32),
-        lambda: f"{_SCALED_OP}: argument 'out_dtype' must be torch.bfloat16, torch.float16 or torch.float32, got {out_dtype}",
-    )
-    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
-        torch._check(s.dtype == torch.float32, lambda: f"{_SCALED_OP}: argument '{name}' must have dtype torch.float32, got {s.dtype}")
-    m, k, n = a.shape[0], a.shape[1], b.shape[1]
-    a_ok, b_ok = _scaled_shapes_ok(scale_a, scale_b, m, n, k)
-    torch._check(a_ok, lambda: f"{_SCALED_OP}: argument 'scale_a' has an unsupported shape {list(scale_a.shape)}")
-    torch._check(b_ok, lambda: f"{_SCALED_OP}: argument 'scale_b' has an unsupported shape {list(scale_b.shape)}")
-    if bias is not None:
-        torch._check(
-            bias.dim() == 1 and bias.shape[0] == n,
-            lambda: f"{_SCALED_OP}: argument 'bias' must have shape [N] = [{n}], got {list(bias.shape)}",
-        )
-    return a.new_empty((m, n), dtype=out_dtype)
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16 if out_dtype is None else out_dtype)

@@ -7,12 +7,11 @@ from typing import Optional
 
 import torch
 
-from . import _ops  # noqa: F401  (loads tcgemm._C, which registers torch.ops.tcgemm)
+from . import _library  # noqa: F401  (loads tcgemm._C, which registers torch.ops.tcgemm)
+from ._checks import check_args
+from ._scales import quantize_scale_shape
 
-GRANULARITIES = ("tensor", "token", "group")
-GROUP_SIZE = 128
 _OP = "tcgemm.quantize"
-_FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def quantize(
@@ -67,39 +66,8 @@ def _quantize_2d(x, granularity, scale):
 
 @torch.library.register_fake("tcgemm::quantize")
 def _quantize_fake(x, granularity, scale=None):
-    """The binding layer's checks (same messages and exception types) and output shapes."""
-    torch._check_value(x.dim() == 2, lambda: f"{_OP}: argument 'x' must be a 2-D tensor [M, K], got a {x.dim()}-D tensor")
-    torch._check_type(
-        x.dtype in _FLOAT_DTYPES,
-        lambda: f"{_OP}: argument 'x' must have dtype torch.bfloat16, torch.float16 or torch.float32, got {x.dtype}",
-    )
-    torch._check_value(
-        granularity in GRANULARITIES,
-        lambda: f"{_OP}: argument 'granularity' must be one of 'tensor', 'token', 'group'; got '{granularity}'",
-    )
-    m, k = x.shape
-    shape = {"tensor": (), "token": (m, 1), "group": (m, (k + GROUP_SIZE - 1) // GROUP_SIZE)}[granularity]
-    q = x.new_empty((m, k), dtype=torch.int8)
-    if scale is None:
-        return q, x.new_empty(shape, dtype=torch.float32)
-    torch._check_type(
-        scale.dtype == torch.float32, lambda: f"{_OP}: argument 'scale' must have dtype torch.float32, got {scale.dtype}"
-    )
-    torch._check_value(
-        scale.device == x.device,
-        lambda: f"{_OP}: argument 'scale' must be on the same device as 'x' ({x.device}), got {scale.device}",
-    )
-    if granularity == "tensor":
-        torch._check_value(
-            scale.numel() == 1 and scale.dim() <= 2,
-            lambda: f"{_OP}: argument 'scale' must have one element (shape [], [1] or [1, 1]) for granularity "
-            f"'tensor', got shape {list(scale.shape)}",
-        )
-    else:
-        name = "[M, 1]" if granularity == "token" else "[M, ceil(K / 128)]"
-        torch._check_value(
-            scale.dim() == 2 and scale.shape[0] == shape[0] and scale.shape[1] == shape[1],
-            lambda: f"{_OP}: argument 'scale' must have shape {name} = {list(shape)} for granularity "
-            f"'{granularity}', got {list(scale.shape)}",
-        )
-    return q, torch.empty_like(scale)
+    check_args("quantize", x=x, granularity=granularity, scale=scale)
+    q = x.new_empty(x.shape, dtype=torch.int8)
+    if scale is not None:
+        return q, torch.empty_like(scale)
+    return q, x.new_empty(quantize_scale_shape(granularity, x.shape[0], x.shape[1]), dtype=torch.float32)

@@ -14,7 +14,6 @@ epilogue (``tcgemm.scaled_gemm``). Its state is plain tensors (buffers), so ``st
 from __future__ import annotations
 
 import fnmatch
-import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Literal, Optional, Union
 
@@ -23,13 +22,14 @@ from torch import nn
 
 import tcgemm  # the ops are looked up at call time, so this works while tcgemm/__init__ is loading
 
+from ._scales import SCALE_BLOCK, scale_b_is_ambiguous, scale_blocks
+
 __all__ = ["QuantLinear", "QuantizeReport", "quantize_model", "quantize_weight"]
 
 WeightGranularity = Literal["channel", "block"]
 ActivationGranularity = Literal["token", "block"]
 SkipRule = Union[str, Iterable[str], Callable[[str, nn.Module], bool]]
 
-BLOCK = 128  # K (and, for weights, N) block size of the per-block scales; fixed by the kernels
 WEIGHT_GRANULARITIES = ("channel", "block")
 ACTIVATION_GRANULARITIES = ("token", "block")
 # QuantLinear's activation names -> tcgemm.quantize's: a 1x128 activation block is a "group".
@@ -43,14 +43,6 @@ def _check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
     return value
 
 
-def _scale_from_amax(amax: torch.Tensor) -> torch.Tensor:
-    # Same rule as tcgemm.quantize: amax / 127 in fp32, and 1.0 for an all-zero group so the
-    # division below is defined (its values quantize to 0 with any scale). Divided by a tensor, not
-    # the Python scalar 127: CUDA torch turns a scalar division into a multiplication by the
-    # reciprocal, which is not the IEEE quotient, and the scales would differ from the CPU's.
-    return torch.where(amax == 0, torch.ones_like(amax), amax / torch.full_like(amax, 127.0))
-
-
 def weight_scale_shape(out_features: int, in_features: int, granularity: str) -> tuple[int, ...]:
     """Shape of the fp32 weight scales: [N] per channel, [ceil(N/128), ceil(K/128)] per block.
 
@@ -61,16 +53,17 @@ def weight_scale_shape(out_features: int, in_features: int, granularity: str) ->
     _check_choice(granularity, WEIGHT_GRANULARITIES, "weight granularity")
     if granularity == "channel":
         return (out_features,)
-    return (math.ceil(out_features / BLOCK), math.ceil(in_features / BLOCK))
+    return (scale_blocks(out_features), scale_blocks(in_features))
 
 
 def quantize_weight(w: torch.Tensor, granularity: str = "channel") -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric int8 quantization of an ``nn.Linear`` weight [N, K], computed in fp32.
+    """Symmetric int8 quantization of an ``nn.Linear`` weight [N, K], computed in fp32 by
+    :func:`tcgemm.quantize` on ``w``'s device.
 
     ``granularity="channel"``: one scale per output row, ``scale`` fp32 [N].
     ``granularity="block"``: one scale per 128x128 block, ``scale`` fp32 [ceil(N/128), ceil(K/128)]
     (edge blocks may be short). In both cases ``scale = amax / 127`` (1.0 where amax is 0) and
-    ``q = clamp(round_half_even(w / scale), -127, 127)``, the rule ``tcgemm.quantize`` uses.
+    ``q = clamp(round_half_even(w / scale), -127, 127)``, the rule of ``tcgemm.quantize``.
 
     Returns:
         ``(q, scale)``: int8 [N, K] (contiguous) and the fp32 scales, on ``w``'s device.
@@ -84,22 +77,27 @@ def quantize_weight(w: torch.Tensor, granularity: str = "channel") -> tuple[torc
         raise ValueError(f"tcgemm.nn.quantize_weight: w must be 2-D [N, K], got shape {list(w.shape)}")
     if not w.is_floating_point():
         raise TypeError(f"tcgemm.nn.quantize_weight: w must be a float tensor, got {w.dtype}")
-    w = w.detach().to(torch.float32)
+    w = w.detach()
+    if w.dtype not in _INPUT_DTYPES:
+        w = w.to(torch.float32)  # tcgemm.quantize reads bf16, fp16 and fp32 (those exactly, as fp32)
     n, k = w.shape
     if granularity == "channel":
-        # amax over an empty row is undefined in torch; K == 0 means amax 0, scale 1.0.
-        amax = w.abs().amax(dim=1) if k > 0 else w.new_zeros(n)
-        scale = _scale_from_amax(amax)
-        full = scale[:, None]
-    else:
-        nb, kb = weight_scale_shape(n, k, "block")
-        # Zero padding to whole blocks leaves every block's amax unchanged.
-        padded = nn.functional.pad(w, (0, kb * BLOCK - k, 0, nb * BLOCK - n))
-        amax = padded.abs().view(nb, BLOCK, kb, BLOCK).amax(dim=(1, 3))
-        scale = _scale_from_amax(amax)
-        full = scale.repeat_interleave(BLOCK, dim=0)[:n].repeat_interleave(BLOCK, dim=1)[:, :k]
-    q = torch.round(w / full).clamp_(-127, 127).to(torch.int8).contiguous()
-    return q, scale.contiguous()
+        q, scale = tcgemm.quantize(w, "token")
+        return q, scale.reshape(n)
+    # The rule that turns an amax into a scale is tcgemm.quantize's: quantizing the block amaxes
+    # one per row gives amax / 127 (1.0 for 0) as their scales. The amaxes skip NaN as the op's
+    # do; zero padding to whole blocks leaves every block's amax unchanged.
+    nb, kb = weight_scale_shape(n, k, "block")
+    magnitude = w.abs()
+    magnitude = magnitude.masked_fill(magnitude.isnan(), 0)
+    padded = nn.functional.pad(magnitude, (0, kb * SCALE_BLOCK - k, 0, nb * SCALE_BLOCK - n))
+    amax = padded.view(nb, SCALE_BLOCK, kb, SCALE_BLOCK).amax(dim=(1, 3)).float()
+    _, scale = tcgemm.quantize(amax.reshape(nb * kb, 1), "token")
+    scale = scale.reshape(nb, kb)
+    # Each row's 1x128 groups take the scales of its 128x128 blocks.
+    rows = scale.repeat_interleave(SCALE_BLOCK, dim=0)[:n]
+    q, _ = tcgemm.quantize(w, "group", scale=rows)
+    return q, scale
 
 
 class QuantLinear(nn.Module):
@@ -182,15 +180,18 @@ class QuantLinear(nn.Module):
         return module
 
     def _gemm_weight_scale(self) -> torch.Tensor:
-        """``weight_scale`` in the form ``tcgemm.scaled_gemm`` reads unambiguously.
+        """``weight_scale`` in a form ``tcgemm.scaled_gemm`` reads as meant.
 
-        scaled_gemm tells scale_b's kinds apart by shape, trying per-channel [1, N] before
-        per-block [NB, KB]. With N <= 128 (NB == 1) and ceil(K/128) == N a block scale [1, KB]
-        would be read as per-channel, so it is expanded to its equivalent per-channel-1x128 form
-        [N, KB]. Shapes are static, so this is decided at trace time (no data-dependent Python).
+        scaled_gemm tells scale_b's layouts apart by shape, trying per-channel [1, N] before
+        per-block [NB, KB]: with N <= 128 (NB == 1) and ceil(K/128) == N > 1 a block scale [1, KB]
+        would be read as per-channel. Such a scale is expanded to its equivalent
+        per-channel-1x128 form [N, KB]. Shapes are static, so this is decided at trace time (no
+        data-dependent Python).
         """
         scale = self.weight_scale
-        if self.weight_granularity == "block" and tuple(scale.shape) == (1, self.out_features) and self.out_features > 1:
+        if self.weight_granularity == "block" and scale_b_is_ambiguous(
+            scale.shape, self.out_features, self.in_features
+        ):
             return scale.expand(self.out_features, scale.shape[1])  # scaled_gemm reads any strides
         return scale
 

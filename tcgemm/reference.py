@@ -7,6 +7,8 @@ from typing import Optional
 
 import torch
 
+from ._scales import SCALE_BLOCK, decode_scale_a, decode_scale_b, expand_scale, k_blocks, scale_blocks
+
 
 def wrap_int32(x: torch.Tensor) -> torch.Tensor:
     """Reduces an int64 tensor modulo 2**32 into int32 (two's complement), as the kernels do."""
@@ -26,25 +28,11 @@ def gemm_reference(
     return wrap_int32(out)
 
 
-def _scale_table(scale: torch.Tensor, rows: int, kb: int, *, is_b: bool) -> torch.Tensor:
-    """A [rows, kb] float64 table s[r, kb] of a scale tensor in any of scaled_gemm's layouts."""
-    s = scale.detach().cpu().double()
-    if s.numel() == 1 and s.dim() <= 2:
-        return s.reshape(1, 1).expand(rows, kb)
-    if is_b:
-        nb = -(-rows // 128)
-        if list(s.shape) in ([rows], [1, rows]):
-            return s.reshape(rows, 1).expand(rows, kb)
-        if list(s.shape) == [nb, kb]:
-            return s.repeat_interleave(128, dim=0)[:rows]
-        if list(s.shape) == [rows, kb]:
-            return s
-    else:
-        if list(s.shape) == [rows, 1]:
-            return s.expand(rows, kb)
-        if list(s.shape) == [rows, kb]:
-            return s
-    raise ValueError(f"scaled_gemm_reference: unsupported scale shape {list(s.shape)}")
+def _scale_table(scale: torch.Tensor, layout: Optional[str], rows: int, k: int) -> torch.Tensor:
+    """The [rows, ceil(K/128)] float64 table s[r, kb] of a scale tensor in one of scaled_gemm's layouts."""
+    if layout is None:
+        raise ValueError(f"scaled_gemm_reference: unsupported scale shape {list(scale.shape)}")
+    return expand_scale(scale.detach().cpu().double(), layout, rows, k)
 
 
 def scaled_gemm_reference(
@@ -61,13 +49,12 @@ def scaled_gemm_reference(
     with ``return_float64=True``)."""
     m, k = a.shape
     n = b.shape[1]
-    kb = max(1, -(-k // 128))
-    sa = _scale_table(scale_a, m, kb, is_b=False)
-    sb = _scale_table(scale_b, n, kb, is_b=True)
+    sa = _scale_table(scale_a, decode_scale_a(scale_a.shape, m, k), m, k)
+    sb = _scale_table(scale_b, decode_scale_b(scale_b.shape, n, k), n, k)
     a64, b64 = a.cpu().long(), b.cpu().long()
     out = torch.zeros(m, n, dtype=torch.float64)
-    for blk in range(kb):
-        lo, hi = blk * 128, min(k, blk * 128 + 128)
+    for blk in range(k_blocks(k)):
+        lo, hi = blk * SCALE_BLOCK, min(k, (blk + 1) * SCALE_BLOCK)
         if lo >= hi:
             break
         partial = (a64[:, lo:hi] @ b64[lo:hi, :]).double()
@@ -101,21 +88,21 @@ def quantize_reference(
         elif granularity == "token":
             s_full = s.reshape(m, 1).expand(m, k)
         else:
-            s_full = s.reshape(m, (k + 127) // 128).repeat_interleave(128, dim=1)[:, :k]
+            s_full = s.reshape(m, scale_blocks(k)).repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
     else:
         if granularity == "tensor":
             amax = xf.abs().amax() if xf.numel() else torch.zeros(())
         elif granularity == "token":
             amax = xf.abs().amax(dim=1, keepdim=True) if k else torch.zeros(m, 1)
         else:
-            groups = (k + 127) // 128
-            padded = torch.zeros(m, groups * 128)
+            groups = scale_blocks(k)
+            padded = torch.zeros(m, groups * SCALE_BLOCK)
             padded[:, :k] = xf.abs()  # zeros never raise an amax
-            amax = padded.reshape(m, groups, 128).amax(dim=2)
+            amax = padded.reshape(m, groups, SCALE_BLOCK).amax(dim=2)
         s = torch.where(amax == 0, torch.ones_like(amax), amax / 127)
         s_full = s.reshape(1, 1) if granularity == "tensor" else s
         if granularity == "group":
-            s_full = s.repeat_interleave(128, dim=1)[:, :k]
+            s_full = s.repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
     q = torch.round(xf / s_full).clamp(-127, 127).to(torch.int8).reshape(x.shape)
     if scale is not None:
         return q.to(x.device), scale

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import tcgemm
-from tcgemm.nn import QuantizeReport, QuantLinear, quantize_model, quantize_weight
+from tcgemm.nn import QuantizeReport, QuantLinear, quantize_model, quantize_weight, weight_scale_shape
 
 HAS_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
@@ -119,6 +119,47 @@ def test_quantize_weight_from_bf16_on_any_device():
     q, scale = quantize_weight(lin.weight, "channel")
     ref_q, ref_scale = quantize_weight(lin.weight.float(), "channel")
     assert torch.equal(q, ref_q) and torch.equal(scale, ref_scale)
+
+
+def quantize_weight_definition(w: torch.Tensor, granularity: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """quantize_weight's rule in plain torch, on the CPU in fp32: scale = amax / 127 over each row
+    (channel) or 128x128 block (1.0 where amax is 0), q = clamp(round_half_even(w / scale), -127, 127)."""
+    w = w.detach().cpu().to(torch.float32)
+    n, k = w.shape
+    if granularity == "channel":
+        amax = w.abs().amax(dim=1) if k > 0 else w.new_zeros(n)
+        full_shape = (n, 1)
+    else:
+        nb, kb = math.ceil(n / 128), math.ceil(k / 128)
+        padded = nn.functional.pad(w.abs(), (0, kb * 128 - k, 0, nb * 128 - n))
+        amax = padded.view(nb, 128, kb, 128).amax(dim=(1, 3))
+    scale = torch.where(amax == 0, torch.ones_like(amax), amax / torch.full_like(amax, 127.0))
+    full = scale.reshape(full_shape) if granularity == "channel" else expand_blocks(scale, n, k)
+    return torch.round(w / full).clamp(-127, 127).to(torch.int8), scale
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
+@pytest.mark.parametrize("n,k", [(1, 1), (64, 96), (130, 300), (257, 1000), (128, 129), (3, 0)], ids=str)
+@pytest.mark.parametrize("granularity", ["channel", "block"])
+def test_quantize_weight_is_the_definition_bit_for_bit(granularity, n, k, dtype, device):
+    """quantize_weight runs tcgemm.quantize on w's device; q and scale equal the plain definition."""
+    if granularity == "block" and k == 0:
+        pytest.skip("no 128x128 blocks along an empty K")
+    gen = torch.Generator().manual_seed(n * 1000 + k)
+    w = torch.randn(n, k, generator=gen) * torch.logspace(-4, 4, n).reshape(n, 1)  # rows of every magnitude
+    if n > 2 and k > 2:
+        w[n // 2] = 0  # an all-zero row
+        w[128:256, 128:256] = 0  # an all-zero 128x128 block (when there is a second row and column of blocks)
+        w[1, 1] = 2.5 * 127  # amax 317.5, scale 2.5: q of w[1, 1] is 127 exactly
+    w = w.to(dtype).to(device)
+    q, scale = quantize_weight(w, granularity)
+    q_def, scale_def = quantize_weight_definition(w, granularity)
+    assert q.device == w.device and scale.device == w.device and q.is_contiguous() and scale.is_contiguous()
+    assert scale.shape == weight_scale_shape(n, k, granularity) and scale.dtype == torch.float32
+    assert k == 0 or q_def.ne(0).any(), "vacuous: the definition's q is all zeros"
+    assert torch.equal(scale.cpu(), scale_def), "scale differs from the definition"
+    assert torch.equal(q.cpu(), q_def), f"{int(q.cpu().ne(q_def).sum())} weights differ from the definition"
 
 
 # ---------------------------------------------------------------------------- forward

@@ -177,6 +177,59 @@ def test_long_k_needs_per_block_scales():
     assert out.item() == 0.0
 
 
+# (M, N, K) where scale shapes of different layouts coincide: N <= 128 with ceil(K/128) == N
+# ([1, N] is per-channel and 128x128 blocks), M == ceil(K/128) == N, one K block (per-token and
+# per-block 1x128 coincide), single rows and columns, N over 128.
+DECODE_SHAPES = [(3, 2, 200), (3, 3, 300), (2, 5, 100), (1, 1, 1), (1, 4, 500), (4, 130, 129), (5, 1, 300)]
+
+
+def _candidate_shapes(m, n, k):
+    kb, nb = max(1, -(-k // 128)), -(-n // 128)
+    dims = {1, 2, 3, m, n, kb, nb, m + 1, n + 1, kb + 1}
+    return [()] + [(d,) for d in sorted(dims)] + [(d0, d1) for d0 in sorted(dims) for d1 in sorted(dims)] + [(1, 1, 1)]
+
+
+@pytest.mark.parametrize("m, n, k", DECODE_SHAPES, ids=str)
+def test_scale_decoder_reads_shapes_as_the_op_does(m, n, k):
+    """tcgemm._scales decodes every scale shape as the C++ op does: the same shapes are accepted,
+    and the reference, which expands scales through the decoder, computes what the op computes
+    (ambiguous shapes included, so the order of resolution is the op's)."""
+    from tcgemm import _scales
+
+    gen = torch.Generator().manual_seed(m * 10000 + n * 100 + k)
+    a, b = _operands(m, n, k, "cpu", gen)
+
+    def rand(shape):
+        return (torch.rand(shape, generator=gen) * 1.5 + 0.5) * 0.02
+
+    for shape in _candidate_shapes(m, n, k):
+        for operand in ("a", "b"):
+            if operand == "a":
+                layout = _scales.decode_scale_a(shape, m, k)
+            else:
+                layout = _scales.decode_scale_b(shape, n, k)
+            s = rand(shape)
+            sa, sb = (s, torch.ones(1)) if operand == "a" else (torch.ones(m, 1), s)
+            if layout is None:
+                with pytest.raises(ValueError, match=rf"argument 'scale_{operand}' must have shape"):
+                    tcgemm.scaled_gemm(a, b, sa, sb, None, torch.float32)
+                continue
+            out = tcgemm.scaled_gemm(a, b, sa, sb, None, torch.float32)
+            _check(out, a, b, sa, sb, None, torch.float32, f"scale_{operand} {list(shape)} read as {layout}")
+
+
+def test_scale_b_ambiguity():
+    from tcgemm._scales import PER_ROW, decode_scale_b, scale_b_is_ambiguous
+
+    # N = 2, K = 200: 128x128 block scales are [1, 2], the shape of per-channel [1, N].
+    assert scale_b_is_ambiguous((1, 2), 2, 200) and decode_scale_b((1, 2), 2, 200) == PER_ROW
+    assert not scale_b_is_ambiguous((2, 2), 2, 200)  # the same scales per channel and K block
+    assert not scale_b_is_ambiguous((2,), 2, 200)
+    assert not scale_b_is_ambiguous((1, 1), 1, 100)  # one element means the same in every layout
+    assert not scale_b_is_ambiguous((1, 3), 3, 200)  # per-channel only: two K blocks, not three
+    assert not scale_b_is_ambiguous((1, 2), 130, 200)  # 128x128 blocks only (N > 128)
+
+
 def test_opcheck_cpu():
     gen = torch.Generator().manual_seed(3)
     a, b = _operands(9, 20, 300, "cpu", gen)

@@ -1,0 +1,308 @@
+"""The argument checks of the tcgemm ops: one table that the fake (meta) kernels evaluate and the
+error tests read.
+
+The checks that count are the C++ binding layer's (``csrc/ops/``): every op validates its arguments
+there. The fakes (FakeTensor, meta tensors, torch.compile) never reach that code, so this table
+states the same checks for them: per op, in the order the C++ makes them, each with the exception
+type (``TORCH_CHECK_VALUE`` raises ValueError, ``TORCH_CHECK_TYPE`` TypeError) and the C++ message,
+word for word. The first check that fails is the error, as in C++. Conditions read only metadata
+(shapes, strides, dtypes, devices, scalar arguments), so symbolic sizes work: a condition on them
+becomes a guard, or a ``torch._check_*`` of a SymBool.
+
+Not stated here: what depends on the GPU or the backend table of the C++ dispatch (which backends a
+GPU runs, which run the scaled GEMM); those errors come from the real op only.
+``tests/test_checks.py`` triggers every entry and compares the real op with its fake.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+from . import _scales
+from ._library import BACKENDS
+
+Args = dict[str, Any]
+
+_GEMM = "tcgemm.gemm"
+_SCALED = "tcgemm.scaled_gemm"
+_QUANTIZE = "tcgemm.quantize"
+_MAX_DIM = 2**30  # kernels index tiles and K slices in 32-bit arithmetic with headroom
+_MAX_UNBLOCKED_K = 131071  # int8 x int8 dot products of this length fit in int32
+_INT32_MIN, _INT32_END = -(2**31), 2**31
+_GEMM_OPERAND_DTYPES = (torch.int8, torch.uint8)
+_QUANTIZE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_GRANULARITIES = ("tensor", "token", "group")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: ``holds(args)`` must be true, else ``error(message(args))`` is raised.
+
+    ``args`` maps the op's argument names (as in its schema) to their values."""
+
+    name: str
+    error: type[Exception]
+    holds: Callable[[Args], Any]
+    message: Callable[[Args], str]
+
+
+def _shape(t: torch.Tensor) -> str:
+    return str(list(t.shape))
+
+
+def _mnk(x: Args):
+    a, b = x["a"], x["b"]
+    return a.shape[0], b.shape[1], a.shape[1]
+
+
+def _operand(op: str, name: str, shape: str, dtypes: tuple[torch.dtype, ...]) -> list[Check]:
+    """csrc/ops/tensor_args.cpp check_operand: a 2-D integer operand with dimensions below 2^30."""
+    names = " or ".join(map(str, dtypes))
+    return [
+        Check(f"{name}_dim", ValueError, lambda x: x[name].dim() == 2,
+              lambda x: f"{op}: argument '{name}' must be a 2-D tensor {shape}, got a {x[name].dim()}-D tensor"),
+        Check(f"{name}_dtype", TypeError, lambda x: x[name].dtype in dtypes,
+              lambda x: f"{op}: argument '{name}' must have dtype {names}, got {x[name].dtype}"),
+        Check(f"{name}_size", ValueError, lambda x: x[name].shape[0] < _MAX_DIM and x[name].shape[1] < _MAX_DIM,
+              lambda x: f"{op}: argument '{name}' has a dimension >= 2^30, which is not supported"),
+    ]
+
+
+def _same_device(op: str, name: str, ref: str = "a") -> Check:
+    """tensor_args.cpp check_same_device (an optional argument that is None passes)."""
+    return Check(
+        f"{name}_device", ValueError, lambda x: x[name] is None or x[name].device == x[ref].device,
+        lambda x: f"{op}: argument '{name}' must be on the same device as '{ref}' ({x[ref].device}), "
+        f"got {x[name].device}",
+    )
+
+
+def _backend_name(op: str) -> Check:
+    """tensor_args.cpp parse_backend_arg."""
+    return Check(
+        "backend_name", ValueError, lambda x: x["backend"] in BACKENDS,
+        lambda x: f"{op}: argument 'backend' must be one of {', '.join(BACKENDS)}; got '{x['backend']}'",
+    )
+
+
+def _k_match(op: str) -> Check:
+    return Check(
+        "k_match", ValueError, lambda x: x["a"].shape[1] == x["b"].shape[0],
+        lambda x: f"{op}: K mismatch: 'a' is [M, K] = {_shape(x['a'])} but 'b' is [K, N] = {_shape(x['b'])}",
+    )
+
+
+def _cpu_backend(op: str, empty: Callable[[Args], Any]) -> Check:
+    """tensor_args.cpp cpu_k_major_operands: CPU tensors take "auto" or "cpu". Reached only when
+    the op has work to do (``empty`` is false)."""
+    return Check(
+        "backend_on_cpu", ValueError,
+        lambda x: x["backend"] in ("auto", "cpu") or x["a"].device.type != "cpu" or empty(x),
+        lambda x: f"{op}: backend '{x['backend']}' needs CUDA tensors, got tensors on cpu (argument 'backend')",
+    )
+
+
+def _int32_mn(name: str) -> list[Check]:
+    """gemm.cpp check_int32_mn and the device check of c / out (an absent c passes)."""
+
+    def shape_ok(x):
+        t, (m, n, _) = x[name], _mnk(x)
+        return t.dim() == 2 and t.shape[0] == m and t.shape[1] == n
+
+    def shape_message(x):
+        m, n, _ = _mnk(x)
+        return f"{_GEMM}: argument '{name}' must have shape [M, N] = [{m}, {n}], got {_shape(x[name])}"
+
+    return [
+        Check(f"{name}_dtype", TypeError, lambda x: x[name] is None or x[name].dtype == torch.int32,
+              lambda x: f"{_GEMM}: argument '{name}' must have dtype torch.int32, got {x[name].dtype}"),
+        Check(f"{name}_shape", ValueError, lambda x: x[name] is None or shape_ok(x), shape_message),
+        _same_device(_GEMM, name),
+    ]
+
+
+def _gemm_empty(x: Args):
+    m, n, _ = _mnk(x)
+    return m == 0 or n == 0
+
+
+def _int32_range(name: str) -> Check:
+    return Check(f"{name}_range", ValueError, lambda x: _INT32_MIN <= x[name] < _INT32_END,
+                 lambda x: f"{_GEMM}: argument '{name}' must fit in int32, got {x[name]}")
+
+
+def _gemm_checks(out_arg: bool) -> list[Check]:
+    """csrc/ops/gemm.cpp. tcgemm::gemm checks its operands, allocates `out` and runs gemm_out,
+    which parses `backend` before it checks the operands."""
+    dtypes = _GEMM_OPERAND_DTYPES
+    operands = _operand(_GEMM, "a", "[M, K]", dtypes) + _operand(_GEMM, "b", "[K, N]", dtypes)
+    head = [_backend_name(_GEMM)] + operands if out_arg else operands + [_backend_name(_GEMM)]
+    checks = head + [
+        _same_device(_GEMM, "b"),
+        _k_match(_GEMM),
+        _int32_range("alpha"),
+        _int32_range("beta"),
+        Check("beta_needs_c", ValueError, lambda x: x["beta"] == 0 or x["c"] is not None,
+              lambda x: f"{_GEMM}: argument 'beta' is {x['beta']} but no 'c' was given"),
+        *_int32_mn("c"),
+    ]
+    if out_arg:
+        checks += [
+            *_int32_mn("out"),
+            Check("out_overlap", ValueError, lambda x: torch._debug_has_internal_overlap(x["out"]) != 1,
+                  lambda x: f"{_GEMM}: argument 'out' has elements that share memory (an expand()-ed view?); every "
+                  "element must be writable on its own"),
+            Check("out_alias_a", ValueError, lambda x: not torch._C._is_alias_of(x["out"], x["a"]),
+                  lambda x: f"{_GEMM}: argument 'out' must not share memory with 'a'"),
+            Check("out_alias_b", ValueError, lambda x: not torch._C._is_alias_of(x["out"], x["b"]),
+                  lambda x: f"{_GEMM}: argument 'out' must not share memory with 'b'"),
+        ]
+    return checks + [_cpu_backend(_GEMM, _gemm_empty)]
+
+
+def _out_dtype(x: Args) -> torch.dtype:
+    return torch.bfloat16 if x["out_dtype"] is None else x["out_dtype"]
+
+
+def _scale_dtype(name: str) -> Check:
+    return Check(f"{name}_dtype", TypeError, lambda x: x[name].dtype == torch.float32,
+                 lambda x: f"{_SCALED}: argument '{name}' must have dtype torch.float32, got {x[name].dtype}")
+
+
+def _scale_a_layout(x: Args) -> Optional[str]:
+    m, _, k = _mnk(x)
+    return _scales.decode_scale_a(x["scale_a"].shape, m, k)
+
+
+def _scale_b_layout(x: Args) -> Optional[str]:
+    _, n, k = _mnk(x)
+    return _scales.decode_scale_b(x["scale_b"].shape, n, k)
+
+
+def _scale_a_message(x: Args) -> str:
+    m, _, k = _mnk(x)
+    kb = _scales.k_blocks(k)
+    return (f"{_SCALED}: argument 'scale_a' must have shape [] or [1] (per-tensor), [M, 1] = [{m}, 1] (per-token) "
+            f"or [M, ceil(K/128)] = [{m}, {kb}] (per-block 1x128), got {_shape(x['scale_a'])}")
+
+
+def _scale_b_message(x: Args) -> str:
+    _, n, k = _mnk(x)
+    kb, nb = _scales.k_blocks(k), _scales.scale_blocks(n)
+    return (f"{_SCALED}: argument 'scale_b' must have shape [] or [1] (per-tensor), [N] = [{n}] or [1, N] "
+            f"(per-channel), [ceil(N/128), ceil(K/128)] = [{nb}, {kb}] (per-block 128x128) or "
+            f"[N, ceil(K/128)] = [{n}, {kb}], got {_shape(x['scale_b'])}")
+
+
+def _per_block(x: Args):
+    """Whether either scale changes along K (the op then promotes partial sums per 128 of K)."""
+    k = x["a"].shape[1]
+    return (_scales.scale_varies_along_k(x["scale_a"], _scale_a_layout(x), k)
+            or _scales.scale_varies_along_k(x["scale_b"], _scale_b_layout(x), k))
+
+
+def _scaled_empty(x: Args):
+    m, n, k = _mnk(x)
+    return m == 0 or n == 0 or k == 0
+
+
+def _bias_shape_ok(x: Args):
+    bias, (_, n, _) = x["bias"], _mnk(x)
+    return bias is None or (bias.dim() == 1 and bias.shape[0] == n)
+
+
+def _scaled_gemm_checks() -> list[Check]:
+    """csrc/ops/scaled_gemm.cpp."""
+    signed = (torch.int8,)
+    return [
+        _backend_name(_SCALED),
+        *_operand(_SCALED, "a", "[M, K]", signed),
+        *_operand(_SCALED, "b", "[K, N]", signed),
+        _same_device(_SCALED, "b"),
+        _k_match(_SCALED),
+        Check("out_dtype", TypeError, lambda x: _out_dtype(x) in _OUT_DTYPES,
+              lambda x: f"{_SCALED}: argument 'out_dtype' must be torch.bfloat16, torch.float16 or torch.float32, "
+              f"got {_out_dtype(x)}"),
+        _scale_dtype("scale_a"),
+        _same_device(_SCALED, "scale_a"),
+        _scale_dtype("scale_b"),
+        _same_device(_SCALED, "scale_b"),
+        Check("scale_a_shape", ValueError, lambda x: _scale_a_layout(x) is not None, _scale_a_message),
+        Check("scale_b_shape", ValueError, lambda x: _scale_b_layout(x) is not None, _scale_b_message),
+        Check("bias_shape", ValueError, _bias_shape_ok,
+              lambda x: f"{_SCALED}: argument 'bias' must have shape [N] = [{_mnk(x)[1]}], got {_shape(x['bias'])}"),
+        Check("bias_dtype", TypeError, lambda x: x["bias"] is None or x["bias"].dtype.is_floating_point,
+              lambda x: f"{_SCALED}: argument 'bias' must have a floating-point dtype, got {x['bias'].dtype}"),
+        _same_device(_SCALED, "bias"),
+        Check("k_overflow", ValueError, lambda x: _per_block(x) or x["a"].shape[1] <= _MAX_UNBLOCKED_K,
+              lambda x: f"{_SCALED}: K = {x['a'].shape[1]} > {_MAX_UNBLOCKED_K} could overflow the int32 accumulator "
+              "without per-block scales; pass scale_a as [M, ceil(K/128)] (per-block 1x128)"),
+        _cpu_backend(_SCALED, _scaled_empty),
+    ]
+
+
+def _quantize_scale_shape_ok(x: Args):
+    scale, g = x["scale"], x["granularity"]
+    m, k = x["x"].shape
+    return g == "tensor" or scale is None or list(scale.shape) == list(_scales.quantize_scale_shape(g, m, k))
+
+
+def _quantize_scale_shape_message(x: Args) -> str:
+    g = x["granularity"]
+    m, k = x["x"].shape
+    name = "[M, 1]" if g == "token" else "[M, ceil(K / 128)]"
+    expected = list(_scales.quantize_scale_shape(g, m, k))
+    return (f"{_QUANTIZE}: argument 'scale' must have shape {name} = {expected} for granularity '{g}', "
+            f"got {_shape(x['scale'])}")
+
+
+def _quantize_checks() -> list[Check]:
+    """csrc/ops/quantize.cpp."""
+    return [
+        Check("x_dim", ValueError, lambda x: x["x"].dim() == 2,
+              lambda x: f"{_QUANTIZE}: argument 'x' must be a 2-D tensor [M, K], got a {x['x'].dim()}-D tensor"),
+        Check("x_dtype", TypeError, lambda x: x["x"].dtype in _QUANTIZE_DTYPES,
+              lambda x: f"{_QUANTIZE}: argument 'x' must have dtype torch.bfloat16, torch.float16 or torch.float32, "
+              f"got {x['x'].dtype}"),
+        Check("granularity", ValueError, lambda x: x["granularity"] in _GRANULARITIES,
+              lambda x: f"{_QUANTIZE}: argument 'granularity' must be one of 'tensor', 'token', 'group'; "
+              f"got '{x['granularity']}'"),
+        Check("scale_dtype", TypeError, lambda x: x["scale"] is None or x["scale"].dtype == torch.float32,
+              lambda x: f"{_QUANTIZE}: argument 'scale' must have dtype torch.float32, got {x['scale'].dtype}"),
+        _same_device(_QUANTIZE, "scale", ref="x"),
+        Check("scale_shape_tensor", ValueError,
+              lambda x: x["granularity"] != "tensor" or x["scale"] is None
+              or (x["scale"].numel() == 1 and x["scale"].dim() <= 2),
+              lambda x: f"{_QUANTIZE}: argument 'scale' must have one element (shape [], [1] or [1, 1]) for "
+              f"granularity 'tensor', got shape {_shape(x['scale'])}"),
+        Check("scale_shape", ValueError, _quantize_scale_shape_ok, _quantize_scale_shape_message),
+    ]
+
+
+# Per op (the schema name in torch.ops.tcgemm), its checks in the order the C++ makes them.
+CHECKS: dict[str, list[Check]] = {
+    "gemm": _gemm_checks(out_arg=False),
+    "gemm_out": _gemm_checks(out_arg=True),
+    "scaled_gemm": _scaled_gemm_checks(),
+    "quantize": _quantize_checks(),
+}
+
+_RAISE = {ValueError: torch._check_value, TypeError: torch._check_type}
+
+
+def check_args(op: str, **args: Any) -> None:
+    """Raises what the C++ op raises for these arguments (all of the op's arguments, by name)."""
+    for check in CHECKS[op]:
+        _RAISE[check.error](check.holds(args), lambda: check.message(args))
+
+
+def first_failing(op: str, **args: Any) -> Optional[Check]:
+    """The check of ``op`` that rejects these arguments (the first that fails), or None."""
+    for check in CHECKS[op]:
+        if not check.holds(args):
+            return check
+    return None

@@ -1,0 +1,16 @@
+"""Loads the compiled library (tcgemm._C registers torch.ops.tcgemm) and reads what it reports."""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    from . import _C  # noqa: F401  (loading the library registers torch.ops.tcgemm)
+except ImportError as exc:  # pragma: no cover - only without a build
+    raise ImportError(
+        "tcgemm's compiled extension (tcgemm._C) is missing or was built for another torch: "
+        "reinstall with `pip install --no-build-isolation -e .`"
+    ) from exc
+
+# Every backend name the ops take, in the library's order ("auto" first).
+BACKENDS: tuple[str, ...] = tuple(torch.ops.tcgemm.backend_names().split(","))

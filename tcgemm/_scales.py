@@ -1,0 +1,127 @@
+"""Scales of the scaled GEMM in Python: the one block size and the one decoder of scale shapes.
+
+The fake of ``scaled_gemm``, the float64 reference and ``QuantLinear`` read scale shapes through
+this module; the C++ binding layer has its own decoder (``csrc/common/scale_layout.h``) and the two
+resolve shapes in the same order. Shapes may hold symbolic sizes (torch.compile, opcheck).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional, Sequence
+
+import torch
+
+# K (and, for 128x128 weight scales, N) extent of one per-block scale; also the K extent of one
+# activation group of `tcgemm.quantize`. Fixed by the kernels.
+SCALE_BLOCK = 128
+
+# Layouts of a scale, as scaled_gemm reads them. An operand is seen as [rows, K]: A as given
+# ([M, K]), B transposed ([N, K]); one scale covers:
+PER_TENSOR = "per-tensor"  # every element: [] / [1] / [1, 1]
+PER_ROW = "per-row"  # a row: per-token [M, 1] for A, per-channel [N] or [1, N] for B
+PER_ROW_BLOCK = "per-row-block"  # 1x128: a row's 128-wide K block, [rows, ceil(K/128)]
+PER_BLOCK_128X128 = "per-block-128x128"  # B only: 128 rows x 128 K, [ceil(N/128), ceil(K/128)]
+
+
+def scale_blocks(extent):
+    """ceil(extent / 128): the number of 128-wide blocks covering ``extent`` (int or SymInt)."""
+    return (extent + SCALE_BLOCK - 1) // SCALE_BLOCK
+
+
+def k_blocks(k):
+    """The K blocks of scaled_gemm's per-block scales: ceil(K / 128), and 1 for K == 0."""
+    blocks = scale_blocks(k)
+    return max(1, blocks) if isinstance(blocks, int) else torch.sym_max(1, blocks)  # no guard on a SymInt
+
+
+def quantize_scale_shape(granularity: str, m, k) -> tuple:
+    """Shape of the scales ``tcgemm.quantize`` gives x [M, K]: [] per tensor, [M, 1] per token,
+    [M, ceil(K/128)] per group (a 1x128 block of a row; 0 groups when K == 0)."""
+    return {"tensor": (), "token": (m, 1), "group": (m, scale_blocks(k))}[granularity]
+
+
+def _numel(shape: Sequence) -> object:
+    n = 1
+    for size in shape:
+        n = n * size
+    return n
+
+
+# The shape rules of each operand's layouts, in scaled_gemm's order of resolution. Generators:
+# a decoder stops at the first match, so a traced call adds no guards for the later rules.
+def _scale_a_matches(shape: list, m, k) -> Iterator[str]:
+    if len(shape) <= 2 and _numel(shape) == 1:
+        yield PER_TENSOR
+    if len(shape) == 2 and shape[0] == m:
+        if shape[1] == 1:
+            yield PER_ROW
+        if shape[1] == k_blocks(k):
+            yield PER_ROW_BLOCK
+
+
+def _scale_b_matches(shape: list, n, k) -> Iterator[str]:
+    if len(shape) <= 2 and _numel(shape) == 1:
+        yield PER_TENSOR
+    if (len(shape) == 1 and shape[0] == n) or (len(shape) == 2 and shape[0] == 1 and shape[1] == n):
+        yield PER_ROW
+    if len(shape) == 2 and shape[1] == k_blocks(k):
+        if shape[0] == scale_blocks(n):
+            yield PER_BLOCK_128X128
+        if shape[0] == n:
+            yield PER_ROW_BLOCK
+
+
+def scale_a_layouts(shape: Sequence, m, k) -> list[str]:
+    """Every layout of scale_a (of A [M, K]) that ``shape`` fits, in scaled_gemm's order:
+    per-tensor, per-token [M, 1], per-block 1x128 [M, ceil(K/128)]."""
+    return list(_scale_a_matches(list(shape), m, k))
+
+
+def scale_b_layouts(shape: Sequence, n, k) -> list[str]:
+    """Every layout of scale_b (of B [K, N], seen as [N, K]) that ``shape`` fits, in scaled_gemm's
+    order: per-tensor, per-channel ([N], [1, N]), 128x128 blocks, per-channel 1x128 blocks."""
+    return list(_scale_b_matches(list(shape), n, k))
+
+
+def decode_scale_a(shape: Sequence, m, k) -> Optional[str]:
+    """The layout scaled_gemm reads scale_a of ``shape`` as (A is [M, K]); None if it rejects it."""
+    return next(_scale_a_matches(list(shape), m, k), None)
+
+
+def decode_scale_b(shape: Sequence, n, k) -> Optional[str]:
+    """The layout scaled_gemm reads scale_b of ``shape`` as (B is [K, N]); None if it rejects it."""
+    return next(_scale_b_matches(list(shape), n, k), None)
+
+
+def scale_b_is_ambiguous(shape: Sequence, n, k) -> bool:
+    """Whether ``shape`` fits several scale_b layouts that mean different things, so that
+    scaled_gemm reads it as the first of them (:func:`decode_scale_b`) whatever was meant.
+
+    One-element and empty scales mean the same in every layout they fit. The case that remains:
+    128x128 block scales [1, ceil(K/128)] with N <= 128 and ceil(K/128) == N > 1, read as
+    per-channel [1, N]. The per-channel-1x128 form [N, ceil(K/128)] of the same scales is not
+    ambiguous.
+    """
+    return _numel(shape) > 1 and len(scale_b_layouts(shape, n, k)) > 1
+
+
+def scale_varies_along_k(scale: torch.Tensor, layout: str, k) -> bool:
+    """Whether scales of ``layout`` change from one K block to the next, which makes scaled_gemm
+    run per-block (partial sums promoted every 128 of K): the block layouts with more than one
+    K block, unless the K stride of the scale tensor is 0 (an ``expand``-ed scale)."""
+    return layout in (PER_ROW_BLOCK, PER_BLOCK_128X128) and k_blocks(k) > 1 and scale.stride(1) != 0
+
+
+def expand_scale(scale: torch.Tensor, layout: str, rows: int, k: int) -> torch.Tensor:
+    """The [rows, ceil(K/128)] table ``s[r, kb]`` of a scale tensor of ``layout`` (a view where
+    it can be): the scale of row ``r`` (a token of A, an output channel of B) in K block ``kb``."""
+    kb = k_blocks(k)
+    if layout == PER_TENSOR:
+        return scale.reshape(1, 1).expand(rows, kb)
+    if layout == PER_ROW:
+        return scale.reshape(rows, 1).expand(rows, kb)
+    if layout == PER_ROW_BLOCK:
+        return scale.reshape(rows, kb)
+    if layout == PER_BLOCK_128X128:
+        return scale.repeat_interleave(SCALE_BLOCK, dim=0)[:rows]
+    raise ValueError(f"expand_scale: unknown layout {layout!r}")

@@ -1,0 +1,311 @@
+"""The argument checks of every op, read from their one table (tcgemm._checks.CHECKS).
+
+For every entry of the table there are bad inputs that trigger it, and the real op (CPU tensors;
+CUDA ones where the check is about a second device) and its fake (FakeTensorMode, and meta tensors)
+raise the same exception type with the same message: the table's, which states the C++ one. A bad
+input with several faults checks that the order of the checks is the C++ order. Good inputs near
+the edges pass both. CPU tests run in CI; the real side of two-device checks needs a CUDA device.
+"""
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import tcgemm
+from tcgemm._checks import CHECKS, first_failing
+
+HAS_CUDA = torch.cuda.is_available()
+I8, I32 = torch.int8, torch.int32
+
+
+def _ones(*shape, dtype=torch.float32, device="cpu"):
+    return torch.ones(shape, dtype=dtype, device=device)
+
+
+# Valid arguments of each op (all of them, by schema name), on device `dev`.
+def _gemm_base(dev):
+    return dict(a=_ones(5, 7, dtype=I8, device=dev), b=_ones(7, 3, dtype=I8, device=dev), c=None, alpha=1, beta=0,
+                backend="auto")
+
+
+def _gemm_out_base(dev):
+    return dict(_gemm_base(dev), out=torch.zeros(5, 3, dtype=I32, device=dev))
+
+
+def _scaled_base(dev):  # M = 4, N = 8, K = 256: two K blocks, one N block
+    return dict(a=_ones(4, 256, dtype=I8, device=dev), b=_ones(256, 8, dtype=I8, device=dev),
+                scale_a=_ones(4, 1, device=dev), scale_b=_ones(8, device=dev), bias=None, out_dtype=None,
+                backend="auto")
+
+
+def _quantize_base(dev):
+    return dict(x=_ones(5, 300, device=dev), granularity="token", scale=None)
+
+
+BASE = {"gemm": _gemm_base, "gemm_out": _gemm_out_base, "scaled_gemm": _scaled_base, "quantize": _quantize_base}
+
+
+def _big_rows(rows, cols, dev):
+    return torch.zeros(1, cols, dtype=I8, device=dev).expand(rows, cols)  # a stride-0 view: no memory
+
+
+def _out_alias_a(x, dev):
+    a = torch.zeros(4, 4, dtype=I8, device=dev)
+    return {"a": a, "b": _ones(4, 1, dtype=I8, device=dev), "out": a.view(I32)}  # out: int32 [4, 1] over a
+
+
+def _out_alias_b(x, dev):
+    storage = torch.zeros(64, dtype=I8, device=dev)
+    b = storage[:32].view(8, 4)  # [K, N] = [8, 4]
+    return {"a": _ones(4, 8, dtype=I8, device=dev), "b": b, "out": storage.view(I32).view(4, 4)}
+
+
+def _long_k(scale_a):
+    def change(x, dev):
+        k = 131072
+        return {"a": torch.zeros(1, k, dtype=I8, device=dev), "b": torch.zeros(k, 1, dtype=I8, device=dev),
+                "scale_a": scale_a(dev), "scale_b": _ones(1, device=dev)}
+    return change
+
+
+# Bad inputs of the gemm ops: (the check they trigger, changes to the base arguments).
+_GEMM_BAD = [
+    ("a_dim", lambda x, dev: {"a": x["a"][0]}),
+    ("a_dim", lambda x, dev: {"a": x["a"][None]}),
+    ("a_dtype", lambda x, dev: {"a": x["a"].float()}),
+    ("a_dtype", lambda x, dev: {"a": x["a"].to(I32)}),
+    ("a_size", lambda x, dev: {"a": _big_rows(2**30, 7, dev)}),
+    ("b_dim", lambda x, dev: {"b": x["b"][None]}),
+    ("b_dtype", lambda x, dev: {"b": x["b"].to(I32)}),
+    ("b_size", lambda x, dev: {"b": torch.zeros(7, 1, dtype=I8, device=dev).expand(7, 2**30)}),
+    ("backend_name", lambda x, dev: {"backend": "fast"}),
+    ("backend_name", lambda x, dev: {"backend": ""}),
+    ("b_device", lambda x, dev: {"b": x["b"].cpu()}),
+    ("k_match", lambda x, dev: {"b": x["b"][:6]}),
+    ("alpha_range", lambda x, dev: {"alpha": 2**31}),
+    ("alpha_range", lambda x, dev: {"alpha": -(2**31) - 1}),
+    ("beta_range", lambda x, dev: {"beta": -(2**31) - 1, "c": torch.zeros(5, 3, dtype=I32, device=dev)}),
+    ("beta_needs_c", lambda x, dev: {"beta": 2}),
+    ("c_dtype", lambda x, dev: {"c": torch.zeros(5, 3, dtype=torch.int64, device=dev), "beta": 1}),
+    ("c_dtype", lambda x, dev: {"c": torch.zeros(5, 3, device=dev)}),  # checked even when beta == 0
+    ("c_shape", lambda x, dev: {"c": torch.zeros(4, 3, dtype=I32, device=dev), "beta": 1}),
+    ("c_shape", lambda x, dev: {"c": torch.zeros(15, dtype=I32, device=dev), "beta": 1}),
+    ("c_device", lambda x, dev: {"c": torch.zeros(5, 3, dtype=I32), "beta": 1}),
+    ("backend_on_cpu", lambda x, dev: {"backend": "sm80"}),
+    ("backend_on_cpu", lambda x, dev: {"backend": "wmma_simple"}),
+]
+# Several faults: the first in the op's order is the error. gemm checks its operands, then runs
+# gemm_out, which parses the backend first.
+_GEMM_ONLY_BAD = [
+    ("a_dim", lambda x, dev: {"a": x["a"][0], "b": x["b"].float(), "backend": "fast"}),
+]
+_GEMM_OUT_BAD = [
+    ("backend_name", lambda x, dev: {"a": x["a"][0], "b": x["b"].float(), "backend": "fast"}),
+    ("out_dtype", lambda x, dev: {"out": x["out"].float()}),
+    ("out_shape", lambda x, dev: {"out": x["out"].t()}),
+    ("out_device", lambda x, dev: {"out": torch.zeros(5, 3, dtype=I32)}),
+    ("out_overlap", lambda x, dev: {"out": torch.zeros(1, 3, dtype=I32, device=dev).expand(5, 3)}),
+    ("out_alias_a", _out_alias_a),
+    ("out_alias_b", _out_alias_b),
+]
+_SCALED_BAD = [
+    ("backend_name", lambda x, dev: {"backend": "bogus"}),
+    ("backend_name", lambda x, dev: {"a": x["a"][0], "backend": "bogus"}),
+    ("a_dim", lambda x, dev: {"a": x["a"][0]}),
+    ("a_dtype", lambda x, dev: {"a": x["a"].to(torch.uint8)}),
+    ("a_size", lambda x, dev: {"a": _big_rows(2**30, 256, dev)}),
+    ("b_dim", lambda x, dev: {"b": x["b"][0]}),
+    ("b_dtype", lambda x, dev: {"b": x["b"].to(torch.uint8)}),
+    ("b_size", lambda x, dev: {"b": torch.zeros(256, 1, dtype=I8, device=dev).expand(256, 2**30)}),
+    ("b_device", lambda x, dev: {"b": x["b"].cpu()}),
+    ("k_match", lambda x, dev: {"b": x["b"][:100]}),
+    ("out_dtype", lambda x, dev: {"out_dtype": torch.int32}),
+    ("out_dtype", lambda x, dev: {"out_dtype": torch.float64}),
+    ("scale_a_dtype", lambda x, dev: {"scale_a": x["scale_a"].half()}),
+    ("scale_a_device", lambda x, dev: {"scale_a": x["scale_a"].cpu()}),
+    ("scale_b_dtype", lambda x, dev: {"scale_b": x["scale_b"].double()}),
+    ("scale_b_device", lambda x, dev: {"scale_b": x["scale_b"].cpu()}),
+    ("scale_a_shape", lambda x, dev: {"scale_a": _ones(3, 1, device=dev)}),
+    ("scale_a_shape", lambda x, dev: {"scale_a": _ones(4, device=dev)}),  # per-token must be [M, 1]
+    ("scale_a_shape", lambda x, dev: {"scale_a": _ones(4, 3, device=dev)}),
+    ("scale_a_shape", lambda x, dev: {"scale_a": _ones(1, 1, 1, device=dev)}),
+    ("scale_b_shape", lambda x, dev: {"scale_b": _ones(7, device=dev)}),
+    ("scale_b_shape", lambda x, dev: {"scale_b": _ones(2, 2, device=dev)}),
+    ("scale_b_shape", lambda x, dev: {"scale_b": _ones(8, 3, device=dev)}),
+    ("scale_b_shape", lambda x, dev: {"scale_b": _ones(8, 1, device=dev)}),
+    ("scale_b_shape", lambda x, dev: {"scale_b": _ones(1, 1, 1, device=dev)}),
+    ("bias_shape", lambda x, dev: {"bias": _ones(3, device=dev)}),
+    ("bias_shape", lambda x, dev: {"bias": _ones(1, 8, device=dev)}),
+    ("bias_dtype", lambda x, dev: {"bias": _ones(8, dtype=I32, device=dev)}),
+    ("bias_device", lambda x, dev: {"bias": _ones(8)}),
+    ("k_overflow", _long_k(lambda dev: _ones(1, 1, device=dev))),
+    # An expand()-ed [M, ceil(K/128)] scale does not change along K: not per-block.
+    ("k_overflow", _long_k(lambda dev: _ones(1, 1, device=dev).expand(1, 1024))),
+    ("backend_on_cpu", lambda x, dev: {"backend": "sm90"}),
+    ("backend_on_cpu", lambda x, dev: {"backend": "wmma"}),
+]
+_QUANTIZE_BAD = [
+    ("x_dim", lambda x, dev: {"x": x["x"][None]}),
+    ("x_dim", lambda x, dev: {"x": x["x"][0]}),
+    ("x_dim", lambda x, dev: {"x": x["x"][None].to(I8)}),
+    ("x_dtype", lambda x, dev: {"x": x["x"].to(I8)}),
+    ("x_dtype", lambda x, dev: {"x": x["x"].double()}),
+    ("granularity", lambda x, dev: {"granularity": "row"}),
+    ("scale_dtype", lambda x, dev: {"scale": _ones(5, 1, dtype=torch.float16, device=dev)}),
+    ("scale_device", lambda x, dev: {"scale": _ones(5, 1)}),
+    ("scale_shape_tensor", lambda x, dev: {"granularity": "tensor", "scale": _ones(2, device=dev)}),
+    ("scale_shape_tensor", lambda x, dev: {"granularity": "tensor", "scale": _ones(1, 1, 1, device=dev)}),
+    ("scale_shape", lambda x, dev: {"scale": _ones(5, device=dev)}),
+    ("scale_shape", lambda x, dev: {"scale": _ones(4, 1, device=dev)}),
+    ("scale_shape", lambda x, dev: {"granularity": "group", "scale": _ones(5, 2, device=dev)}),
+]
+BAD = {
+    "gemm": _GEMM_BAD + _GEMM_ONLY_BAD,
+    "gemm_out": _GEMM_BAD + _GEMM_OUT_BAD,
+    "scaled_gemm": _SCALED_BAD,
+    "quantize": _QUANTIZE_BAD,
+}
+# Checks about a second device: the arguments live on CUDA and one of them on the CPU.
+TWO_DEVICE_CHECKS = {"b_device", "c_device", "out_device", "scale_a_device", "scale_b_device", "bias_device",
+                     "scale_device"}
+# Checks meta tensors cannot trigger: they concern the CPU.
+CPU_ONLY_CHECKS = {"backend_on_cpu"}
+
+CASES = [
+    pytest.param(op, name, change, id=f"{op}-{name}-{i}")
+    for op, bad in BAD.items()
+    for i, (name, change) in enumerate(bad)
+]
+
+
+def _args(op, change, dev):
+    args = BASE[op](dev)
+    args.update(change(args, dev))
+    return args
+
+
+def _call(op, args):
+    """(exception type, message) that op(**args) raises, or None."""
+    try:
+        getattr(torch.ops.tcgemm, op).default(**args)
+    except Exception as exc:  # noqa: BLE001 - the type is what is compared
+        return type(exc), str(exc)
+    return None
+
+
+def _expected(op, name, args):
+    check = first_failing(op, **args)
+    assert check is not None and check.name == name, (
+        f"the bad input triggers {check and check.name!r} of {op}'s table, not {name!r}"
+    )
+    return check.error, check.message(args)
+
+
+def test_every_check_has_a_bad_input():
+    assert set(CHECKS) == set(BAD)
+    for op, checks in CHECKS.items():
+        names = [c.name for c in checks]
+        assert len(names) == len(set(names)), f"{op}: duplicate check names"
+        assert set(names) == {name for name, _ in BAD[op]}, f"{op}: checks without a bad input (or the reverse)"
+    assert TWO_DEVICE_CHECKS | CPU_ONLY_CHECKS <= {c.name for checks in CHECKS.values() for c in checks}
+
+
+@pytest.mark.parametrize("op, name, change", CASES)
+def test_real_op_and_fake_raise_the_same(op, name, change):
+    dev = "cuda" if name in TWO_DEVICE_CHECKS else "cpu"
+    real = None
+    if dev == "cpu" or HAS_CUDA:
+        args = _args(op, change, dev)
+        expected = _expected(op, name, args)
+        real = _call(op, args)
+        assert real == expected, f"real op: {real}\n table: {expected}"
+
+    with FakeTensorMode():  # fake CUDA tensors need no GPU
+        args = _args(op, change, dev)
+        expected = _expected(op, name, args)
+        fake = _call(op, args)
+    assert fake == expected, f"fake: {fake}\ntable: {expected}"
+    if real is not None:
+        assert fake == real
+
+    if name not in TWO_DEVICE_CHECKS | CPU_ONLY_CHECKS:
+        args = _args(op, change, "meta")
+        expected = _expected(op, name, args)
+        meta = _call(op, args)
+        assert meta == expected, f"meta: {meta}\ntable: {expected}"
+        if real is not None:
+            assert meta == real
+
+
+# Inputs at the edges of the checks that every implementation accepts.
+GOOD = [
+    ("gemm", lambda x, dev: {"a": _ones(0, 7, dtype=I8, device=dev), "backend": "sm80"}),  # nothing to compute
+    ("gemm", lambda x, dev: {"alpha": 2**31 - 1, "beta": -(2**31), "c": torch.zeros(5, 3, dtype=I32, device=dev)}),
+    ("gemm", lambda x, dev: {"c": torch.zeros(1, 3, dtype=I32, device=dev).expand(5, 3), "beta": 1}),
+    ("gemm_out", lambda x, dev: {"c": x["out"], "beta": 1}),  # out may be c
+    ("gemm_out", lambda x, dev: {"out": x["out"].t().contiguous().t()}),
+    ("scaled_gemm", lambda x, dev: {"scale_a": _ones(4, 2, device=dev), "scale_b": _ones(1, 2, device=dev)}),
+    ("scaled_gemm", lambda x, dev: {"scale_a": _ones(device=dev), "scale_b": _ones(1, 8, device=dev)}),
+    ("scaled_gemm", lambda x, dev: {"scale_a": _ones(1, 1, device=dev), "scale_b": _ones(8, 2, device=dev)}),
+    ("scaled_gemm", lambda x, dev: {"bias": _ones(8, dtype=torch.bfloat16, device=dev), "out_dtype": torch.float16}),
+    ("scaled_gemm", lambda x, dev: {"a": _ones(4, 0, dtype=I8, device=dev), "b": _ones(0, 8, dtype=I8, device=dev),
+                                    "backend": "sm90"}),  # K = 0: out = bias, no backend runs
+    ("scaled_gemm", _long_k(lambda dev: _ones(1, 1024, device=dev))),
+    ("quantize", lambda x, dev: {"granularity": "tensor", "scale": _ones(1, 1, device=dev)}),
+    ("quantize", lambda x, dev: {"granularity": "group", "scale": _ones(5, 3, device=dev)}),
+    ("quantize", lambda x, dev: {"x": _ones(4, 0, dtype=torch.bfloat16, device=dev), "granularity": "group",
+                                 "scale": _ones(4, 0, device=dev)}),
+]
+
+
+@pytest.mark.parametrize("op, change", GOOD, ids=[f"{op}-{i}" for i, (op, _) in enumerate(GOOD)])
+def test_edge_inputs_pass_everywhere(op, change):
+    args = _args(op, change, "cpu")
+    assert first_failing(op, **args) is None
+    real = getattr(torch.ops.tcgemm, op).default(**args)
+    with FakeTensorMode():
+        fake_args = _args(op, change, "cpu")
+        fake = getattr(torch.ops.tcgemm, op).default(**fake_args)
+    meta = getattr(torch.ops.tcgemm, op).default(**_args(op, change, "meta"))
+    flat = lambda r: [] if r is None else [r] if isinstance(r, torch.Tensor) else list(r)  # noqa: E731
+    for got in (fake, meta):
+        assert [(t.shape, t.dtype) for t in flat(got)] == [(t.shape, t.dtype) for t in flat(real)]
+
+
+def test_backends_come_from_the_library():
+    assert tcgemm.BACKENDS == tuple(torch.ops.tcgemm.backend_names().split(","))
+    assert tcgemm.BACKENDS[:2] == ("auto", "cpu")
+    assert set(tcgemm.available_backends("cpu")) <= set(tcgemm.BACKENDS)
+    if HAS_CUDA:
+        assert set(tcgemm.available_backends("cuda")) <= set(tcgemm.BACKENDS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Symbolic shapes: the fakes trace with dynamic sizes (no specialization error, no graph break).
+
+
+def test_compile_dynamic_shapes_cpu():
+    @torch.compile(fullgraph=True, dynamic=True, backend="aot_eager")
+    def f(x, w, c, out):
+        qx, sx = tcgemm.quantize(x, "group")
+        qw, sw = tcgemm.quantize(w, "token")
+        y_block = tcgemm.scaled_gemm(qx, qw.t(), sx, sw.reshape(-1), None, torch.float32)
+        qt, st = tcgemm.quantize(x, "tensor")
+        y_token = tcgemm.scaled_gemm(qt, qw.t(), st, sw.reshape(1, -1), None, torch.float32)
+        d = tcgemm.gemm(qx, qw.t(), c, alpha=2, beta=-1)
+        tcgemm.int8_gemm(qx, qw.t(), out=out)
+        return y_block, y_token, d
+
+    gen = torch.Generator().manual_seed(0)
+    for m, n, k in [(6, 5, 300), (9, 7, 260), (3, 11, 1000)]:
+        x = torch.randn(m, k, generator=gen)
+        w = torch.randn(n, k, generator=gen)
+        c = torch.randint(-100, 100, (m, n), dtype=I32, generator=gen)
+        out = torch.empty(m, n, dtype=I32)
+        y_block, y_token, d = f(x, w, c, out)
+        qx, sx = tcgemm.quantize(x, "group")
+        qw, sw = tcgemm.quantize(w, "token")
+        assert torch.equal(y_block, tcgemm.scaled_gemm(qx, qw.t(), sx, sw.reshape(-1), None, torch.float32))
+        assert torch.equal(d, tcgemm.gemm(qx, qw.t(), c, alpha=2, beta=-1))
+        assert torch.equal(out, tcgemm.int8_gemm(qx, qw.t()))
+        assert y_token.shape == (m, n)
