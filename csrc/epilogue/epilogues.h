@@ -19,6 +19,7 @@
 #pragma once
 
 #include <stdexcept>
+#include <type_traits>
 #include <variant>
 
 #include <cuda_bf16.h>
@@ -60,6 +61,22 @@ constexpr bool config_serves() {
 inline unsigned epilogue_family_of(const EpilogueArgs& e) {
   if (const auto* s = std::get_if<ScaledEpilogueParams>(&e)) return s->per_block() ? kEpiPerBlock : kEpiScaled;
   return kEpiInt32;
+}
+
+// Calls f(bool_constant<a signed>, bool_constant<b signed>) for the operands' signedness: every
+// combination when the epilogue allows mixed signs, int8 x int8 otherwise.
+template <class Epi, class F>
+void with_operand_signs(const GemmProblem& p, F&& f) {
+  using T = std::true_type;
+  using U = std::false_type;
+  if constexpr (Epi::kMixedSigns) {
+    if (p.a.is_signed && p.b.is_signed) return f(T{}, T{});
+    if (p.a.is_signed) return f(T{}, U{});
+    if (p.b.is_signed) return f(U{}, T{});
+    return f(U{}, U{});
+  } else {
+    f(T{}, T{});
+  }
 }
 
 // Calls f(epi) with the concrete functor for these arguments and output type.

@@ -96,13 +96,7 @@ void gemm_out(const at::Tensor& a, const at::Tensor& b, const std::optional<at::
                       at::has_internal_overlap(out) == at::MemOverlap::No;
   at::Tensor d = direct ? out : at::empty({m, n}, out.options());
 
-  GemmProblem p;
-  p.m = static_cast<int>(m);
-  p.n = static_cast<int>(n);
-  p.k = static_cast<int>(k);
-  p.a = describe(a, false);
-  p.b = describe(b, true);
-  p.d = Output{d.data_ptr<int32_t>(), d.stride(0), OutType::kInt32};
+  GemmProblem p = gemm_problem(a, b, d.data_ptr<int32_t>(), d.stride(0), OutType::kInt32);
   Int32EpilogueParams e;
   e.alpha = static_cast<int32_t>(alpha);
   e.beta = static_cast<int32_t>(beta);

@@ -138,13 +138,7 @@ at::Tensor scaled_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tenso
     }
     return out;
   }
-  GemmProblem p;
-  p.m = static_cast<int>(m);
-  p.n = static_cast<int>(n);
-  p.k = static_cast<int>(k);
-  p.a = describe(a, false);
-  p.b = describe(b, true);
-  p.d = Output{out.data_ptr(), n, out_type_of(dtype)};
+  GemmProblem p = gemm_problem(a, b, out.data_ptr(), n, out_type_of(dtype));
   if (a.is_cuda()) {
     run_cuda(requested, a, b, p, e);
   } else {

@@ -65,6 +65,17 @@ Operand describe(const at::Tensor& t, bool transpose) {
   return op;
 }
 
+GemmProblem gemm_problem(const at::Tensor& a, const at::Tensor& b, void* d, int64_t ldd, OutType type) {
+  GemmProblem p;
+  p.m = static_cast<int>(a.size(0));
+  p.n = static_cast<int>(b.size(1));
+  p.k = static_cast<int>(a.size(1));
+  p.a = describe(a, false);
+  p.b = describe(b, true);
+  p.d = Output{d, ldd, type};
+  return p;
+}
+
 at::Tensor k_major_copy(const at::Tensor& t, bool transpose) {
   const at::Tensor view = transpose ? t.t() : t;
   at::Tensor buf = at::empty({view.size(0), round_up<int64_t>(view.size(1), 16)}, t.options());

@@ -29,6 +29,9 @@ Backend parse_backend_arg(const char* op, std::string_view name);
 // The [rows, K] view of an operand: A as given, B transposed (transpose = true).
 Operand describe(const at::Tensor& t, bool transpose);
 
+// The problem A [M, K] @ B [K, N] -> d (its data, row stride and element type).
+GemmProblem gemm_problem(const at::Tensor& a, const at::Tensor& b, void* d, int64_t ldd, OutType type);
+
 // A K-major copy of the [rows, K] view (A, or B transposed) whose rows are padded to 16 bytes:
 // the layout every GPU kernel reads directly. Returns the [rows, K] view of the padded buffer.
 at::Tensor k_major_copy(const at::Tensor& t, bool transpose);

@@ -52,13 +52,12 @@ void gemm_rows(const GemmProblem& p, const EpilogueArgs& epilogue, int64_t m_beg
     using Out = typename Epi::OutT;
     if constexpr (!std::is_same_v<Out, int32_t> && !std::is_same_v<Out, float>) {
       throw std::logic_error("tcgemm: the CPU path writes int32 or fp32");
-    } else if constexpr (Epi::kMixedSigns) {
-      if (p.a.is_signed && p.b.is_signed) return rows<Epi, int8_t, int8_t>(p, epi, m_begin, m_end);
-      if (p.a.is_signed) return rows<Epi, int8_t, uint8_t>(p, epi, m_begin, m_end);
-      if (p.b.is_signed) return rows<Epi, uint8_t, int8_t>(p, epi, m_begin, m_end);
-      return rows<Epi, uint8_t, uint8_t>(p, epi, m_begin, m_end);
     } else {
-      rows<Epi, int8_t, int8_t>(p, epi, m_begin, m_end);
+      with_operand_signs<Epi>(p, [&](auto a_signed, auto b_signed) {
+        using TA = std::conditional_t<decltype(a_signed)::value, int8_t, uint8_t>;
+        using TB = std::conditional_t<decltype(b_signed)::value, int8_t, uint8_t>;
+        rows<Epi, TA, TB>(p, epi, m_begin, m_end);
+      });
     }
   });
 }

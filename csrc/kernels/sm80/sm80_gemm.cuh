@@ -358,13 +358,10 @@ template <class Cfg, class Epi>
 void launch(const GemmProblem& p, const Epi& epi) {
   if constexpr (!config_serves<Cfg, Epi>()) {
     throw std::logic_error("tcgemm: this sm80 tile config is not built for this epilogue");
-  } else if constexpr (Epi::kMixedSigns) {
-    if (p.a.is_signed && p.b.is_signed) return launch_kernel<Cfg, Epi, true, true>(p, epi);
-    if (p.a.is_signed) return launch_kernel<Cfg, Epi, true, false>(p, epi);
-    if (p.b.is_signed) return launch_kernel<Cfg, Epi, false, true>(p, epi);
-    return launch_kernel<Cfg, Epi, false, false>(p, epi);
   } else {
-    launch_kernel<Cfg, Epi, true, true>(p, epi);
+    with_operand_signs<Epi>(p, [&](auto a_signed, auto b_signed) {
+      launch_kernel<Cfg, Epi, decltype(a_signed)::value, decltype(b_signed)::value>(p, epi);
+    });
   }
 }
 

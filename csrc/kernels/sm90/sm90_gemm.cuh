@@ -129,13 +129,10 @@ template <class Cfg, class Epi>
 void launch(const GemmProblem& p, const Epi& epi, int sm_count) {
   if constexpr (!config_serves<Cfg, Epi>()) {
     throw std::logic_error("tcgemm: this sm90 tile config is not built for this epilogue");
-  } else if constexpr (Epi::kMixedSigns) {
-    if (p.a.is_signed && p.b.is_signed) return launch_kernel<Cfg, Epi, true, true>(p, epi, sm_count);
-    if (p.a.is_signed) return launch_kernel<Cfg, Epi, true, false>(p, epi, sm_count);
-    if (p.b.is_signed) return launch_kernel<Cfg, Epi, false, true>(p, epi, sm_count);
-    return launch_kernel<Cfg, Epi, false, false>(p, epi, sm_count);
   } else {
-    launch_kernel<Cfg, Epi, true, true>(p, epi, sm_count);
+    with_operand_signs<Epi>(p, [&](auto a_signed, auto b_signed) {
+      launch_kernel<Cfg, Epi, decltype(a_signed)::value, decltype(b_signed)::value>(p, epi, sm_count);
+    });
   }
 }
 
