@@ -59,9 +59,11 @@ struct TileConfig {
   static constexpr int kSmemBytes = kStages * kStageBytes + kEpiBytes + 2 * kStages * 8 + 1024;
 
   // setmaxnreg split of the 64K-register file: the producer needs few, the consumers hold
-  // the accumulators.
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = kConsumerWarpgroups == 1 ? 240 : 232;
+  // the accumulators. A config built only for per-block promotion (three accumulator sets) gives
+  // the producer the minimum of 24 so that its two consumers get 240: at 232 ptxas spilled 4-16
+  // bytes of per-tile state.
+  static constexpr int kProducerRegs = Epilogues == kEpiPerBlock ? 24 : 40;
+  static constexpr int kConsumerRegs = kConsumerWarpgroups == 1 || Epilogues == kEpiPerBlock ? 240 : 232;
 
   static_assert(!PingPong || (WgM == 1 && WgN == 1), "ping-pong warpgroups take whole tiles");
   static_assert(kWgRows % 64 == 0 && kWgRows * WgM == BM && kWN * WgN == BN, "tile split");

@@ -107,11 +107,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) wmma_gemm_kernel(const GemmP
   const int warp_n0 = (warp % Cfg::kWarpsN) * Cfg::kFragsN * 16;
 
   const int tiles_n = ceil_div(p.n, Cfg::kBN);
-  const int tiles = ceil_div(p.m, Cfg::kBM) * tiles_n;
   const int chunks = ceil_div(p.k, Cfg::kChunk);
 
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  // The loop ends when the tile's first row is past M (the same test as tile < tiles_m * tiles_n):
+  // testing against the parameter keeps the tile count out of a register, which at the 128-register
+  // cap would be spilled.
+  for (int tile = blockIdx.x;; tile += gridDim.x) {
     const int m0 = (tile / tiles_n) * Cfg::kBM;
+    if (m0 >= p.m) break;
     const int n0 = (tile % tiles_n) * Cfg::kBN;
 
     wmma::fragment<wmma::accumulator, 16, 16, 16, int> acc[Cfg::kFragsM][Cfg::kFragsN];
