@@ -50,9 +50,12 @@ ext = CUDAExtension(
     sources=sources(),
     include_dirs=[os.path.join(ROOT, "csrc")],
     extra_compile_args={
-        "cxx": common,
+        # -fopenmp: at::parallel_for is a header template that runs in parallel only where the
+        # including code is compiled with OpenMP (the CPU GEMM and quantize path).
+        "cxx": common + ["-fopenmp"],
         "nvcc": common + ["--expt-relaxed-constexpr", "-lineinfo", "-Xptxas=-warn-spills"] + arch_flags,
     },
+    extra_link_args=["-fopenmp"],
 )
 
 setup(ext_modules=[ext], cmdclass={"build_ext": BuildExtension})

@@ -130,9 +130,13 @@ def _gemm_empty(x: Args):
     return m == 0 or n == 0
 
 
+def int32_range_message(name: str, value: int) -> str:
+    return f"{_GEMM}: argument '{name}' must fit in int32, got {value}"
+
+
 def _int32_range(name: str) -> Check:
     return Check(f"{name}_range", ValueError, lambda x: _INT32_MIN <= x[name] < _INT32_END,
-                 lambda x: f"{_GEMM}: argument '{name}' must fit in int32, got {x[name]}")
+                 lambda x: int32_range_message(name, x[name]))
 
 
 def _gemm_checks(out_arg: bool) -> list[Check]:

@@ -6,8 +6,31 @@ from typing import Optional
 
 import torch
 
-from ._checks import check_args
+from ._checks import check_args, int32_range_message
 from ._library import BACKENDS  # noqa: F401  (tcgemm.BACKENDS)
+
+_GEMM = "tcgemm.gemm"
+_SCALED = "tcgemm.scaled_gemm"
+
+
+# Argument kinds the ops' schemas would reject with a bare RuntimeError ("Expected a value of type
+# ..."): checked first, as TypeError (or ValueError for an int out of range) naming the argument.
+def _tensor(op: str, name: str, value, optional: bool = False) -> None:
+    if not (isinstance(value, torch.Tensor) or (optional and value is None)):
+        what = "a torch.Tensor or None" if optional else "a torch.Tensor"
+        raise TypeError(f"{op}: argument '{name}' must be {what}, got {type(value).__name__}")
+
+
+def _str(op: str, name: str, value) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{op}: argument '{name}' must be a str, got {type(value).__name__}")
+
+
+def _int32(op: str, name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{op}: argument '{name}' must be an int, got {type(value).__name__}")
+    if not -(2**31) <= value < 2**31:
+        raise ValueError(int32_range_message(name, value))
 
 
 def gemm(
@@ -39,6 +62,13 @@ def gemm(
     Example:
         >>> d = tcgemm.gemm(a, b, c, alpha=2, beta=-1)
     """
+    for name, value in (("a", a), ("b", b)):
+        _tensor(_GEMM, name, value)
+    _tensor(_GEMM, "c", c, optional=True)
+    _int32(_GEMM, "alpha", alpha)
+    _int32(_GEMM, "beta", beta)
+    _tensor(_GEMM, "out", out, optional=True)
+    _str(_GEMM, "backend", backend)
     if out is None:
         return torch.ops.tcgemm.gemm.default(a, b, c, alpha, beta, backend)
     torch.ops.tcgemm.gemm_out.default(a, b, c, alpha, beta, backend, out=out)
@@ -62,13 +92,24 @@ def int8_gemm(
 def available_backends(device: torch.device | str | int | None = None) -> list[str]:
     """Backends that run on ``device``, best first: ["cpu"] for the CPU, else the GPU kernels
     this GPU supports, best first, then "skinny" (e.g. ["sm90", "sm80", "wmma", "wmma_simple",
-    "skinny"] on an H100/H200, ["sm80", "wmma", "wmma_simple", "skinny"] on Ampere)."""
-    device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    "skinny"] on an H100/H200, ["sm80", "wmma", "wmma_simple", "skinny"] on Ampere).
+
+    Without ``device``: the current CUDA device, or the CPU on a machine without one."""
+    op = "tcgemm.available_backends"
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"{op}: argument 'device' must name a cpu or cuda device, got {device!r}") from exc
     if device.type == "cpu":
         return ["cpu"]
     if device.type != "cuda":
-        raise ValueError(f"tcgemm.available_backends: expected a cpu or cuda device, got {device}")
-    index = torch.cuda.current_device() if device.index is None else device.index
+        raise ValueError(f"{op}: argument 'device' must be a cpu or cuda device, got {device}")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = (torch.cuda.current_device() if count else 0) if device.index is None else device.index
+    if index >= count:
+        raise ValueError(f"{op}: argument 'device' is {device}, but this machine has {count} CUDA device(s)")
     names = torch.ops.tcgemm.available_backends(index)
     return names.split(",") if names else []
 
@@ -119,6 +160,15 @@ def scaled_gemm(
         >>> qx, sx = tcgemm.quantize(x)                       # per-token
         >>> y = tcgemm.scaled_gemm(qx, qw.t(), sx, sw, bias)  # qw int8 [N, K], sw fp32 [N]
     """
+    for name, value in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
+        _tensor(_SCALED, name, value)
+    _tensor(_SCALED, "bias", bias, optional=True)
+    if not isinstance(out_dtype, torch.dtype):
+        raise TypeError(
+            f"{_SCALED}: argument 'out_dtype' must be a torch.dtype (torch.bfloat16, torch.float16 or "
+            f"torch.float32), got {type(out_dtype).__name__} {out_dtype!r}"
+        )
+    _str(_SCALED, "backend", backend)
     return torch.ops.tcgemm.scaled_gemm.default(a, b, scale_a, scale_b, bias, out_dtype, backend)
 
 

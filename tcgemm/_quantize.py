@@ -30,9 +30,17 @@ def quantize(
 
     Returns:
         ``(q, scale)``: int8 ``q`` shaped like ``x``, and fp32 scales shaped ``[]`` (tensor),
-        ``[..., 1]`` (token) or ``[..., ceil(K / 128)]`` (group). A given ``scale`` is returned
-        as is. ``q`` and the scales are bit-identical on the CPU and the GPU and equal
-        :func:`tcgemm.reference.quantize_reference`; ``q.float() * scale`` approximates ``x``.
+        ``[..., 1]`` (token) or ``[..., ceil(K / 128)]`` (group); with a given ``scale``, a copy
+        of it in its shape. ``q`` and the scales are bit-identical on the CPU and the GPU and
+        equal :func:`tcgemm.reference.quantize_reference`; ``q.float() * scale`` approximates ``x``.
+
+    Bad data (the same rule on the CPU, the GPU and in the reference): NaN and inf never become
+    finite values. A group holding a NaN or an inf gets the scale NaN (dynamic) and quantizes to
+    zeros, so every output :func:`tcgemm.scaled_gemm` computes from it is NaN; with static scales
+    a non-finite x quantizes to 0 and its group's returned scale is NaN. A static scale must be a
+    positive finite number: on the CPU anything else raises ``ValueError``; on a GPU (where
+    checking would synchronise with the device) its group quantizes to zeros with the returned
+    scale NaN.
 
     Example:
         >>> x = torch.randn(4, 256, dtype=torch.bfloat16)
@@ -40,6 +48,8 @@ def quantize(
         >>> q, s = tcgemm.quantize(x, "group")         # s is [4, 2]
         >>> q2, _ = tcgemm.quantize(x, "group", scale=s)   # static: reuse the scales
     """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{_OP}: argument 'x' must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() == 0:
         raise ValueError(f"{_OP}: argument 'x' must have shape [..., K], got a 0-D tensor")
     if x.dim() == 2:
@@ -51,17 +61,15 @@ def quantize(
         scale_2d = scale.reshape(m, scale.shape[-1])  # a wrong shape still reaches the op's check
     q, s = _quantize_2d(x.reshape(m, k), granularity, scale_2d)
     if scale is not None:
-        return q.reshape(x.shape), scale
+        return q.reshape(x.shape), s.reshape(scale.shape)
     if granularity != "tensor":
         s = s.reshape(*lead, s.shape[-1])
     return q.reshape(x.shape), s
 
 
 def _quantize_2d(x, granularity, scale):
-    q, s = torch.ops.tcgemm.quantize.default(x, granularity, scale)
-    # The op returns a copy of a given scale (an op output may not alias an input); the caller
-    # gets their own tensor back.
-    return q, (s if scale is None else scale)
+    _check_python_args(x, granularity, scale)
+    return torch.ops.tcgemm.quantize.default(x, granularity, scale)
 
 
 @torch.library.register_fake("tcgemm::quantize")
@@ -71,3 +79,11 @@ def _quantize_fake(x, granularity, scale=None):
     if scale is not None:
         return q, torch.empty_like(scale)
     return q, x.new_empty(quantize_scale_shape(granularity, x.shape[0], x.shape[1]), dtype=torch.float32)
+
+
+def _check_python_args(x, granularity, scale) -> None:
+    """What the op's schema would reject with a RuntimeError, as TypeError naming the argument."""
+    if not isinstance(granularity, str):
+        raise TypeError(f"{_OP}: argument 'granularity' must be a str, got {type(granularity).__name__}")
+    if scale is not None and not isinstance(scale, torch.Tensor):
+        raise TypeError(f"{_OP}: argument 'scale' must be a torch.Tensor or None, got {type(scale).__name__}")

@@ -8,7 +8,9 @@
 A :class:`QuantLinear` holds its weight as int8 [N, K] with fp32 scales, quantizes the activations
 on the fly (``tcgemm.quantize``) and runs one fused int8 GEMM with the scales and bias applied in its
 epilogue (``tcgemm.scaled_gemm``). Its state is plain tensors (buffers), so ``state_dict`` works with
-``torch.save`` and safetensors. It is for inference: the int8 ops have no autograd.
+``torch.save`` and safetensors. The int8 weight is frozen; gradients flow to the input (through the
+dequantized weight, the quantization of the input taken as the identity) and to a bias that
+requires them, so adapters such as LoRA train on a frozen int8 base.
 """
 
 from __future__ import annotations
@@ -85,18 +87,21 @@ def quantize_weight(w: torch.Tensor, granularity: str = "channel") -> tuple[torc
         q, scale = tcgemm.quantize(w, "token")
         return q, scale.reshape(n)
     # The rule that turns an amax into a scale is tcgemm.quantize's: quantizing the block amaxes
-    # one per row gives amax / 127 (1.0 for 0) as their scales. The amaxes skip NaN as the op's
-    # do; zero padding to whole blocks leaves every block's amax unchanged.
+    # one per row gives amax / 127 (1.0 for 0, NaN for a block holding NaN or inf) as their
+    # scales. Zero padding to whole blocks leaves every block's amax unchanged.
     nb, kb = weight_scale_shape(n, k, "block")
-    magnitude = w.abs()
-    magnitude = magnitude.masked_fill(magnitude.isnan(), 0)
-    padded = nn.functional.pad(magnitude, (0, kb * SCALE_BLOCK - k, 0, nb * SCALE_BLOCK - n))
-    amax = padded.view(nb, SCALE_BLOCK, kb, SCALE_BLOCK).amax(dim=(1, 3)).float()
+    padded = nn.functional.pad(w.abs(), (0, kb * SCALE_BLOCK - k, 0, nb * SCALE_BLOCK - n))
+    amax = padded.view(nb, SCALE_BLOCK, kb, SCALE_BLOCK).amax(dim=(1, 3)).float()  # NaN stays NaN
     _, scale = tcgemm.quantize(amax.reshape(nb * kb, 1), "token")
     scale = scale.reshape(nb, kb)
-    # Each row's 1x128 groups take the scales of its 128x128 blocks.
-    rows = scale.repeat_interleave(SCALE_BLOCK, dim=0)[:n]
+    # Each row's 1x128 groups take the scales of its 128x128 blocks; a NaN block quantizes to
+    # zeros and keeps its NaN scale, as tcgemm.quantize does for a group.
+    bad = scale.isnan()
+    rows = scale.masked_fill(bad, 1.0).repeat_interleave(SCALE_BLOCK, dim=0)[:n]
     q, _ = tcgemm.quantize(w, "group", scale=rows)
+    if bool(bad.any()):
+        zero = bad.repeat_interleave(SCALE_BLOCK, dim=0)[:n].repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
+        q = q.masked_fill(zero, 0)
     return q, scale
 
 
@@ -195,6 +200,25 @@ class QuantLinear(nn.Module):
             return scale.expand(self.out_features, scale.shape[1])  # scaled_gemm reads any strides
         return scale
 
+    def dequantize_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The weight the layer computes with, ``weight * weight_scale`` as ``dtype`` [out, in].
+
+        Example:
+            >>> err = (qlin.dequantize_weight() - linear.weight).abs().max()
+        """
+        w = self.weight.float()
+        scale = self.weight_scale
+        if self.weight_granularity == "channel":
+            w = w * scale[:, None]
+        else:
+            n, k = self.out_features, self.in_features
+            w = w * scale.repeat_interleave(SCALE_BLOCK, dim=0)[:n].repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
+        return w.to(dtype)
+
+    def _forward_2d(self, x2d: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        q, scale = tcgemm.quantize(x2d, _QUANTIZE_GRANULARITY[self.activation_granularity])
+        return tcgemm.scaled_gemm(q, self.weight.t(), scale, self._gemm_weight_scale(), bias, out_dtype=x2d.dtype)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` [..., in_features] bf16/fp16/fp32 -> [..., out_features] of ``x.dtype``."""
         if x.dim() == 0 or x.shape[-1] != self.in_features:
@@ -207,10 +231,11 @@ class QuantLinear(nn.Module):
         lead = x.shape[:-1]
         # flatten, not reshape(-1, K): -1 cannot be inferred for an empty x when K == 0.
         x2d = x.unsqueeze(0) if x.dim() == 1 else x.flatten(0, -2)
-        q, scale = tcgemm.quantize(x2d, _QUANTIZE_GRANULARITY[self.activation_granularity])
-        y = tcgemm.scaled_gemm(
-            q, self.weight.t(), scale, self._gemm_weight_scale(), self.bias, out_dtype=x.dtype
-        )
+        bias = self.bias
+        if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
+            y = _QuantLinearFunction.apply(x2d, bias, self)
+        else:
+            y = self._forward_2d(x2d, bias)
         return y.reshape(*lead, self.out_features)
 
     def _apply(self, fn, recurse=True):
@@ -230,6 +255,25 @@ class QuantLinear(nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
             f"weight={self.weight_granularity!r}, activation={self.activation_granularity!r}"
         )
+
+
+class _QuantLinearFunction(torch.autograd.Function):
+    """QuantLinear's forward with a backward: dL/dx = dL/dy @ W_deq (straight through the
+    activation quantization), dL/dbias = sum of dL/dy over rows; the int8 weight gets none."""
+
+    @staticmethod
+    def forward(ctx, x2d: torch.Tensor, bias: Optional[torch.Tensor], layer: QuantLinear) -> torch.Tensor:
+        ctx.layer = layer
+        return layer._forward_2d(x2d, bias)
+
+    @staticmethod
+    def backward(ctx, grad_y: torch.Tensor):
+        grad_x = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = grad_y @ ctx.layer.dequantize_weight(grad_y.dtype)
+        if ctx.needs_input_grad[1]:
+            grad_bias = grad_y.float().sum(dim=0)
+        return grad_x, grad_bias, None
 
 
 @dataclass

@@ -70,42 +70,56 @@ def quantize_reference(
     """Symmetric int8 quantization of ``x`` [M, K] (or [..., K]), defined in plain torch.
 
     amax = max |x| over the group (whole tensor, row, or 128-wide K group of a row; the last
-    group may be short), in fp32; scale = amax / 127 in fp32, and 1.0 where amax == 0;
-    q = clamp(round_half_even(float(x) / scale), -127, 127) as int8. A given ``scale`` (static
-    quantization) is used as is and returned unchanged. Computed on the CPU (CUDA torch divides
-    by a Python scalar through its reciprocal, which is not the IEEE quotient); q and the
-    computed scale are returned on the device of ``x``, scale shaped [] / [..., 1] / [..., G].
+    group may be short), in fp32; scale = amax / 127 in fp32, 1.0 where amax == 0, and NaN where
+    the group holds a NaN or an inf; q = clamp(round_half_even(float(x) / scale), -127, 127) as
+    int8, and 0 where x is not finite or the scale is not a positive finite number. A given
+    ``scale`` (static quantization) is used as is; the returned copy is NaN for every group that
+    held a non-finite x or had an invalid scale. Computed on the CPU (CUDA torch divides by a
+    Python scalar through its reciprocal, which is not the IEEE quotient); q and the scale are
+    returned on the device of ``x``, the scale shaped [] / [..., 1] / [..., G] (static: like
+    ``scale``).
     """
     if granularity not in ("tensor", "token", "group"):
         raise ValueError(f"quantize_reference: unknown granularity {granularity!r}")
     lead, k = tuple(x.shape[:-1]), x.shape[-1]
     m = math.prod(lead)
+    groups = scale_blocks(k)
     xf = x.detach().cpu().float().reshape(m, k)
+    finite = xf.isfinite()
+
+    def per_group(t: torch.Tensor, fill, reduce) -> torch.Tensor:
+        """reduce over each group of t [M, K] -> [] / [M, 1] / [M, G]."""
+        if granularity == "tensor":
+            return reduce(t.reshape(1, -1), 1).reshape(()) if t.numel() else torch.full((), fill, dtype=t.dtype)
+        if granularity == "token":
+            return reduce(t, 1).reshape(m, 1) if k else torch.full((m, 1), fill, dtype=t.dtype)
+        padded = torch.full((m, groups * SCALE_BLOCK), fill, dtype=t.dtype)
+        padded[:, :k] = t
+        return reduce(padded.reshape(m, groups, SCALE_BLOCK), 2)
+
+    def expand(s: torch.Tensor) -> torch.Tensor:
+        """[] / [M, 1] / [M, G] scales -> one per element [M, K]."""
+        if granularity == "tensor":
+            return s.reshape(1, 1).expand(m, k)
+        if granularity == "token":
+            return s.reshape(m, 1).expand(m, k)
+        return s.reshape(m, groups).repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
+
+    nonfinite = per_group(~finite, False, lambda t, d: t.any(dim=d))
     if scale is not None:
         s = scale.detach().cpu().float()
-        if granularity == "tensor":
-            s_full = s.reshape(1, 1).expand(m, k)
-        elif granularity == "token":
-            s_full = s.reshape(m, 1).expand(m, k)
-        else:
-            s_full = s.reshape(m, scale_blocks(k)).repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
+        s_grouped = s.reshape(nonfinite.shape)
+        s_out = torch.where(nonfinite | ~(s_grouped.isfinite() & (s_grouped > 0)), math.nan, s_grouped)
+        s_out = s_out.reshape(scale.shape)
     else:
-        if granularity == "tensor":
-            amax = xf.abs().amax() if xf.numel() else torch.zeros(())
-        elif granularity == "token":
-            amax = xf.abs().amax(dim=1, keepdim=True) if k else torch.zeros(m, 1)
-        else:
-            groups = scale_blocks(k)
-            padded = torch.zeros(m, groups * SCALE_BLOCK)
-            padded[:, :k] = xf.abs()  # zeros never raise an amax
-            amax = padded.reshape(m, groups, SCALE_BLOCK).amax(dim=2)
+        amax = per_group(xf.abs().masked_fill(~finite, 0), 0.0, lambda t, d: t.amax(dim=d))
         s = torch.where(amax == 0, torch.ones_like(amax), amax / 127)
-        s_full = s.reshape(1, 1) if granularity == "tensor" else s
-        if granularity == "group":
-            s_full = s.repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
-    q = torch.round(xf / s_full).clamp(-127, 127).to(torch.int8).reshape(x.shape)
-    if scale is not None:
-        return q.to(x.device), scale
-    if granularity != "tensor":
-        s = s.reshape(*lead, s.shape[-1])
-    return q.to(x.device), s.to(x.device)
+        s = torch.where(nonfinite, math.nan, s)
+        s_out = s
+    s_full = expand(s.reshape(nonfinite.shape))
+    valid = finite & s_full.isfinite() & (s_full > 0)
+    quotient = torch.where(valid, xf / torch.where(valid, s_full, 1.0), 0.0)
+    q = torch.round(quotient).clamp(-127, 127).to(torch.int8).reshape(x.shape)
+    if scale is None and granularity != "tensor":
+        s_out = s_out.reshape(*lead, s_out.shape[-1])
+    return q.to(x.device), s_out.to(x.device)

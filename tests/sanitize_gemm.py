@@ -40,6 +40,20 @@ def main() -> int:
             ok = torch.equal(q.cpu(), rq) and torch.equal(s.cpu(), rs)
             failures += not ok
             print(f"quantize {gran:6s} {m}x{k}: {'exact' if ok else 'MISMATCH'}")
+    # Bad data and strides: NaN / inf inputs, a static scale with invalid entries, a transposed
+    # and an expand-ed x (the scalar, any-stride kernels).
+    x = torch.randn(9, 300, generator=gen)
+    x[1, 5], x[4, 200], x[7, 299] = float("nan"), float("inf"), float("-inf")
+    for name, xv in [("non-finite", x), ("transposed", x.t().contiguous().t()), ("expanded", x[:1].expand(9, 300))]:
+        for gran in ("tensor", "token", "group"):
+            rq, rs = quantize_reference(xv, gran)
+            for static in (False, True):
+                given = rs.masked_fill(rs.isnan(), 0.0) if static else None
+                q, s = tcgemm.quantize(xv.cuda(), gran, scale=None if given is None else given.cuda())
+                rq, rs2 = quantize_reference(xv, gran, given)
+                ok = torch.equal(q.cpu(), rq) and torch.equal(s.cpu().nan_to_num(-1), rs2.nan_to_num(-1))
+                failures += not ok
+                print(f"quantize {name} {gran:6s} static={static}: {'exact' if ok else 'MISMATCH'}")
     scaled = [b for b in tcgemm.available_backends("cuda") if b in ("sm90", "sm80", "skinny")]
     for backend in scaled:
         for m, n, k in [(33, 17, 100), (130, 129, 700)]:

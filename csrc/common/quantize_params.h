@@ -4,12 +4,16 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include <cuda_runtime_api.h>
 
 #include "common/hd.h"
 #include "common/scale_layout.h"
 
+#if defined(__CUDACC__)
+#include "ptx/minmax.cuh"
+#endif
 #if !defined(__CUDA_ARCH__)
 #include <cmath>
 #endif
@@ -23,14 +27,17 @@ enum class QuantDtype : int { kBFloat16, kFloat16, kFloat32 };
 enum class QuantGranularity : int { kTensor, kToken, kGroup };
 
 struct QuantizeParams {
-  const void* x = nullptr;   // [M, K] of `dtype`, unit stride along K
+  const void* x = nullptr;   // [M, K] of `dtype`
   int64_t m = 0;
   int64_t k = 0;
   int64_t x_stride_row = 0;  // elements between consecutive rows of x
+  int64_t x_stride_col = 1;  // elements between consecutive values of a row (0: a broadcast row)
   QuantDtype dtype = QuantDtype::kFloat32;
   QuantGranularity granularity = QuantGranularity::kToken;
   int8_t* q = nullptr;       // [M, K], contiguous
-  // Dynamic: the computed scales are written here ([] / [M, 1] / [M, G], contiguous).
+  // The returned scales ([] / [M, 1] / [M, G], contiguous). Dynamic: computed and written here.
+  // Static: a copy of the given ones, where the kernels write NaN for every group that holds a
+  // non-finite x or has an invalid scale (see "Bad data" below).
   float* scale_out = nullptr;
   // Static: the given scales (contiguous, same shapes); null selects dynamic quantization.
   const float* scale_in = nullptr;
@@ -52,13 +59,43 @@ TCGEMM_HD float quant_div(float a, float b) {
 #endif
 }
 
-// scale = amax / 127, and 1 where amax == 0 (an all-zero group then quantizes to zeros).
-TCGEMM_HD float quant_scale_from_amax(float amax) { return amax == 0.f ? 1.f : quant_div(amax, 127.f); }
+// Bad data, the same rule on every path (README, "Numerics"): NaN and inf never turn into finite
+// values.
+//   - The amax of a group that holds a NaN or an inf is not finite (amax_fold), and its scale
+//     is NaN (quant_scale_from_amax): the whole group quantizes to 0, and everything the GEMM
+//     computes from that scale is NaN.
+//   - A static scale that is not a positive finite number quantizes its group to 0, and a
+//     non-finite x quantizes to 0; in both cases the returned scale of the group is NaN.
+TCGEMM_HD bool quant_finite(float v) {
+#if defined(__CUDA_ARCH__)
+  return fabsf(v) <= 3.402823466e38f;
+#else
+  return std::fabs(v) <= 3.402823466e38f;
+#endif
+}
+TCGEMM_HD bool quant_scale_valid(float s) { return s > 0.f && s <= 3.402823466e38f; }
 
-// clamp(round_half_even(x / scale), -127, 127). rintf rounds half to even in the default
-// rounding mode on both sides. NaN (from 0/0 with a zero static scale) clamps to -127 on both
-// sides because fmaxf/fminf return the non-NaN operand.
+// The running amax with |x| folded in: NaN once any x was NaN, inf once any was inf.
+TCGEMM_HD float amax_fold(float amax, float x) {
+#if defined(__CUDA_ARCH__)
+  return ptx::max_nan(amax, fabsf(x));
+#else
+  return (amax != amax || x != x) ? std::numeric_limits<float>::quiet_NaN() : std::fmax(amax, std::fabs(x));
+#endif
+}
+
+// scale = amax / 127; 1 where amax == 0 (an all-zero group then quantizes to zeros); NaN where
+// the amax is not finite.
+TCGEMM_HD float quant_scale_from_amax(float amax) {
+  if (amax == 0.f) return 1.f;
+  if (!quant_finite(amax)) return std::numeric_limits<float>::quiet_NaN();
+  return quant_div(amax, 127.f);
+}
+
+// clamp(round_half_even(x / scale), -127, 127); 0 for a non-finite x or an invalid scale. rintf
+// rounds half to even in the default rounding mode on both sides.
 TCGEMM_HD int8_t quant_value(float x, float scale) {
+  if (!quant_finite(x) || !quant_scale_valid(scale)) return 0;
 #if defined(__CUDA_ARCH__)
   const float r = fminf(fmaxf(rintf(quant_div(x, scale)), -127.f), 127.f);
 #else
@@ -71,9 +108,9 @@ TCGEMM_HD int8_t quant_value(float x, float scale) {
 // quant_value_fast(x, divisor) returns exactly quant_value(x, scale) with cheaper arithmetic, where __fdiv_rn and
 // rintf + float-to-int cost three quarter-rate instructions per element (MUFU reciprocal,
 // FCHK, F2I) and made the quantize kernels compute-bound.
-//   - x is first clamped to +-bound, bound = RN(127 * scale): every |x| >= bound quantizes to
-//     +-127 either way (x / scale is then within 2^-16 of 127 or beyond it), and a NaN x
-//     becomes -bound, i.e. -127, as before.
+//   - x must be finite (a group with a finite amax holds only finite values; the static kernel
+//     zeroes non-finite ones first). x is clamped to +-bound, bound = RN(127 * scale): every
+//     |x| >= bound quantizes to +-127 either way (x / scale is then within 2^-16 of 127 or beyond).
 //   - x / scale, correctly rounded, from recip = RN(1 / scale): q0 = RN(x * recip) is within
 //     2 ulp of x / scale; one residual step q1 = RN(q0 + (x - scale * q0) * recip) (the
 //     residual exact by FMA) is within 1 ulp (faithful); a second step returns RN(x / scale)
@@ -99,7 +136,7 @@ struct QuantDivisor {
 };
 
 #if defined(__CUDA_ARCH__)
-// quant_value(x, d.scale) for a divisor with d.fast (the caller branches once per scale).
+// quant_value(x, d.scale) for a finite x and a divisor with d.fast (the caller branches once per scale).
 __device__ __forceinline__ int8_t quant_value_fast(float x, const QuantDivisor& d) {
   const float xc = fminf(fmaxf(x, -d.bound), d.bound);
   const float q0 = __fmul_rn(xc, d.recip);

@@ -1,7 +1,8 @@
 // The scaled epilogue every kernel applies to its accumulators, the CPU path included:
-//   D[m, n] = convert( float(acc[m, n]) * sa(m) * sb(n) + bias[n] )                   (no per-block scale)
-//   D[m, n] = convert( sum_kb float(acc_kb[m, n]) * sa(m, kb) * sb(n, kb) + bias[n] )  (per-block)
-// in fp32 (an int32 sum times an fp16 scale could overflow fp16), rounded once to Out.
+//   D[m, n] = convert( float(acc[m, n]) * (sa(m) * sb(n)) + bias[n] )                 (no per-block scale)
+//   D[m, n] = convert( sum_kb float(acc_kb[m, n]) * (sa(m, kb) * sb(n, kb)) + bias[n] )  (per-block)
+// in fp32 (an int32 sum times an fp16 scale could overflow fp16), rounded once to Out. NaN and
+// inf scales propagate (a NaN scale is how quantize marks a group that held NaN or inf).
 // For per-block scales the main loop promotes each 128-wide K block's exact int32 partial sum
 // into fp32 accumulators (epilogue/block_scales.h); the epilogue then only applies what does not
 // depend on the K block (a per-channel weight scale, the bias) and converts.
@@ -80,7 +81,9 @@ struct ScaledEpilogue {
     if constexpr (PerBlock) {
       return acc * c.scale + c.bias;
     } else {
-      return static_cast<float>(acc) * r.scale * c.scale + c.bias;
+      // The two scales first: (acc * sa) * sb overflowed for huge activations (sa ~ 1e36)
+      // against small weight scales, where the result is finite.
+      return static_cast<float>(acc) * (r.scale * c.scale) + c.bias;
     }
   }
 

@@ -7,7 +7,9 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -86,33 +88,43 @@ void check_scale(const at::Tensor& s, const at::Tensor& x, QuantGranularity g) {
                     " for granularity '", granularity_name(g), "', got ", shape_str(s.sizes()));
 }
 
+// A static scale must be a positive finite number. Checked where that needs no device
+// synchronisation (CPU tensors); on a GPU an invalid scale quantizes its group to zeros and
+// returns NaN for it (common/quantize_params.h).
+void check_static_scale_values(const at::Tensor& s) {
+  const at::Tensor bad = ~(s.isfinite() & (s > 0));
+  if (!bad.any().item<bool>()) return;
+  const at::Tensor first = bad.flatten().nonzero().select(1, 0);
+  const int64_t at = first.numel() > 0 ? first[0].item<int64_t>() : 0;
+  TORCH_CHECK_VALUE(false, kOp, ": argument 'scale' must hold positive finite numbers, got ",
+                    s.flatten()[at].item<float>(), " at flat index ", num(at));
+}
+
 void run_cpu(const at::Tensor& x, QuantizeParams& p) {
-  // The CPU kernel reads fp32 rows with unit stride along K; bf16/fp16 -> fp32 is exact.
-  const bool direct = x.scalar_type() == at::kFloat && (x.stride(1) == 1 || p.k == 1);
-  const at::Tensor xf = direct ? x : x.to(at::kFloat).contiguous();
-  p.x = xf.const_data_ptr<float>();
-  p.x_stride_row = xf.stride(0);
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / p.k);
   float tensor_scale = 1.f;
   if (p.granularity == QuantGranularity::kTensor && p.scale_in == nullptr) {
-    // max is exact and order-free, so splitting the rows cannot change the result.
+    // max is exact and order-free (a NaN stays NaN), so splitting the rows cannot change the result.
+    const auto fold = [](float a, float b) {
+      return (a != a || b != b) ? std::numeric_limits<float>::quiet_NaN() : std::fmax(a, b);
+    };
     const float amax = at::parallel_reduce(
-        0, p.m, grain, 0.f, [&](int64_t b, int64_t e, float acc) { return std::fmax(acc, cpu::quantize_amax_rows(p, b, e)); },
-        [](float a, float b) { return std::fmax(a, b); });
+        0, p.m, grain, 0.f, [&](int64_t b, int64_t e, float acc) { return fold(acc, cpu::quantize_amax_rows(p, b, e)); },
+        fold);
     tensor_scale = quant_scale_from_amax(amax);
     *p.scale_out = tensor_scale;
   }
-  at::parallel_for(0, p.m, grain, [&](int64_t b, int64_t e) { cpu::quantize_rows(p, b, e, tensor_scale); });
+  std::atomic<bool> tensor_bad{false};
+  at::parallel_for(0, p.m, grain, [&](int64_t b, int64_t e) {
+    if (cpu::quantize_rows(p, b, e, tensor_scale)) tensor_bad.store(true);
+  });
+  if (tensor_bad.load()) *p.scale_out = std::numeric_limits<float>::quiet_NaN();
 }
 
-void run_cuda(const at::Tensor& x, QuantizeParams& p) {
+void run_cuda(QuantizeParams& p, const at::Tensor& x) {
   const c10::cuda::CUDAGuard guard(x.device());
-  // The kernels need unit stride along K; any row stride is read in place.
-  const at::Tensor xk = (x.stride(1) == 1 || p.k == 1) ? x : x.contiguous();
-  p.x = xk.const_data_ptr();
-  p.x_stride_row = xk.stride(0);
   // Per-tensor dynamic: 4 bytes for the grid-wide amax (zeroed by the launcher on the stream).
-  // It and xk stay alive, and their memory with the caching allocator, until the launches are enqueued.
+  // It stays alive, and its memory with the caching allocator, until the launches are enqueued.
   at::Tensor workspace;
   if (p.granularity == QuantGranularity::kTensor && p.scale_in == nullptr) {
     workspace = at::empty({1}, x.options().dtype(at::kFloat));
@@ -131,34 +143,39 @@ std::tuple<at::Tensor, at::Tensor> quantize(const at::Tensor& x, std::string_vie
   if (scale.has_value()) check_scale(*scale, x, granularity);
   const int64_t m = x.size(0), k = x.size(1);
 
+  TORCH_CHECK_VALUE(x.is_cpu() || x.is_cuda(), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ",
+                    x.device().str());
+  if (scale.has_value() && x.is_cpu()) check_static_scale_values(*scale);
+
   at::Tensor q = at::empty({m, k}, x.options().dtype(at::kChar));
-  // Static: the op returns a copy of the given scales because, under this schema, an output may
-  // not alias an input (opcheck, functionalization and torch.compile rely on it); the Python
-  // wrapper hands the caller's own tensor back instead.
-  at::Tensor scale_out =
-      scale.has_value() ? scale->clone() : at::empty(scale_shape(granularity, m, k), x.options().dtype(at::kFloat));
+  // Static: the op returns a copy of the given scales (an output may not alias an input under
+  // this schema: opcheck, functionalization and torch.compile rely on it), contiguous, with NaN
+  // for the groups that held a non-finite x or had an invalid scale.
+  at::Tensor scale_out = scale.has_value() ? scale->clone(at::MemoryFormat::Contiguous)
+                                           : at::empty(scale_shape(granularity, m, k), x.options().dtype(at::kFloat));
   if (m == 0 || k == 0) {
     if (!scale.has_value()) scale_out.fill_(1.f);  // amax of nothing is 0, whose scale is 1
     return {q, scale_out};
   }
-  // The kernels index the given scales densely.
+  // The kernels index the given scales densely; they read these and write scale_out.
   const at::Tensor scale_in = scale.has_value() ? scale->contiguous() : at::Tensor();
 
   QuantizeParams p;
+  // x is read in place with any strides (a zero stride included: an expand-ed x is never
+  // materialised); the GPU kernels take 16-byte vectors only where its K stride is 1.
+  p.x = x.const_data_ptr();
+  p.x_stride_row = x.stride(0);
+  p.x_stride_col = x.stride(1);
   p.m = m;
   p.k = k;
   p.dtype = dtype;
   p.granularity = granularity;
   p.q = q.data_ptr<int8_t>();
-  if (scale.has_value()) {
-    p.scale_in = scale_in.const_data_ptr<float>();
-  } else {
-    p.scale_out = scale_out.data_ptr<float>();
-  }
+  p.scale_out = scale_out.data_ptr<float>();
+  if (scale.has_value()) p.scale_in = scale_in.const_data_ptr<float>();
   if (x.is_cuda()) {
-    run_cuda(x, p);
+    run_cuda(p, x);
   } else {
-    TORCH_CHECK_VALUE(x.is_cpu(), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ", x.device().str());
     run_cpu(x, p);
   }
   return {q, scale_out};

@@ -2,62 +2,110 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include <cuda_fp16.h>
 
 namespace tcgemm::cpu {
 namespace {
 
-// fmax drops NaN like the GPU's fmaxf, so both sides see the same amax.
+float bf16_bits_to_float(uint16_t bits) {
+  const uint32_t word = static_cast<uint32_t>(bits) << 16;  // bf16 is fp32's top half
+  float v;
+  std::memcpy(&v, &word, sizeof(v));
+  return v;
+}
+
+float fp16_bits_to_float(uint16_t bits) {
+  __half_raw raw;
+  raw.x = bits;
+  return __half2float(__half(raw));
+}
+
+// Row `row` of x as K contiguous floats: in place for fp32 rows with unit stride, otherwise
+// converted (exactly) into `buf`.
+const float* row_of(const QuantizeParams& p, int64_t row, std::vector<float>& buf) {
+  if (p.dtype == QuantDtype::kFloat32 && (p.x_stride_col == 1 || p.k == 1)) {
+    return static_cast<const float*>(p.x) + row * p.x_stride_row;
+  }
+  buf.resize(static_cast<size_t>(p.k));
+  const int64_t base = row * p.x_stride_row;
+  if (p.dtype == QuantDtype::kFloat32) {
+    const float* x = static_cast<const float*>(p.x) + base;
+    for (int64_t i = 0; i < p.k; ++i) buf[i] = x[i * p.x_stride_col];
+  } else {
+    const uint16_t* x = static_cast<const uint16_t*>(p.x) + base;
+    const bool bf16 = p.dtype == QuantDtype::kBFloat16;
+    for (int64_t i = 0; i < p.k; ++i) {
+      const uint16_t bits = x[i * p.x_stride_col];
+      buf[i] = bf16 ? bf16_bits_to_float(bits) : fp16_bits_to_float(bits);
+    }
+  }
+  return buf.data();
+}
+
 float amax_of(const float* x, int64_t n) {
   float m = 0.f;
-  for (int64_t i = 0; i < n; ++i) m = std::fmax(m, std::fabs(x[i]));
+  for (int64_t i = 0; i < n; ++i) m = amax_fold(m, x[i]);
   return m;
 }
 
-void quantize_span(const float* x, int8_t* q, int64_t n, float scale) {
-  for (int64_t i = 0; i < n; ++i) q[i] = quant_value(x[i], scale);
+// Quantizes n values with one scale. Static (`mark` non-null): a non-finite x, or an invalid
+// scale, sets *mark to NaN.
+void quantize_span(const float* x, int8_t* q, int64_t n, float scale, float* mark) {
+  bool bad = mark != nullptr && !quant_scale_valid(scale);
+  for (int64_t i = 0; i < n; ++i) {
+    q[i] = quant_value(x[i], scale);
+    bad = bad || (mark != nullptr && !quant_finite(x[i]));
+  }
+  if (bad) *mark = std::numeric_limits<float>::quiet_NaN();
 }
 
 }  // namespace
 
 float quantize_amax_rows(const QuantizeParams& p, int64_t m_begin, int64_t m_end) {
-  const float* x = static_cast<const float*>(p.x);
+  std::vector<float> buf;
   float m = 0.f;
-  for (int64_t row = m_begin; row < m_end; ++row) m = std::fmax(m, amax_of(x + row * p.x_stride_row, p.k));
+  for (int64_t row = m_begin; row < m_end; ++row) {
+    const float a = amax_of(row_of(p, row, buf), p.k);
+    m = (m != m || a != a) ? std::numeric_limits<float>::quiet_NaN() : std::fmax(m, a);
+  }
   return m;
 }
 
-void quantize_rows(const QuantizeParams& p, int64_t m_begin, int64_t m_end, float tensor_scale) {
-  const float* x = static_cast<const float*>(p.x);
+bool quantize_rows(const QuantizeParams& p, int64_t m_begin, int64_t m_end, float tensor_scale) {
+  const bool is_static = p.scale_in != nullptr;
   const int64_t groups = p.groups();
+  std::vector<float> buf;
+  float tensor_mark = 0.f;  // static per tensor: NaN once a row was bad
   for (int64_t row = m_begin; row < m_end; ++row) {
-    const float* x_row = x + row * p.x_stride_row;
+    const float* x_row = row_of(p, row, buf);
     int8_t* q_row = p.q + row * p.k;
     switch (p.granularity) {
       case QuantGranularity::kTensor:
-        quantize_span(x_row, q_row, p.k, p.scale_in != nullptr ? p.scale_in[0] : tensor_scale);
+        quantize_span(x_row, q_row, p.k, is_static ? p.scale_in[0] : tensor_scale, is_static ? &tensor_mark : nullptr);
         break;
       case QuantGranularity::kToken: {
-        const float scale = p.scale_in != nullptr ? p.scale_in[row] : quant_scale_from_amax(amax_of(x_row, p.k));
-        if (p.scale_in == nullptr) p.scale_out[row] = scale;
-        quantize_span(x_row, q_row, p.k, scale);
+        const float scale = is_static ? p.scale_in[row] : quant_scale_from_amax(amax_of(x_row, p.k));
+        if (!is_static) p.scale_out[row] = scale;
+        quantize_span(x_row, q_row, p.k, scale, is_static ? p.scale_out + row : nullptr);
         break;
       }
       case QuantGranularity::kGroup:
         for (int64_t g = 0; g < groups; ++g) {
           const int64_t begin = g * kScaleBlock;
           const int64_t n = std::min<int64_t>(kScaleBlock, p.k - begin);
-          float scale;
-          if (p.scale_in != nullptr) {
-            scale = p.scale_in[row * groups + g];
-          } else {
-            scale = quant_scale_from_amax(amax_of(x_row + begin, n));
-            p.scale_out[row * groups + g] = scale;
-          }
-          quantize_span(x_row + begin, q_row + begin, n, scale);
+          float* out = p.scale_out + row * groups + g;
+          const float scale = is_static ? p.scale_in[row * groups + g] : quant_scale_from_amax(amax_of(x_row + begin, n));
+          if (!is_static) *out = scale;
+          quantize_span(x_row + begin, q_row + begin, n, scale, is_static ? out : nullptr);
         }
         break;
     }
   }
+  return tensor_mark != tensor_mark;
 }
 
 }  // namespace tcgemm::cpu

@@ -18,9 +18,15 @@
 // - Static scales: quantize_scaled_kernel alone, reading the given scale of each element.
 //
 // Loads are 16 bytes wide (8 bf16/fp16 or 4 fp32 values) when x's base address, its row stride
-// and K allow them (K also keeps the int8 stores of q aligned); other layouts take the scalar
-// path, which is slower but gives the same bits. Every quotient is the correctly rounded one
-// (QuantDivisor: the reciprocal once per scale, then FMA steps per element).
+// and K allow them and its K stride is 1 (K also keeps the int8 stores of q aligned); other
+// layouts, any K stride included (0 for an expand-ed row), take the scalar path in place, which
+// is slower but gives the same bits. Every quotient is the correctly rounded one (QuantDivisor:
+// the reciprocal once per scale, then FMA steps per element).
+//
+// Bad data follows common/quantize_params.h: the amax reductions propagate NaN (amax_fold,
+// max_nan), so a group holding a NaN or an inf gets a NaN scale and quantizes to zeros; the
+// static kernel zeroes non-finite values and marks their group's returned scale NaN, as it does
+// for a group whose given scale is not a positive finite number.
 #include "kernels/quantize/quantize.h"
 
 #include <algorithm>
@@ -32,6 +38,7 @@
 
 #include "common/cuda_check.h"
 #include "common/math.h"
+#include "ptx/minmax.cuh"
 
 namespace tcgemm {
 namespace {
@@ -62,6 +69,13 @@ constexpr int64_t kMaxBlocks = 1 << 20; // grids are grid-stride loops beyond th
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+// Element e of a row of x: 16-byte vectors need a unit K stride (the launcher checks), the scalar
+// path reads any stride.
+template <int VEC, typename T>
+__device__ __forceinline__ const T* x_at(const T* x_row, int64_t e, int64_t stride_col) {
+  return VEC == 1 ? x_row + e * stride_col : x_row + e;
+}
 
 // VEC consecutive values of x as loaded. A 16-byte vector stays four packed words (bf16/fp16
 // take half the registers of floats, which lets the token kernel keep twice as much of its
@@ -142,16 +156,16 @@ __device__ __forceinline__ void store_quantized(int8_t* dst, const float (&v)[VE
 template <int VEC>
 __device__ __forceinline__ float abs_max(float m, const float (&v)[VEC]) {
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) m = fmaxf(m, fabsf(v[i]));
+  for (int i = 0; i < VEC; ++i) m = amax_fold(m, v[i]);
   return m;
 }
 
-// Max over aligned groups of WIDTH lanes (xor offsets below WIDTH never leave the group).
-// Every lane of the warp must call it.
+// Max over aligned groups of WIDTH lanes (xor offsets below WIDTH never leave the group), NaN
+// propagating. Every lane of the warp must call it.
 template <int WIDTH = kWarp>
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
-  for (int offset = WIDTH / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = WIDTH / 2; offset > 0; offset /= 2) v = ptx::max_nan(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
 
@@ -195,11 +209,21 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
       // Vectorized rows: all of a thread's loads first, then the reduction, so they are in
       // flight together (the scalar layouts interleave, which keeps their 32 loads' addresses
       // out of the registers).
+      // The scalar layouts walk one pointer by team * K-stride (a product per load spilled).
+      const T* walk = x_row + lane * p.x_stride_col;
+      const int64_t walk_step = int64_t{team} * p.x_stride_col;
 #pragma unroll
       for (int c = 0; c < CACHE; ++c) {
         const Index i = Index{c} * team + lane;
-        if (i < nvec) cached[c] = load_raw<T, VEC>(x_row + i * VEC);
-        if (VEC == 1 && i < nvec) amax = fmaxf(amax, fabsf(cached[c].get(0)));
+        if constexpr (VEC == 1) {
+          if (i < nvec) {
+            cached[c] = load_raw<T, VEC>(walk);
+            amax = amax_fold(amax, cached[c].get(0));
+          }
+          walk += walk_step;
+        } else {
+          if (i < nvec) cached[c] = load_raw<T, VEC>(x_row + i * VEC);
+        }
       }
       if constexpr (VEC > 1) {
 #pragma unroll
@@ -214,7 +238,7 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
     } else {
       for (int64_t i = lane; i < nvec; i += team) {
         float v[VEC];
-        load_vec<T, VEC>(x_row + i * VEC, v);
+        load_vec<T, VEC>(x_at<VEC>(x_row, i * VEC, p.x_stride_col), v);
         amax = abs_max(amax, v);
       }
     }
@@ -239,7 +263,7 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
     } else {
       for (int64_t i = lane; i < nvec; i += team) {
         float v[VEC];
-        load_vec<T, VEC>(x_row + i * VEC, v);  // second sweep: the row was just read
+        load_vec<T, VEC>(x_at<VEC>(x_row, i * VEC, p.x_stride_col), v);  // second sweep: the row was just read
         store_quantized<VEC>(q_row + i * VEC, v, divisor);
       }
     }
@@ -276,7 +300,7 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_group_kernel(const Qua
     for (int j = 0; j < PER_LANE; ++j) {
       const int64_t col = col0 + (int64_t{j} * LANES + sub) * VEC;
       if (valid && col < p.k) {
-        load_vec<T, VEC>(x_row + col, v[j]);
+        load_vec<T, VEC>(x_at<VEC>(x_row, col, p.x_stride_col), v[j]);
         amax = abs_max(amax, v[j]);
       }
     }
@@ -305,17 +329,20 @@ __global__ void __launch_bounds__(kBlockThreads) amax_kernel(const QuantizeParam
     const T* x_row = x + row * p.x_stride_row;
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < nvec; i += int64_t{gridDim.x} * blockDim.x) {
       float v[VEC];
-      load_vec<T, VEC>(x_row + i * VEC, v);
+      load_vec<T, VEC>(x_at<VEC>(x_row, i * VEC, p.x_stride_col), v);
       amax = abs_max(amax, v);
     }
   }
   amax = block_max(amax, partials);
-  // amax >= +0 (fabsf, and fmaxf drops NaN), so its bits compare like its value.
-  if (threadIdx.x == 0 && amax > 0.f) atomicMax(static_cast<unsigned int*>(p.workspace), __float_as_uint(amax));
+  // amax is +0, positive, +inf or the positive NaN max.NaN returns: its bits order like those
+  // values, NaN above inf, so the grid's fold keeps a NaN.
+  if (threadIdx.x == 0 && amax != 0.f) atomicMax(static_cast<unsigned int*>(p.workspace), __float_as_uint(amax));
 }
 
 // Quantizes with a known scale per element: the given (static) scales, or for a dynamic
 // per-tensor quantization the scale derived from the amax in the workspace (also written out).
+// Static: a non-finite x quantizes to 0, and its group's returned scale becomes NaN, as does
+// that of a group whose scale is invalid (several threads may write the same NaN).
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const QuantizeParams p) {
   const bool per_tensor = p.granularity == QuantGranularity::kTensor;
@@ -334,9 +361,26 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const Qu
     if (p.granularity == QuantGranularity::kToken) scale = p.scale_in[row];
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < nvec; i += int64_t{gridDim.x} * blockDim.x) {
       // A vector never straddles two groups: 128 is a multiple of VEC.
-      if (p.granularity == QuantGranularity::kGroup) scale = p.scale_in[row * groups + i * VEC / kScaleBlock];
+      const int64_t group = i * VEC / kScaleBlock;
+      if (p.granularity == QuantGranularity::kGroup) scale = p.scale_in[row * groups + group];
       float v[VEC];
-      load_vec<T, VEC>(x_row + i * VEC, v);
+      load_vec<T, VEC>(x_at<VEC>(x_row, i * VEC, p.x_stride_col), v);
+      if (p.scale_in != nullptr) {
+        bool bad = !quant_scale_valid(scale);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          if (!quant_finite(v[e])) {
+            v[e] = 0.f;
+            bad = true;
+          }
+        }
+        if (bad) {
+          const int64_t at = p.granularity == QuantGranularity::kTensor  ? 0
+                             : p.granularity == QuantGranularity::kToken ? row
+                                                                         : row * groups + group;
+          p.scale_out[at] = __int_as_float(0x7fffffff);
+        }
+      }
       store_quantized<VEC>(p.q + row * p.k + i * VEC, v, QuantDivisor(scale));
     }
   }
@@ -409,7 +453,7 @@ template <typename T>
 void launch_typed(const QuantizeParams& p) {
   constexpr int kVec = 16 / sizeof(T);
   const bool vectorized = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_stride_row % kVec == 0 &&
-                          p.k % kVec == 0 && reinterpret_cast<uintptr_t>(p.q) % kVec == 0;
+                          p.x_stride_col == 1 && p.k % kVec == 0 && reinterpret_cast<uintptr_t>(p.q) % kVec == 0;
   if (vectorized) return launch<T, kVec>(p);
   launch<T, 1>(p);
 }
