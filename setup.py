@@ -50,12 +50,9 @@ ext = CUDAExtension(
     sources=sources(),
     include_dirs=[os.path.join(ROOT, "csrc")],
     extra_compile_args={
-        # -fopenmp: at::parallel_for is a header template that runs in parallel only where the
-        # including code is compiled with OpenMP (the CPU GEMM and quantize path).
-        "cxx": common + ["-fopenmp"],
+        "cxx": common,
         "nvcc": common + ["--expt-relaxed-constexpr", "-lineinfo", "-Xptxas=-warn-spills"] + arch_flags,
     },
-    extra_link_args=["-fopenmp"],
 )
 
 setup(ext_modules=[ext], cmdclass={"build_ext": BuildExtension})

@@ -2,7 +2,6 @@
 // This is the only layer that sees torch; below it everything is a GemmProblem and its epilogue.
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
-#include <ATen/Parallel.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -15,6 +14,7 @@
 #include "common/math.h"
 #include "dispatch/backends.h"
 #include "dispatch/launch.h"
+#include "ops/cpu_parallel.h"
 #include "ops/tensor_args.h"
 
 namespace tcgemm {
@@ -56,7 +56,7 @@ void run_cuda(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmP
 void run_on_cpu(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmProblem& p,
                 const Int32EpilogueParams& e) {
   const OperandCopies k_major = cpu_k_major_operands(kOp, requested, a, b, p);
-  at::parallel_for(0, p.m, cpu_row_grain(p), [&](int64_t begin, int64_t end) { run_cpu(p, e, begin, end); });
+  cpu_parallel_for(p.m, cpu_row_grain(p), [&](int64_t begin, int64_t end) { run_cpu(p, e, begin, end); });
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 // tcgemm::quantize: validation, layout preparation, output allocation, launch.
 // Below this layer everything is QuantizeParams (common/quantize_params.h).
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -10,6 +9,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +19,7 @@
 #include "common/quantize_params.h"
 #include "kernels/cpu/cpu_quantize.h"
 #include "kernels/quantize/quantize.h"
+#include "ops/cpu_parallel.h"
 #include "ops/tensor_args.h"
 
 namespace tcgemm {
@@ -100,22 +101,23 @@ void check_static_scale_values(const at::Tensor& s) {
                     s.flatten()[at].item<float>(), " at flat index ", num(at));
 }
 
-void run_cpu(const at::Tensor& x, QuantizeParams& p) {
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / p.k);
+void run_cpu(QuantizeParams& p) {
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / p.k);  // rows per chunk
   float tensor_scale = 1.f;
   if (p.granularity == QuantGranularity::kTensor && p.scale_in == nullptr) {
     // max is exact and order-free (a NaN stays NaN), so splitting the rows cannot change the result.
-    const auto fold = [](float a, float b) {
-      return (a != a || b != b) ? std::numeric_limits<float>::quiet_NaN() : std::fmax(a, b);
-    };
-    const float amax = at::parallel_reduce(
-        0, p.m, grain, 0.f, [&](int64_t b, int64_t e, float acc) { return fold(acc, cpu::quantize_amax_rows(p, b, e)); },
-        fold);
-    tensor_scale = quant_scale_from_amax(amax);
+    std::mutex fold;
+    float all = 0.f;
+    cpu_parallel_for(p.m, grain, [&](int64_t b, int64_t e) {
+      const float a = cpu::quantize_amax_rows(p, b, e);
+      const std::lock_guard<std::mutex> lock(fold);
+      all = (all != all || a != a) ? std::numeric_limits<float>::quiet_NaN() : std::fmax(all, a);
+    });
+    tensor_scale = quant_scale_from_amax(all);
     *p.scale_out = tensor_scale;
   }
   std::atomic<bool> tensor_bad{false};
-  at::parallel_for(0, p.m, grain, [&](int64_t b, int64_t e) {
+  cpu_parallel_for(p.m, grain, [&](int64_t b, int64_t e) {
     if (cpu::quantize_rows(p, b, e, tensor_scale)) tensor_bad.store(true);
   });
   if (tensor_bad.load()) *p.scale_out = std::numeric_limits<float>::quiet_NaN();
@@ -176,7 +178,7 @@ std::tuple<at::Tensor, at::Tensor> quantize(const at::Tensor& x, std::string_vie
   if (x.is_cuda()) {
     run_cuda(p, x);
   } else {
-    run_cpu(x, p);
+    run_cpu(p);
   }
   return {q, scale_out};
 }

@@ -2,7 +2,6 @@
 // fused into the GEMM's epilogue (per-block scales: into its main loop). Validation, the scale
 // granularity read off the scale shapes, output allocation, launch.
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -16,6 +15,7 @@
 #include "dispatch/backends.h"
 #include "dispatch/launch.h"
 #include "epilogue/scaled_epilogue.h"
+#include "ops/cpu_parallel.h"
 #include "ops/tensor_args.h"
 
 namespace tcgemm {
@@ -91,7 +91,7 @@ void run_on_cpu(Backend requested, const at::Tensor& a, const at::Tensor& b, Gem
   // fp32 results, rounded once to the output dtype by torch (round to nearest even).
   at::Tensor f32 = out.scalar_type() == at::kFloat ? out : at::empty(out.sizes(), out.options().dtype(at::kFloat));
   p.d = Output{f32.data_ptr<float>(), f32.stride(0), OutType::kFp32};
-  at::parallel_for(0, p.m, cpu_row_grain(p), [&](int64_t begin, int64_t end) { run_cpu(p, e, begin, end); });
+  cpu_parallel_for(p.m, cpu_row_grain(p), [&](int64_t begin, int64_t end) { run_cpu(p, e, begin, end); });
   if (!f32.is_same(out)) out.copy_(f32);
 }
 

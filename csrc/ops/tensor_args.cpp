@@ -123,7 +123,7 @@ OperandCopies cpu_k_major_operands(const char* op, Backend requested, const at::
 }
 
 int64_t cpu_row_grain(const GemmProblem& p) {
-  return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, int64_t{p.n} * p.k));
+  return std::max<int64_t>(1, (int64_t{1} << 21) / std::max<int64_t>(1, int64_t{p.n} * p.k));
 }
 
 }  // namespace tcgemm

@@ -51,7 +51,8 @@ OperandCopies fit_operands(Backend backend, const at::Tensor& a, const at::Tenso
 OperandCopies cpu_k_major_operands(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
                                    GemmProblem& p);
 
-// Rows of D per at::parallel_for task: about 64K multiply-adds each.
+// Rows of D per CPU task (ops/cpu_parallel.h): about 2M multiply-adds each, which outweighs
+// starting a thread.
 int64_t cpu_row_grain(const GemmProblem& p);
 
 }  // namespace tcgemm

@@ -1,0 +1,44 @@
+// The CPU path's threads: [0, n) split into contiguous chunks run on std::threads, as many as
+// torch.get_num_threads() allows. Not at::parallel_for: with an OpenMP build of torch that is a
+// header template which runs in parallel only where the including code is compiled with OpenMP,
+// and linking an extension's own OpenMP runtime next to torch's is not safe.
+#pragma once
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <thread>
+#include <vector>
+
+namespace tcgemm {
+
+// Runs fn(begin, end) over chunks of [0, n) of at least `grain` items each (the calling thread
+// takes the first). An exception from any chunk is rethrown after every thread has joined.
+template <class F>
+void cpu_parallel_for(int64_t n, int64_t grain, const F& fn) {
+  if (n <= 0) return;
+  const int64_t most = std::max<int64_t>(1, n / std::max<int64_t>(1, grain));
+  const int64_t chunks = std::min<int64_t>(std::max(1, at::get_num_threads()), most);
+  if (chunks == 1) return fn(int64_t{0}, n);
+  const int64_t step = (n + chunks - 1) / chunks;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(chunks));
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(chunks - 1));
+  const auto run = [&](int64_t c) {
+    try {
+      fn(c * step, std::min(n, (c + 1) * step));
+    } catch (...) {
+      errors[static_cast<size_t>(c)] = std::current_exception();
+    }
+  };
+  for (int64_t c = 1; c < chunks; ++c) threads.emplace_back(run, c);
+  run(0);
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace tcgemm
