@@ -93,12 +93,12 @@ void check_scale(const at::Tensor& s, const at::Tensor& x, QuantGranularity g) {
 // synchronisation (CPU tensors); on a GPU an invalid scale quantizes its group to zeros and
 // returns NaN for it (common/quantize_params.h).
 void check_static_scale_values(const at::Tensor& s) {
-  const at::Tensor bad = ~(s.isfinite() & (s > 0));
-  if (!bad.any().item<bool>()) return;
-  const at::Tensor first = bad.flatten().nonzero().select(1, 0);
-  const int64_t at = first.numel() > 0 ? first[0].item<int64_t>() : 0;
-  TORCH_CHECK_VALUE(false, kOp, ": argument 'scale' must hold positive finite numbers, got ",
-                    s.flatten()[at].item<float>(), " at flat index ", num(at));
+  const at::Tensor dense = s.contiguous();
+  const float* v = dense.const_data_ptr<float>();
+  for (int64_t i = 0; i < dense.numel(); ++i) {
+    TORCH_CHECK_VALUE(quant_scale_valid(v[i]), kOp, ": argument 'scale' must hold positive finite numbers, got ",
+                      num_float(v[i]), " at flat index ", num(i));
+  }
 }
 
 void run_cpu(QuantizeParams& p) {

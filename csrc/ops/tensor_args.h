@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -17,6 +18,11 @@ namespace tcgemm {
 // pairings (seen: g++ 13 building against torch 2.11) the extension's own instantiation of
 // ostream's integer insertion picks the wrong locale facet and crashes.
 inline std::string num(int64_t v) { return std::to_string(v); }
+inline std::string num_float(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
 std::string shape_str(at::IntArrayRef sizes);
 std::string dtype_name(at::ScalarType t);
 bool fits_int32(int64_t v);
