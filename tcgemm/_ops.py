@@ -109,7 +109,7 @@ def available_backends(device: torch.device | str | int | None = None) -> list[s
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     index = (torch.cuda.current_device() if count else 0) if device.index is None else device.index
     if index >= count:
-        raise ValueError(f"{op}: argument 'device' is {device}, but this machine has {count} CUDA device(s)")
+        raise ValueError(f"{op}: argument 'device' must name one of the {count} visible CUDA devices, got index {index}")
     names = torch.ops.tcgemm.available_backends(index)
     return names.split(",") if names else []
 

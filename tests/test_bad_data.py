@@ -162,7 +162,7 @@ def test_scaled_gemm_scales_are_plain_multipliers(device):
         assert y[1].isnan().all(), backend
         assert (y[2] == 0).all(), backend
         torch.testing.assert_close(y[3], -base[3], rtol=1e-6, atol=0)
-        exact = (a[4].long() @ b.long()).cpu()
+        exact = a[4].cpu().long() @ b.cpu().long()
         assert torch.equal(y[4].isnan().cpu(), exact == 0), backend  # inf * 0 is NaN
         assert torch.equal(y[[0, 5, 6, 7]], base[[0, 5, 6, 7]]), backend
         sb2 = sb.clone()
@@ -478,7 +478,7 @@ def _argument_errors():
         ("available_backends device", lambda: tcgemm.available_backends("tpu"), ValueError,
          "tcgemm.available_backends: argument 'device' must name a cpu or cuda device, got 'tpu'"),
         ("available_backends index", lambda: tcgemm.available_backends("cuda:97"), ValueError,
-         r"tcgemm.available_backends: argument 'device' is cuda:97, but this machine has \d+ CUDA device"),
+         r"tcgemm.available_backends: argument 'device' must name one of the \d+ visible CUDA devices, got index 97"),
     ]
 
 
