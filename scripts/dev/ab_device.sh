@@ -5,6 +5,8 @@
 #
 # Environment:
 #   REF        the base commit (default HEAD), exported with `git archive` and built in $AB_DIR/base
+#   BASE_TREE  instead of REF: a folder holding the base sources (e.g. `git archive REF` unpacked
+#              into a folder .git/info/exclude ignores, carried to a machine whose clone lacks REF)
 #   NEW_REF    build this commit as the new side instead of the working tree; NEW_REF equal to REF
 #              is an A/A run (one build, both sides): the noise between processes
 #   BENCHES    the timing commands, ';'-separated: python modules with their arguments, each taking
@@ -40,13 +42,17 @@ commit_of() {
   }
 }
 
-# export_tree COMMIT DIR: the commit's files in DIR, unless DIR already holds a build of it.
+# export_tree COMMIT DIR: the commit's files (or BASE_TREE's, for a "tree:" id) in DIR, unless
+# DIR already holds a build of it.
 export_tree() {
   if [ -f "$2/.ab_commit" ] && [ "$(cat "$2/.ab_commit")" = "$1" ] && ls "$2"/tcgemm/_C*.so > /dev/null 2>&1; then
     return 1
   fi
   rm -rf "$2" && mkdir -p "$2"
-  git -C "$ROOT" archive "$1" | tar -x -C "$2"
+  case "$1" in
+    tree:*) cp -a "$BASE_TREE"/. "$2"/ ;;
+    *) git -C "$ROOT" archive "$1" | tar -x -C "$2" ;;
+  esac
 }
 
 # build_tree DIR LOG [COMMIT]: build in place; COMMIT marks DIR as a finished build of it.
@@ -60,7 +66,12 @@ build_tree() {
   fi
 }
 
-BASE_COMMIT=$(commit_of "$REF")
+if [ -n "${BASE_TREE:-}" ]; then
+  BASE_COMMIT="tree:$(cd "$BASE_TREE" && find . -type f -newer /dev/null -print0 | sort -z | xargs -0 cat | md5sum | cut -c1-12)"
+  REF=$BASE_TREE
+else
+  BASE_COMMIT=$(commit_of "$REF")
+fi
 BASE=$AB_DIR/base
 NEW=$ROOT
 NEW_COMMIT=""
