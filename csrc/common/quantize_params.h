@@ -92,16 +92,20 @@ TCGEMM_HD float quant_scale_from_amax(float amax) {
   return quant_div(amax, 127.f);
 }
 
-// clamp(round_half_even(x / scale), -127, 127); 0 for a non-finite x or an invalid scale. rintf
-// rounds half to even in the default rounding mode on both sides.
-TCGEMM_HD int8_t quant_value(float x, float scale) {
-  if (!quant_finite(x) || !quant_scale_valid(scale)) return 0;
+// clamp(round_half_even(x / scale), -127, 127) for a finite x and a valid scale. rintf rounds
+// half to even in the default rounding mode on both sides.
+TCGEMM_HD int8_t quant_value_finite(float x, float scale) {
 #if defined(__CUDA_ARCH__)
   const float r = fminf(fmaxf(rintf(quant_div(x, scale)), -127.f), 127.f);
 #else
   const float r = std::fmin(std::fmax(std::rint(quant_div(x, scale)), -127.f), 127.f);
 #endif
   return static_cast<int8_t>(static_cast<int>(r));
+}
+
+// The rule for any x and scale: 0 for a non-finite x or an invalid scale.
+TCGEMM_HD int8_t quant_value(float x, float scale) {
+  return quant_finite(x) && quant_scale_valid(scale) ? quant_value_finite(x, scale) : int8_t{0};
 }
 
 // One scale applied to many values, prepared once (per row or group): on the GPU,
@@ -120,14 +124,19 @@ TCGEMM_HD int8_t quant_value(float x, float scale) {
 //     quotients below 2^-30 in magnitude may be off by an ulp but quantize to 0 either way.
 //   - round half to even and the conversion: adding 1.5 * 2^23 rounds the (|q| < 2^22) value
 //     to an integer in the mantissa in the default rounding mode, whose low byte is the int8.
-// Other scales (0, denormal, huge, inf, NaN, negative) are not `fast` and take quant_value.
+// Other valid scales (denormal, huge) are not `fast` and take quant_value_finite; an invalid one
+// (0, negative, inf, NaN) quantizes everything to 0. The kernels branch on these once per scale,
+// so no per-element check is needed: their x are finite (a finite amax, or the static kernel's
+// zeroing).
 struct QuantDivisor {
   float scale;
   float recip;  // RN(1 / scale) when fast
   float bound;  // RN(127 * scale) when fast
   bool fast;
+  bool valid;
 
-  TCGEMM_HD explicit QuantDivisor(float s) : scale(s), recip(0.f), bound(0.f), fast(s >= 0x1p-90f && s <= 0x1p90f) {
+  TCGEMM_HD explicit QuantDivisor(float s)
+      : scale(s), recip(0.f), bound(0.f), fast(s >= 0x1p-90f && s <= 0x1p90f), valid(quant_scale_valid(s)) {
     if (fast) {
       recip = quant_div(1.f, s);
       bound = 127.f * s;

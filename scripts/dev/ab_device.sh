@@ -67,7 +67,7 @@ build_tree() {
 }
 
 if [ -n "${BASE_TREE:-}" ]; then
-  BASE_COMMIT="tree:$(cd "$BASE_TREE" && find . -type f -newer /dev/null -print0 | sort -z | xargs -0 cat | md5sum | cut -c1-12)"
+  BASE_COMMIT="tree:$(cd "$BASE_TREE" && find . -type f -print0 | sort -z | xargs -0 cat | md5sum | cut -c1-12)"
   REF=$BASE_TREE
 else
   BASE_COMMIT=$(commit_of "$REF")

@@ -135,7 +135,17 @@ __device__ __forceinline__ void load_vec(const T* ptr, float (&out)[VEC]) {
   to_floats(load_raw<T, VEC>(ptr), out);
 }
 
-// Quantizes VEC values and stores them with one aligned store of VEC bytes.
+// VEC zeros with one aligned store: the values of a group whose scale is invalid.
+template <int VEC>
+__device__ __forceinline__ void store_zeros(int8_t* dst) {
+  struct alignas(VEC) Pack {
+    int8_t b[VEC];
+  } pack = {};
+  *reinterpret_cast<Pack*>(dst) = pack;
+}
+
+// Quantizes VEC finite values with a valid scale and stores them with one aligned store of VEC
+// bytes. (Callers branch on the scale's validity once per row or group, outside their loops.)
 template <int VEC>
 __device__ __forceinline__ void store_quantized(int8_t* dst, const float (&v)[VEC], const QuantDivisor& scale) {
   struct alignas(VEC) Pack {
@@ -148,7 +158,7 @@ __device__ __forceinline__ void store_quantized(int8_t* dst, const float (&v)[VE
     for (int i = 0; i < VEC; ++i) pack.b[i] = quant_value_fast(v[i], scale);
   } else {
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) pack.b[i] = quant_value(v[i], scale.scale);
+    for (int i = 0; i < VEC; ++i) pack.b[i] = quant_value_finite(v[i], scale.scale);
   }
   *reinterpret_cast<Pack*>(dst) = pack;
 }
@@ -250,6 +260,10 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
     const float scale = quant_scale_from_amax(amax);
     if (lane == 0) p.scale_out[row] = scale;
     const QuantDivisor divisor(scale);
+    if (!divisor.valid) {  // a NaN or inf in the row: zeros (team-uniform, no barrier below)
+      for (int64_t i = lane; i < nvec; i += team) store_zeros<VEC>(q_row + i * VEC);
+      continue;
+    }
     if constexpr (CACHE > 0) {
 #pragma unroll
       for (int c = 0; c < CACHE; ++c) {
@@ -312,7 +326,12 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_group_kernel(const Qua
 #pragma unroll
     for (int j = 0; j < PER_LANE; ++j) {
       const int64_t col = col0 + (int64_t{j} * LANES + sub) * VEC;
-      if (col < p.k) store_quantized<VEC>(p.q + row * p.k + col, v[j], divisor);
+      if (col >= p.k) continue;
+      if (divisor.valid) {
+        store_quantized<VEC>(p.q + row * p.k + col, v[j], divisor);
+      } else {
+        store_zeros<VEC>(p.q + row * p.k + col);
+      }
     }
   }
 }
@@ -381,7 +400,12 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const Qu
           p.scale_out[at] = __int_as_float(0x7fffffff);
         }
       }
-      store_quantized<VEC>(p.q + row * p.k + i * VEC, v, QuantDivisor(scale));
+      const QuantDivisor divisor(scale);
+      if (divisor.valid) {
+        store_quantized<VEC>(p.q + row * p.k + i * VEC, v, divisor);
+      } else {
+        store_zeros<VEC>(p.q + row * p.k + i * VEC);
+      }
     }
   }
 }
