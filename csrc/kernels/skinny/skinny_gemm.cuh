@@ -64,6 +64,12 @@ __device__ __forceinline__ void load_row32(uint32_t (&r)[8], const uint8_t* row,
   }
 }
 
+// Byte offset of a row: the index is never negative, and widening it as unsigned keeps a sign
+// word per row out of the registers (sm_80's promoting kernels spilled one at the 128 cap).
+__device__ __forceinline__ int64_t row_offset(int row, int64_t stride) {
+  return static_cast<int64_t>(static_cast<uint32_t>(row)) * stride;
+}
+
 // RowTiles, ColTiles: those of the config (TileConfig<RowTiles, ColTiles>).
 template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, class Epi>
 __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmProblem p, const Epi epi) {
@@ -89,10 +95,10 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmProb
   for (int mt = 0; mt < RowTiles; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      a_row[mt][h] = static_cast<const uint8_t*>(p.a.ptr) + min(m0 + 16 * mt + g + 8 * h, p.m - 1) * p.a.stride_row;
+      a_row[mt][h] = static_cast<const uint8_t*>(p.a.ptr) + row_offset(min(m0 + 16 * mt + g + 8 * h, p.m - 1), p.a.stride_row);
 #pragma unroll
   for (int nt = 0; nt < ColTiles; ++nt)
-    b_row[nt] = static_cast<const uint8_t*>(p.b.ptr) + min(n0 + 8 * nt + g, p.n - 1) * p.b.stride_row;
+    b_row[nt] = static_cast<const uint8_t*>(p.b.ptr) + row_offset(min(n0 + 8 * nt + g, p.n - 1), p.b.stride_row);
   const uint64_t stream = ptx::l2_policy_evict_first();
 
   int32_t acc[RowTiles][ColTiles][4];  // the whole K range, or one K block when promoting
