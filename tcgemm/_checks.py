@@ -287,6 +287,27 @@ def _quantize_checks() -> list[Check]:
     ]
 
 
+# Argument kinds the ops' schemas would reject with a bare RuntimeError ("Expected a value of type
+# ..."): the Python wrappers check them first, as TypeError (or ValueError for an int out of range)
+# naming the argument.
+def require_tensor(op: str, name: str, value, optional: bool = False) -> None:
+    if not (isinstance(value, torch.Tensor) or (optional and value is None)):
+        what = "a torch.Tensor or None" if optional else "a torch.Tensor"
+        raise TypeError(f"{op}: argument '{name}' must be {what}, got {type(value).__name__}")
+
+
+def require_str(op: str, name: str, value) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{op}: argument '{name}' must be a str, got {type(value).__name__}")
+
+
+def require_int32(op: str, name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{op}: argument '{name}' must be an int, got {type(value).__name__}")
+    if not _INT32_MIN <= value < _INT32_END:
+        raise ValueError(int32_range_message(name, value))
+
+
 # Per op (the schema name in torch.ops.tcgemm), its checks in the order the C++ makes them.
 CHECKS: dict[str, list[Check]] = {
     "gemm": _gemm_checks(out_arg=False),

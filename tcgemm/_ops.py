@@ -6,31 +6,11 @@ from typing import Optional
 
 import torch
 
-from ._checks import check_args, int32_range_message
+from ._checks import check_args, require_int32, require_str, require_tensor
 from ._library import BACKENDS  # noqa: F401  (tcgemm.BACKENDS)
 
 _GEMM = "tcgemm.gemm"
 _SCALED = "tcgemm.scaled_gemm"
-
-
-# Argument kinds the ops' schemas would reject with a bare RuntimeError ("Expected a value of type
-# ..."): checked first, as TypeError (or ValueError for an int out of range) naming the argument.
-def _tensor(op: str, name: str, value, optional: bool = False) -> None:
-    if not (isinstance(value, torch.Tensor) or (optional and value is None)):
-        what = "a torch.Tensor or None" if optional else "a torch.Tensor"
-        raise TypeError(f"{op}: argument '{name}' must be {what}, got {type(value).__name__}")
-
-
-def _str(op: str, name: str, value) -> None:
-    if not isinstance(value, str):
-        raise TypeError(f"{op}: argument '{name}' must be a str, got {type(value).__name__}")
-
-
-def _int32(op: str, name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{op}: argument '{name}' must be an int, got {type(value).__name__}")
-    if not -(2**31) <= value < 2**31:
-        raise ValueError(int32_range_message(name, value))
 
 
 def gemm(
@@ -63,12 +43,12 @@ def gemm(
         >>> d = tcgemm.gemm(a, b, c, alpha=2, beta=-1)
     """
     for name, value in (("a", a), ("b", b)):
-        _tensor(_GEMM, name, value)
-    _tensor(_GEMM, "c", c, optional=True)
-    _int32(_GEMM, "alpha", alpha)
-    _int32(_GEMM, "beta", beta)
-    _tensor(_GEMM, "out", out, optional=True)
-    _str(_GEMM, "backend", backend)
+        require_tensor(_GEMM, name, value)
+    require_tensor(_GEMM, "c", c, optional=True)
+    require_int32(_GEMM, "alpha", alpha)
+    require_int32(_GEMM, "beta", beta)
+    require_tensor(_GEMM, "out", out, optional=True)
+    require_str(_GEMM, "backend", backend)
     if out is None:
         return torch.ops.tcgemm.gemm.default(a, b, c, alpha, beta, backend)
     torch.ops.tcgemm.gemm_out.default(a, b, c, alpha, beta, backend, out=out)
@@ -106,10 +86,11 @@ def available_backends(device: torch.device | str | int | None = None) -> list[s
         return ["cpu"]
     if device.type != "cuda":
         raise ValueError(f"{op}: argument 'device' must be a cpu or cuda device, got {device}")
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    index = (torch.cuda.current_device() if count else 0) if device.index is None else device.index
-    if index >= count:
-        raise ValueError(f"{op}: argument 'device' must name one of the {count} visible CUDA devices, got index {index}")
+    if device.index is not None:
+        index = device.index
+    else:
+        index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    # The library checks the index (a ValueError naming the visible devices, also without a GPU).
     names = torch.ops.tcgemm.available_backends(index)
     return names.split(",") if names else []
 
@@ -161,14 +142,14 @@ def scaled_gemm(
         >>> y = tcgemm.scaled_gemm(qx, qw.t(), sx, sw, bias)  # qw int8 [N, K], sw fp32 [N]
     """
     for name, value in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
-        _tensor(_SCALED, name, value)
-    _tensor(_SCALED, "bias", bias, optional=True)
+        require_tensor(_SCALED, name, value)
+    require_tensor(_SCALED, "bias", bias, optional=True)
     if not isinstance(out_dtype, torch.dtype):
         raise TypeError(
             f"{_SCALED}: argument 'out_dtype' must be a torch.dtype (torch.bfloat16, torch.float16 or "
             f"torch.float32), got {type(out_dtype).__name__} {out_dtype!r}"
         )
-    _str(_SCALED, "backend", backend)
+    require_str(_SCALED, "backend", backend)
     return torch.ops.tcgemm.scaled_gemm.default(a, b, scale_a, scale_b, bias, out_dtype, backend)
 
 

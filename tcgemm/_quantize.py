@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 
 from . import _library  # noqa: F401  (loads tcgemm._C, which registers torch.ops.tcgemm)
-from ._checks import check_args
+from ._checks import check_args, require_str, require_tensor
 from ._scales import quantize_scale_shape
 
 _OP = "tcgemm.quantize"
@@ -48,8 +48,7 @@ def quantize(
         >>> q, s = tcgemm.quantize(x, "group")         # s is [4, 2]
         >>> q2, _ = tcgemm.quantize(x, "group", scale=s)   # static: reuse the scales
     """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{_OP}: argument 'x' must be a torch.Tensor, got {type(x).__name__}")
+    require_tensor(_OP, "x", x)
     if x.dim() == 0:
         raise ValueError(f"{_OP}: argument 'x' must have shape [..., K], got a 0-D tensor")
     if x.dim() == 2:
@@ -68,7 +67,8 @@ def quantize(
 
 
 def _quantize_2d(x, granularity, scale):
-    _check_python_args(x, granularity, scale)
+    require_str(_OP, "granularity", granularity)
+    require_tensor(_OP, "scale", scale, optional=True)
     return torch.ops.tcgemm.quantize.default(x, granularity, scale)
 
 
@@ -79,11 +79,3 @@ def _quantize_fake(x, granularity, scale=None):
     if scale is not None:
         return q, torch.empty_like(scale)
     return q, x.new_empty(quantize_scale_shape(granularity, x.shape[0], x.shape[1]), dtype=torch.float32)
-
-
-def _check_python_args(x, granularity, scale) -> None:
-    """What the op's schema would reject with a RuntimeError, as TypeError naming the argument."""
-    if not isinstance(granularity, str):
-        raise TypeError(f"{_OP}: argument 'granularity' must be a str, got {type(granularity).__name__}")
-    if scale is not None and not isinstance(scale, torch.Tensor):
-        raise TypeError(f"{_OP}: argument 'scale' must be a torch.Tensor or None, got {type(scale).__name__}")

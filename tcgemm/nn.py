@@ -99,10 +99,8 @@ def quantize_weight(w: torch.Tensor, granularity: str = "channel") -> tuple[torc
     bad = scale.isnan()
     rows = scale.masked_fill(bad, 1.0).repeat_interleave(SCALE_BLOCK, dim=0)[:n]
     q, _ = tcgemm.quantize(w, "group", scale=rows)
-    if bool(bad.any()):
-        zero = bad.repeat_interleave(SCALE_BLOCK, dim=0)[:n].repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
-        q = q.masked_fill(zero, 0)
-    return q, scale
+    zero = bad.repeat_interleave(SCALE_BLOCK, dim=0)[:n].repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
+    return q.masked_fill(zero, 0), scale  # no data-dependent branch: no host sync on a GPU
 
 
 class QuantLinear(nn.Module):
