@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <stdexcept>
+#include <type_traits>
 
 #include "kernels/wmma/wmma_gemm.cuh"
 
@@ -52,26 +53,33 @@ FlipMasks flip_masks(const GemmProblem& p) {
 
 }  // namespace
 
-template <class Epi>
-void launch(const GemmProblem& p, const Epi& epi, int sm_count) {
+// Runs run(T, flip_a, flip_b) with the element type and flips of the problem's signedness; the
+// WMMA kernels take the int32 epilogue only.
+template <class Epi, class Run>
+void with_element_type(const GemmProblem& p, const Run& run) {
   if constexpr (!config_serves<Config, Epi>()) {
     throw std::logic_error("tcgemm: the WMMA kernels run the int32 epilogue only");
   } else {
     const FlipMasks f = flip_masks(p);
-    if (f.as_signed) return launch_tiled_layout<Config, signed char>(p, epi, sm_count, f.a, f.b);
-    launch_tiled_layout<Config, unsigned char>(p, epi, sm_count, f.a, f.b);
+    if (f.as_signed) return run(static_cast<signed char*>(nullptr), f.a, f.b);
+    run(static_cast<unsigned char*>(nullptr), f.a, f.b);
   }
 }
 
 template <class Epi>
+void launch(const GemmProblem& p, const Epi& epi, int sm_count) {
+  with_element_type<Epi>(p, [&](auto* tag, uint32_t flip_a, uint32_t flip_b) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    launch_tiled_layout<Config, T>(p, epi, sm_count, flip_a, flip_b);
+  });
+}
+
+template <class Epi>
 void launch_simple(const GemmProblem& p, const Epi& epi, int sm_count) {
-  if constexpr (!config_serves<Config, Epi>()) {
-    throw std::logic_error("tcgemm: the WMMA kernels run the int32 epilogue only");
-  } else {
-    const FlipMasks f = flip_masks(p);
-    if (f.as_signed) return launch_simple_kernel<signed char>(p, epi, sm_count, f.a, f.b);
-    launch_simple_kernel<unsigned char>(p, epi, sm_count, f.a, f.b);
-  }
+  with_element_type<Epi>(p, [&](auto* tag, uint32_t flip_a, uint32_t flip_b) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    launch_simple_kernel<T>(p, epi, sm_count, flip_a, flip_b);
+  });
 }
 
 #define TCGEMM_WMMA_INSTANTIATE_ONE(Epi, Unused)                                    \
