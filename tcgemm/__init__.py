@@ -5,11 +5,12 @@
     d = tcgemm.gemm(a, b, c, alpha=2, beta=-1)      # D = alpha*A@B + beta*C in int32
     q, s = tcgemm.quantize(x, "token")              # symmetric int8 with fp32 scales (tensor/token/group)
     y = tcgemm.scaled_gemm(q, qw.t(), s, sw, bias)  # int8 GEMM with the scales fused -> bf16
+    y = tcgemm.quant_linear(x, qw, sw, bias)        # quantize + scaled_gemm as one op (x's dtype)
     lin = tcgemm.QuantLinear.from_linear(linear)    # W8A8 drop-in for nn.Linear
     report = tcgemm.quantize_model(model)           # swaps a model's nn.Linear layers in place
 """
 
-from ._ops import BACKENDS, available_backends, gemm, int8_gemm, scaled_gemm
+from ._ops import BACKENDS, available_backends, gemm, int8_gemm, quant_linear, scaled_gemm
 from ._quantize import quantize
 from . import reference
 from .nn import QuantLinear, QuantizeReport, quantize_model
@@ -22,6 +23,7 @@ __all__ = [
     "gemm",
     "int8_gemm",
     "quantize",
+    "quant_linear",
     "quantize_model",
     "reference",
     "scaled_gemm",

@@ -29,6 +29,7 @@ Args = dict[str, Any]
 _GEMM = "tcgemm.gemm"
 _SCALED = "tcgemm.scaled_gemm"
 _QUANTIZE = "tcgemm.quantize"
+_QUANT_LINEAR = "tcgemm.quant_linear"
 _MAX_DIM = 2**30  # kernels index tiles and K slices in 32-bit arithmetic with headroom
 _MAX_UNBLOCKED_K = 131071  # int8 x int8 dot products of this length fit in int32
 _INT32_MIN, _INT32_END = -(2**31), 2**31
@@ -287,6 +288,76 @@ def _quantize_checks() -> list[Check]:
     ]
 
 
+def _ql_nkm(x: Args):
+    """(N, K, rows) of quant_linear: x [..., K] is seen as rows of K."""
+    w, xs = x["weight"], x["x"].shape
+    rows = 1
+    for size in xs[:-1]:
+        rows = rows * size
+    return w.shape[0], w.shape[1], rows
+
+
+def _ql_weight_scale_layout(x: Args) -> Optional[str]:
+    n, k, _ = _ql_nkm(x)
+    return _scales.decode_weight_scale(x["weight_scale"].shape, n, k)
+
+
+def _ql_weight_scale_message(x: Args) -> str:
+    n, k, _ = _ql_nkm(x)
+    kb, nb = _scales.scale_blocks(k), _scales.scale_blocks(n)
+    return (f"{_QUANT_LINEAR}: argument 'weight_scale' must have shape [N] = [{n}] (per-channel), "
+            f"[ceil(N/128), ceil(K/128)] = [{nb}, {kb}] (per-block 128x128) or [N, ceil(K/128)] = [{n}, {kb}], "
+            f"got {_shape(x['weight_scale'])}")
+
+
+def _ql_per_block_weight(x: Args):
+    s, (_, k, _) = x["weight_scale"], _ql_nkm(x)
+    return s.dim() == 2 and _scales.scale_blocks(k) > 1 and s.stride(1) != 0
+
+
+def _ql_empty(x: Args):
+    n, k, rows = _ql_nkm(x)
+    return rows == 0 or n == 0 or k == 0
+
+
+def _quant_linear_checks() -> list[Check]:
+    """csrc/ops/quant_linear.cpp."""
+    op = _QUANT_LINEAR
+    return [
+        _backend_name(op),
+        Check("activation", ValueError, lambda x: x["activation"] in ("token", "block"),
+              lambda x: f"{op}: argument 'activation' must be 'token' or 'block', got '{x['activation']}'"),
+        Check("x_dtype", TypeError, lambda x: x["x"].dtype in _QUANTIZE_DTYPES,
+              lambda x: f"{op}: argument 'x' must have dtype torch.bfloat16, torch.float16 or torch.float32, "
+              f"got {x['x'].dtype}"),
+        Check("x_dim", ValueError, lambda x: x["x"].dim() >= 1,
+              lambda x: f"{op}: argument 'x' must have at least one dimension [..., K], got a 0-D tensor"),
+        *_operand(op, "weight", "[N, K]", (torch.int8,)),
+        _same_device(op, "weight", ref="x"),
+        Check("k_match", ValueError, lambda x: x["x"].shape[-1] == x["weight"].shape[1],
+              lambda x: f"{op}: in_features mismatch: 'x' is [..., K] = {_shape(x['x'])} but 'weight' is [N, K] = "
+              f"{_shape(x['weight'])}"),
+        Check("weight_scale_dtype", TypeError, lambda x: x["weight_scale"].dtype == torch.float32,
+              lambda x: f"{op}: argument 'weight_scale' must have dtype torch.float32, got {x['weight_scale'].dtype}"),
+        Check("weight_scale_shape", ValueError, lambda x: _ql_weight_scale_layout(x) is not None,
+              _ql_weight_scale_message),
+        _same_device(op, "weight_scale", ref="x"),
+        Check("bias_shape", ValueError,
+              lambda x: x["bias"] is None or (x["bias"].dim() == 1 and x["bias"].shape[0] == _ql_nkm(x)[0]),
+              lambda x: f"{op}: argument 'bias' must have shape [N] = [{_ql_nkm(x)[0]}], got {_shape(x['bias'])}"),
+        Check("bias_dtype", TypeError, lambda x: x["bias"] is None or x["bias"].dtype.is_floating_point,
+              lambda x: f"{op}: argument 'bias' must have a floating-point dtype, got {x['bias'].dtype}"),
+        _same_device(op, "bias", ref="x"),
+        Check("k_overflow", ValueError,
+              lambda x: x["activation"] == "block" or _ql_per_block_weight(x) or _ql_nkm(x)[1] <= _MAX_UNBLOCKED_K,
+              lambda x: f"{op}: K = {_ql_nkm(x)[1]} > {_MAX_UNBLOCKED_K} could overflow the int32 accumulator "
+              "without per-block scales; use activation='block'"),
+        Check("backend_on_cpu", ValueError,
+              lambda x: x["backend"] in ("auto", "cpu") or x["x"].device.type != "cpu" or _ql_empty(x),
+              lambda x: f"{op}: backend '{x['backend']}' needs CUDA tensors, got tensors on cpu (argument 'backend')"),
+    ]
+
+
 # Argument kinds the ops' schemas would reject with a bare RuntimeError ("Expected a value of type
 # ..."): the Python wrappers check them first, as TypeError (or ValueError for an int out of range)
 # naming the argument.
@@ -314,6 +385,7 @@ CHECKS: dict[str, list[Check]] = {
     "gemm_out": _gemm_checks(out_arg=True),
     "scaled_gemm": _scaled_gemm_checks(),
     "quantize": _quantize_checks(),
+    "quant_linear": _quant_linear_checks(),
 }
 
 _RAISE = {ValueError: torch._check_value, TypeError: torch._check_type}

@@ -11,6 +11,7 @@ from ._library import BACKENDS  # noqa: F401  (tcgemm.BACKENDS)
 
 _GEMM = "tcgemm.gemm"
 _SCALED = "tcgemm.scaled_gemm"
+_QUANT_LINEAR = "tcgemm.quant_linear"
 
 
 def gemm(
@@ -159,3 +160,53 @@ def _scaled_gemm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=None, backend
         "scaled_gemm", a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=out_dtype, backend=backend
     )
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16 if out_dtype is None else out_dtype)
+
+
+def quant_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    activation: str = "token",
+    *,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """The W8A8 linear layer as one op: ``x @ (weight * weight_scale).T + bias`` with ``x``
+    quantized on the fly, what :class:`tcgemm.QuantLinear` computes.
+
+    Bit for bit ``tcgemm.scaled_gemm(*tcgemm.quantize(x2d, g), weight.t(), weight_scale, bias,
+    out_dtype=x.dtype)`` with ``g`` = "token" or "group", behind one dispatch: on a GPU of compute
+    capability 9.0 the few-rows GEMM starts streaming the weight while the activations are still
+    being quantized (programmatic dependent launch).
+
+    Args:
+        x: [..., K] bf16, fp16 or fp32; any strides.
+        weight: int8 [N, K] (``nn.Linear`` layout).
+        weight_scale: fp32 ``[N]`` per channel, ``[ceil(N/128), ceil(K/128)]`` per 128x128 block,
+            or ``[N, ceil(K/128)]`` per channel and 1x128 block (told apart by rank).
+        bias: optional [N], any float dtype (applied in fp32).
+        activation: "token" (one scale per row of x) or "block" (per row and 128-wide K block).
+        backend: as for :func:`scaled_gemm`.
+
+    Returns:
+        [..., N] of ``x.dtype``.
+
+    Example:
+        >>> qw, sw = tcgemm.nn.quantize_weight(linear.weight, "channel")
+        >>> y = tcgemm.quant_linear(x, qw, sw, linear.bias)
+    """
+    for name, value in (("x", x), ("weight", weight), ("weight_scale", weight_scale)):
+        require_tensor(_QUANT_LINEAR, name, value)
+    require_tensor(_QUANT_LINEAR, "bias", bias, optional=True)
+    require_str(_QUANT_LINEAR, "activation", activation)
+    require_str(_QUANT_LINEAR, "backend", backend)
+    return torch.ops.tcgemm.quant_linear.default(x, weight, weight_scale, bias, activation, backend)
+
+
+@torch.library.register_fake("tcgemm::quant_linear")
+def _quant_linear_fake(x, weight, weight_scale, bias=None, activation="token", backend="auto"):
+    check_args(
+        "quant_linear", x=x, weight=weight, weight_scale=weight_scale, bias=bias, activation=activation,
+        backend=backend,
+    )
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))

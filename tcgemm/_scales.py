@@ -93,6 +93,21 @@ def decode_scale_b(shape: Sequence, n, k) -> Optional[str]:
     return next(_scale_b_matches(list(shape), n, k), None)
 
 
+def decode_weight_scale(shape: Sequence, n, k) -> Optional[str]:
+    """The layout ``tcgemm.quant_linear`` reads the scales of a weight [N, K] of ``shape`` as, told
+    apart by rank (never ambiguous): [N] per channel; [ceil(N/128), ceil(K/128)] 128x128 blocks;
+    [N, ceil(K/128)] a channel's 1x128 blocks. None if it rejects the shape."""
+    shape = list(shape)
+    if len(shape) == 1 and shape[0] == n:
+        return PER_ROW
+    if len(shape) == 2 and shape[1] == scale_blocks(k):
+        if shape[0] == scale_blocks(n):
+            return PER_BLOCK_128X128
+        if shape[0] == n:
+            return PER_ROW_BLOCK
+    return None
+
+
 def scale_b_is_ambiguous(shape: Sequence, n, k) -> bool:
     """Whether ``shape`` fits several scale_b layouts that mean different things, so that
     scaled_gemm reads it as the first of them (:func:`decode_scale_b`) whatever was meant.

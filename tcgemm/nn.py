@@ -5,9 +5,9 @@
     report = tcgemm.nn.quantize_model(model, skip=("lm_head",))  # swap every nn.Linear in place
     print(report)
 
-A :class:`QuantLinear` holds its weight as int8 [N, K] with fp32 scales, quantizes the activations
-on the fly (``tcgemm.quantize``) and runs one fused int8 GEMM with the scales and bias applied in its
-epilogue (``tcgemm.scaled_gemm``). Its state is plain tensors (buffers), so ``state_dict`` works with
+A :class:`QuantLinear` holds its weight as int8 [N, K] with fp32 scales; its forward is one op,
+``tcgemm.quant_linear``: the activations quantized on the fly (the kernels of ``tcgemm.quantize``)
+and one fused int8 GEMM with the scales and bias applied in its epilogue (``tcgemm.scaled_gemm``'s). Its state is plain tensors (buffers), so ``state_dict`` works with
 ``torch.save`` and safetensors. The int8 weight is frozen; gradients flow to the input (through the
 dequantized weight, the quantization of the input taken as the identity) and to a bias that
 requires them, so adapters such as LoRA train on a frozen int8 base.
@@ -24,7 +24,7 @@ from torch import nn
 
 import tcgemm  # the ops are looked up at call time, so this works while tcgemm/__init__ is loading
 
-from ._scales import SCALE_BLOCK, scale_b_is_ambiguous, scale_blocks
+from ._scales import SCALE_BLOCK, scale_blocks
 
 __all__ = ["QuantLinear", "QuantizeReport", "quantize_model", "quantize_weight"]
 
@@ -182,22 +182,6 @@ class QuantLinear(nn.Module):
             module.bias.copy_(linear.bias.detach().to(torch.float32))
         return module
 
-    def _gemm_weight_scale(self) -> torch.Tensor:
-        """``weight_scale`` in a form ``tcgemm.scaled_gemm`` reads as meant.
-
-        scaled_gemm tells scale_b's layouts apart by shape, trying per-channel [1, N] before
-        per-block [NB, KB]: with N <= 128 (NB == 1) and ceil(K/128) == N > 1 a block scale [1, KB]
-        would be read as per-channel. Such a scale is expanded to its equivalent
-        per-channel-1x128 form [N, KB]. Shapes are static, so this is decided at trace time (no
-        data-dependent Python).
-        """
-        scale = self.weight_scale
-        if self.weight_granularity == "block" and scale_b_is_ambiguous(
-            scale.shape, self.out_features, self.in_features
-        ):
-            return scale.expand(self.out_features, scale.shape[1])  # scaled_gemm reads any strides
-        return scale
-
     def dequantize_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The weight the layer computes with, ``weight * weight_scale`` as ``dtype`` [out, in].
 
@@ -214,8 +198,9 @@ class QuantLinear(nn.Module):
         return w.to(dtype)
 
     def _forward_2d(self, x2d: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-        q, scale = tcgemm.quantize(x2d, _QUANTIZE_GRANULARITY[self.activation_granularity])
-        return tcgemm.scaled_gemm(q, self.weight.t(), scale, self._gemm_weight_scale(), bias, out_dtype=x2d.dtype)
+        return torch.ops.tcgemm.quant_linear.default(
+            x2d, self.weight, self.weight_scale, bias, self.activation_granularity, "auto"
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` [..., in_features] bf16/fp16/fp32 -> [..., out_features] of ``x.dtype``."""
@@ -226,15 +211,15 @@ class QuantLinear(nn.Module):
             )
         if x.dtype not in _INPUT_DTYPES:
             raise TypeError(f"QuantLinear: input dtype must be bfloat16, float16 or float32, got {x.dtype}")
-        lead = x.shape[:-1]
-        # flatten, not reshape(-1, K): -1 cannot be inferred for an empty x when K == 0.
-        x2d = x.unsqueeze(0) if x.dim() == 1 else x.flatten(0, -2)
         bias = self.bias
         if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
-            y = _QuantLinearFunction.apply(x2d, bias, self)
-        else:
-            y = self._forward_2d(x2d, bias)
-        return y.reshape(*lead, self.out_features)
+            # flatten, not reshape(-1, K): -1 cannot be inferred for an empty x when K == 0.
+            x2d = x.unsqueeze(0) if x.dim() == 1 else x.flatten(0, -2)
+            return _QuantLinearFunction.apply(x2d, bias, self).reshape(*x.shape[:-1], self.out_features)
+        # One op (tcgemm.quant_linear): quantize and GEMM behind one dispatch, [..., K] in place.
+        return torch.ops.tcgemm.quant_linear.default(
+            x, self.weight, self.weight_scale, bias, self.activation_granularity, "auto"
+        )
 
     def _apply(self, fn, recurse=True):
         # Module.half() / .to(torch.bfloat16) convert every floating buffer; the kernels want fp32

@@ -42,7 +42,13 @@ def _quantize_base(dev):
     return dict(x=_ones(5, 300, device=dev), granularity="token", scale=None)
 
 
-BASE = {"gemm": _gemm_base, "gemm_out": _gemm_out_base, "scaled_gemm": _scaled_base, "quantize": _quantize_base}
+def _quant_linear_base(dev):  # x [2, 3, 256], weight [N, K] = [8, 256]
+    return dict(x=_ones(2, 3, 256, device=dev), weight=_ones(8, 256, dtype=I8, device=dev),
+                weight_scale=_ones(8, device=dev), bias=None, activation="token", backend="auto")
+
+
+BASE = {"gemm": _gemm_base, "gemm_out": _gemm_out_base, "scaled_gemm": _scaled_base, "quantize": _quantize_base,
+        "quant_linear": _quant_linear_base}
 
 
 def _big_rows(rows, cols, dev):
@@ -159,7 +165,45 @@ _QUANTIZE_BAD = [
     ("scale_shape", lambda x, dev: {"scale": _ones(4, 1, device=dev)}),
     ("scale_shape", lambda x, dev: {"granularity": "group", "scale": _ones(5, 2, device=dev)}),
 ]
+
+def _long_k_layer(**extra):
+    def change(x, dev):
+        k = 131072
+        return {"x": torch.zeros(1, k, device=dev), "weight": torch.zeros(1, k, dtype=I8, device=dev),
+                "weight_scale": _ones(1, device=dev), **{name: f(dev) for name, f in extra.items()}}
+    return change
+
+
+_QUANT_LINEAR_BAD = [
+    ("backend_name", lambda x, dev: {"backend": "fast"}),
+    ("activation", lambda x, dev: {"activation": "group"}),
+    ("activation", lambda x, dev: {"activation": "tensor", "x": x["x"].to(I8)}),  # before the dtype
+    ("x_dtype", lambda x, dev: {"x": x["x"].to(I8)}),
+    ("x_dtype", lambda x, dev: {"x": x["x"].double()}),
+    ("x_dim", lambda x, dev: {"x": _ones(device=dev)}),
+    ("weight_dim", lambda x, dev: {"weight": x["weight"][0]}),
+    ("weight_dtype", lambda x, dev: {"weight": x["weight"].to(torch.uint8)}),
+    ("weight_size", lambda x, dev: {"weight": _big_rows(2**30, 256, dev)}),
+    ("weight_device", lambda x, dev: {"weight": x["weight"].cpu()}),
+    ("k_match", lambda x, dev: {"x": _ones(2, 255, device=dev)}),
+    ("weight_scale_dtype", lambda x, dev: {"weight_scale": _ones(8, dtype=torch.float16, device=dev)}),
+    ("weight_scale_shape", lambda x, dev: {"weight_scale": _ones(7, device=dev)}),
+    ("weight_scale_shape", lambda x, dev: {"weight_scale": _ones(1, 8, device=dev)}),  # per-channel is [N]
+    ("weight_scale_shape", lambda x, dev: {"weight_scale": _ones(8, 3, device=dev)}),
+    ("weight_scale_shape", lambda x, dev: {"weight_scale": _ones(1, 1, 8, device=dev)}),
+    ("weight_scale_device", lambda x, dev: {"weight_scale": _ones(8)}),
+    ("bias_shape", lambda x, dev: {"bias": _ones(7, device=dev)}),
+    ("bias_shape", lambda x, dev: {"bias": _ones(1, 8, device=dev)}),
+    ("bias_dtype", lambda x, dev: {"bias": _ones(8, dtype=torch.int32, device=dev)}),
+    ("bias_device", lambda x, dev: {"bias": _ones(8)}),
+    ("k_overflow", _long_k_layer()),
+    # An expand()-ed [N, ceil(K/128)] scale does not change along K: not per-block.
+    ("k_overflow", _long_k_layer(weight_scale=lambda dev: _ones(1, 1, device=dev).expand(1, 1024))),
+    ("backend_on_cpu", lambda x, dev: {"backend": "sm90"}),
+    ("backend_on_cpu", lambda x, dev: {"backend": "skinny"}),
+]
 BAD = {
+    "quant_linear": _QUANT_LINEAR_BAD,
     "gemm": _GEMM_BAD + _GEMM_ONLY_BAD,
     "gemm_out": _GEMM_BAD + _GEMM_OUT_BAD,
     "scaled_gemm": _SCALED_BAD,
@@ -167,7 +211,7 @@ BAD = {
 }
 # Checks about a second device: the arguments live on CUDA and one of them on the CPU.
 TWO_DEVICE_CHECKS = {"b_device", "c_device", "out_device", "scale_a_device", "scale_b_device", "bias_device",
-                     "scale_device"}
+                     "scale_device", "weight_device", "weight_scale_device"}
 # Checks meta tensors cannot trigger: they concern the CPU.
 CPU_ONLY_CHECKS = {"backend_on_cpu"}
 
@@ -251,6 +295,12 @@ GOOD = [
     ("scaled_gemm", lambda x, dev: {"a": _ones(4, 0, dtype=I8, device=dev), "b": _ones(0, 8, dtype=I8, device=dev),
                                     "backend": "sm90"}),  # K = 0: out = bias, no backend runs
     ("scaled_gemm", _long_k(lambda dev: _ones(1, 1024, device=dev))),
+    ("quant_linear", lambda x, dev: {"weight_scale": _ones(1, 2, device=dev), "activation": "block"}),  # 128x128
+    ("quant_linear", lambda x, dev: {"weight_scale": _ones(8, 2, device=dev)}),
+    ("quant_linear", lambda x, dev: {"x": _ones(256, device=dev), "bias": _ones(8, dtype=torch.float16, device=dev)}),
+    ("quant_linear", lambda x, dev: {"x": _ones(2, 0, device=dev), "weight": _ones(8, 0, dtype=I8, device=dev),
+                                     "weight_scale": _ones(1, 0, device=dev), "backend": "sm90"}),  # K = 0
+    ("quant_linear", _long_k_layer(weight_scale=lambda dev: _ones(1, 1024, device=dev))),
     ("quantize", lambda x, dev: {"granularity": "tensor", "scale": _ones(1, 1, device=dev)}),
     ("quantize", lambda x, dev: {"granularity": "group", "scale": _ones(5, 3, device=dev)}),
     ("quantize", lambda x, dev: {"x": _ones(4, 0, dtype=torch.bfloat16, device=dev), "granularity": "group",

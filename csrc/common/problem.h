@@ -43,6 +43,11 @@ struct GemmProblem {
   // ranges of whole K blocks, each adding epilogue.partial(its sum) onto D with wrapping atomics,
   // after D was filled with epilogue(0) (epilogue/int32_epilogue_fill.h).
   int split_k = 1;
+  // Programmatic dependent launch (sm_90+; set by tcgemm.quant_linear for the skinny kernel, the
+  // only one that honours it): the kernel may start while the kernel before it on the stream (the
+  // activations' quantize) runs. It streams B before ptx::griddep_wait and reads A, the scales and
+  // bias and writes D after it, so B must not be written by that kernel.
+  bool pdl = false;
   cudaStream_t stream = nullptr;
 };
 

@@ -43,6 +43,10 @@ struct QuantizeParams {
   const float* scale_in = nullptr;
   // Per-tensor dynamic on the GPU only: 4 bytes of device memory for the grid-wide amax.
   void* workspace = nullptr;
+  // Programmatic dependent launch (sm_90+; tcgemm.quant_linear): the token, group and static
+  // kernels may start before the previous kernel on the stream ends (they touch memory only after
+  // ptx::griddep_wait) and let the GEMM after them start early (ptx::griddep_launch_dependents).
+  bool pdl = false;
   cudaStream_t stream = nullptr;
 
   TCGEMM_HD int64_t groups() const { return scale_blocks(k); }

@@ -54,12 +54,24 @@ inline std::optional<ScaleOperand> decode_scale_a(const ScaleTensor& s, int64_t 
   return std::nullopt;
 }
 
+// B's 2-D per-block scales with kb columns: ceil(N/128) rows (128x128 blocks) or N rows (a
+// channel's 1x128 blocks); nullopt for any other shape.
+inline std::optional<ScaleOperand> decode_scale_b_blocks(const ScaleTensor& s, int64_t n, int64_t kb) {
+  const int64_t nb = scale_blocks(n);
+  if (s.dim != 2 || s.sizes[1] != kb || (s.sizes[0] != nb && s.sizes[0] != n)) return std::nullopt;
+  ScaleOperand op;
+  op.ptr = s.ptr;
+  op.row_shift = s.sizes[0] == nb ? kScaleBlockShift : 0;
+  op.stride_row = s.sizes[0] > 1 ? s.strides[0] : 0;
+  op.stride_kb = kb > 1 ? s.strides[1] : 0;
+  return op;
+}
+
 // scale_b of B [K, N]: [] / [1] per tensor, [N] or [1, N] per channel, [ceil(N/128), kb] per
 // 128x128 block, [N, kb] per channel and 1x128 block; ambiguous shapes resolve in that order.
 inline std::optional<ScaleOperand> decode_scale_b(const ScaleTensor& s, int64_t n, int64_t kb) {
   ScaleOperand op;
   op.ptr = s.ptr;
-  const int64_t nb = scale_blocks(n);
   if (s.numel() == 1 && s.dim <= 2) return op;
   if (s.dim == 1 && s.sizes[0] == n) {
     op.stride_row = s.strides[0];
@@ -69,13 +81,20 @@ inline std::optional<ScaleOperand> decode_scale_b(const ScaleTensor& s, int64_t 
     op.stride_row = s.strides[1];
     return op;
   }
-  if (s.dim == 2 && s.sizes[1] == kb && (s.sizes[0] == nb || s.sizes[0] == n)) {
-    op.row_shift = s.sizes[0] == nb ? kScaleBlockShift : 0;
-    op.stride_row = s.sizes[0] > 1 ? s.strides[0] : 0;
-    op.stride_kb = kb > 1 ? s.strides[1] : 0;
+  return decode_scale_b_blocks(s, n, kb);
+}
+
+// The scales of an nn.Linear-style weight [N, K] (tcgemm.quant_linear, QuantLinear.weight_scale),
+// told apart by rank and never ambiguous: [N] per channel; 2-D per block, with kb = ceil(K / 128)
+// columns and ceil(N / 128) rows (128x128 blocks) or N rows (a channel's 1x128 blocks).
+inline std::optional<ScaleOperand> decode_weight_scale(const ScaleTensor& s, int64_t n, int64_t kb) {
+  ScaleOperand op;
+  op.ptr = s.ptr;
+  if (s.dim == 1 && s.sizes[0] == n) {
+    op.stride_row = s.strides[0];
     return op;
   }
-  return std::nullopt;
+  return decode_scale_b_blocks(s, n, kb);
 }
 
 }  // namespace tcgemm

@@ -26,6 +26,10 @@ struct DeviceInfo {
   bool sm90_kernels = false;  // this build's sm_90a kernels run on the device (sm90::kernel_available)
 };
 
+// Whether the device runs programmatic dependent launches (ptx/griddep.cuh): compute
+// capability >= 9.0.
+inline bool has_pdl(const DeviceInfo& dev) { return dev.major >= 9; }
+
 // Whether the sm90 kernels of this build run on the current CUDA device (fills DeviceInfo).
 bool sm90_kernels_available();
 

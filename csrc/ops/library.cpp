@@ -1,6 +1,6 @@
 // The tcgemm op library: every schema in one TORCH_LIBRARY block (the kernels per dispatch key are
-// registered beside each op: gemm.cpp, scaled_gemm.cpp, quantize.cpp), the backend queries, and
-// the Python module init that makes the shared library importable as tcgemm._C.
+// registered beside each op: gemm.cpp, scaled_gemm.cpp, quantize.cpp, quant_linear.cpp), the
+// backend queries, and the Python module init that makes the shared library importable as tcgemm._C.
 #include <Python.h>
 
 #include <ATen/cuda/CUDAContext.h>
@@ -43,6 +43,9 @@ TORCH_LIBRARY(tcgemm, m) {
       "scaled_gemm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
       "ScalarType? out_dtype=None, str backend='auto') -> Tensor");
   m.def("quantize(Tensor x, str granularity, Tensor? scale=None) -> (Tensor, Tensor)");
+  m.def(
+      "quant_linear(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None, str activation='token', "
+      "str backend='auto') -> Tensor");
   m.def("available_backends(int device_index) -> str", &available_backends);
   m.def("backend_names() -> str", &backend_names);
 }

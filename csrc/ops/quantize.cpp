@@ -20,6 +20,7 @@
 #include "kernels/cpu/cpu_quantize.h"
 #include "kernels/quantize/quantize.h"
 #include "ops/cpu_parallel.h"
+#include "ops/ops.h"
 #include "ops/tensor_args.h"
 
 namespace tcgemm {
@@ -50,18 +51,11 @@ const char* granularity_name(QuantGranularity g) {
 QuantDtype check_x(const at::Tensor& x) {
   TORCH_CHECK_VALUE(x.dim() == 2, kOp, ": argument 'x' must be a 2-D tensor [M, K], got a ", num(x.dim()),
                     "-D tensor");
-  switch (x.scalar_type()) {
-    case at::kBFloat16:
-      return QuantDtype::kBFloat16;
-    case at::kHalf:
-      return QuantDtype::kFloat16;
-    case at::kFloat:
-      return QuantDtype::kFloat32;
-    default:
-      TORCH_CHECK_TYPE(false, kOp, ": argument 'x' must have dtype torch.bfloat16, torch.float16 or torch.float32, got ",
-                       dtype_name(x.scalar_type()));
-  }
-  return QuantDtype::kFloat32;
+  const std::optional<QuantDtype> dtype = quant_dtype_of(x.scalar_type());
+  TORCH_CHECK_TYPE(dtype.has_value(), kOp,
+                   ": argument 'x' must have dtype torch.bfloat16, torch.float16 or torch.float32, got ",
+                   dtype_name(x.scalar_type()));
+  return *dtype;
 }
 
 // Shape of the scales: [] per tensor, [M, 1] per token, [M, G] per group.
@@ -123,8 +117,9 @@ void run_cpu(QuantizeParams& p) {
   if (tensor_bad.load()) *p.scale_out = std::numeric_limits<float>::quiet_NaN();
 }
 
-void run_cuda(QuantizeParams& p, const at::Tensor& x) {
+void run_cuda(QuantizeParams& p, const at::Tensor& x, bool overlap) {
   const c10::cuda::CUDAGuard guard(x.device());
+  p.pdl = overlap && has_pdl(device_info(x.device()));
   // Per-tensor dynamic: 4 bytes for the grid-wide amax (zeroed by the launcher on the stream).
   // It stays alive, and its memory with the caching allocator, until the launches are enqueued.
   at::Tensor workspace;
@@ -138,16 +133,22 @@ void run_cuda(QuantizeParams& p, const at::Tensor& x) {
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor> quantize(const at::Tensor& x, std::string_view granularity_arg,
-                                            const std::optional<at::Tensor>& scale) {
-  const QuantDtype dtype = check_x(x);
-  const QuantGranularity granularity = parse_granularity(granularity_arg);
-  if (scale.has_value()) check_scale(*scale, x, granularity);
-  const int64_t m = x.size(0), k = x.size(1);
+std::optional<QuantDtype> quant_dtype_of(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16:
+      return QuantDtype::kBFloat16;
+    case at::kHalf:
+      return QuantDtype::kFloat16;
+    case at::kFloat:
+      return QuantDtype::kFloat32;
+    default:
+      return std::nullopt;
+  }
+}
 
-  TORCH_CHECK_VALUE(x.is_cpu() || x.is_cuda(), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ",
-                    x.device().str());
-  if (scale.has_value() && x.is_cpu()) check_static_scale_values(*scale);
+std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x, QuantDtype dtype, QuantGranularity granularity,
+                                                 const std::optional<at::Tensor>& scale, bool overlap) {
+  const int64_t m = x.size(0), k = x.size(1);
 
   at::Tensor q = at::empty({m, k}, x.options().dtype(at::kChar));
   // Static: the op returns a copy of the given scales (an output may not alias an input under
@@ -176,11 +177,22 @@ std::tuple<at::Tensor, at::Tensor> quantize(const at::Tensor& x, std::string_vie
   p.scale_out = scale_out.data_ptr<float>();
   if (scale.has_value()) p.scale_in = scale_in.const_data_ptr<float>();
   if (x.is_cuda()) {
-    run_cuda(p, x);
+    run_cuda(p, x, overlap);
   } else {
     run_cpu(p);
   }
   return {q, scale_out};
+}
+
+std::tuple<at::Tensor, at::Tensor> quantize(const at::Tensor& x, std::string_view granularity_arg,
+                                            const std::optional<at::Tensor>& scale) {
+  const QuantDtype dtype = check_x(x);
+  const QuantGranularity granularity = parse_granularity(granularity_arg);
+  if (scale.has_value()) check_scale(*scale, x, granularity);
+  TORCH_CHECK_VALUE(x.is_cpu() || x.is_cuda(), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ",
+                    x.device().str());
+  if (scale.has_value() && x.is_cpu()) check_static_scale_values(*scale);
+  return quantize_impl(x, dtype, granularity, scale, /*overlap=*/false);
 }
 
 TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { m.impl("quantize", &quantize); }

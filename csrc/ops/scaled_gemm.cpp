@@ -16,29 +16,18 @@
 #include "dispatch/launch.h"
 #include "epilogue/scaled_epilogue.h"
 #include "ops/cpu_parallel.h"
+#include "ops/ops.h"
 #include "ops/tensor_args.h"
 
 namespace tcgemm {
 namespace {
 
 constexpr const char* kOp = "tcgemm.scaled_gemm";
-constexpr int64_t kMaxUnblockedK = 131071;  // int8 x int8 dot products of this length fit in int32
 
 void check_scale_tensor(const at::Tensor& s, const char* name, const at::Tensor& a) {
   TORCH_CHECK_TYPE(s.scalar_type() == at::kFloat, kOp, ": argument '", name, "' must have dtype torch.float32, got ",
                    dtype_name(s.scalar_type()));
   check_same_device(kOp, s, name, a);
-}
-
-ScaleTensor scale_tensor(const at::Tensor& s) {
-  ScaleTensor t;
-  t.ptr = s.data_ptr<float>();
-  t.dim = static_cast<int>(s.dim());
-  for (int i = 0; i < t.dim && i < 2; ++i) {
-    t.sizes[i] = s.size(i);
-    t.strides[i] = s.stride(i);
-  }
-  return t;
 }
 
 // The shapes common/scale_layout.h decodes; the messages list them.
@@ -73,21 +62,24 @@ OutType out_type_of(at::ScalarType t) {
   return OutType::kFp32;
 }
 
-void run_cuda(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmProblem& p,
-              const ScaledEpilogueParams& e) {
+void run_cuda(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b, GemmProblem& p,
+              const ScaledEpilogueParams& e, bool overlap) {
   const c10::cuda::CUDAGuard guard(a.device());
   const DeviceInfo dev = device_info(a.device());
   Backend backend = Backend::kAuto;
   const std::string why_not = resolve_gpu_backend(requested, dev, e, &backend);
-  TORCH_CHECK_VALUE(why_not.empty(), kOp, ": ", why_not, " (argument 'backend')");
+  TORCH_CHECK_VALUE(why_not.empty(), op, ": ", why_not, " (argument 'backend')");
   const OperandCopies copies = fit_operands(backend, a, b, p);  // alive until the launch is enqueued
   p.stream = at::cuda::getCurrentCUDAStream(a.device().index()).stream();
+  // An operand copy is a kernel between the quantize and the GEMM that writes what the GEMM
+  // reads before its griddep_wait: no overlap then.
+  p.pdl = overlap && has_pdl(dev) && !copies.a.defined() && !copies.b.defined();
   run_gpu(backend, p, e, dev);
 }
 
-void run_on_cpu(Backend requested, const at::Tensor& a, const at::Tensor& b, GemmProblem& p,
+void run_on_cpu(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b, GemmProblem& p,
                 const ScaledEpilogueParams& e, at::Tensor& out) {
-  const OperandCopies k_major = cpu_k_major_operands(kOp, requested, a, b, p);
+  const OperandCopies k_major = cpu_k_major_operands(op, requested, a, b, p);
   // fp32 results, rounded once to the output dtype by torch (round to nearest even).
   at::Tensor f32 = out.scalar_type() == at::kFloat ? out : at::empty(out.sizes(), out.options().dtype(at::kFloat));
   p.d = Output{f32.data_ptr<float>(), f32.stride(0), OutType::kFp32};
@@ -96,6 +88,44 @@ void run_on_cpu(Backend requested, const at::Tensor& a, const at::Tensor& b, Gem
 }
 
 }  // namespace
+
+ScaleTensor scale_tensor(const at::Tensor& s) {
+  ScaleTensor t;
+  t.ptr = s.data_ptr<float>();
+  t.dim = static_cast<int>(s.dim());
+  for (int i = 0; i < t.dim && i < 2; ++i) {
+    t.sizes[i] = s.size(i);
+    t.strides[i] = s.stride(i);
+  }
+  return t;
+}
+
+at::Tensor bias_as_f32(const at::Tensor& bias) { return bias.to(at::kFloat).contiguous(); }
+
+at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
+                            ScaledEpilogueParams e, const at::Tensor& bias_f32, at::ScalarType out_dtype,
+                            bool overlap) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  e.bias = bias_f32.defined() ? bias_f32.const_data_ptr<float>() : nullptr;
+  at::Tensor out = at::empty({m, n}, a.options().dtype(out_dtype));
+  if (m == 0 || n == 0) return out;
+  if (k == 0) {  // every sum is zero: out = bias
+    if (bias_f32.defined()) {
+      out.copy_(bias_f32.unsqueeze(0).expand({m, n}));
+    } else {
+      out.zero_();
+    }
+    return out;
+  }
+  GemmProblem p = gemm_problem(a, b, out.data_ptr(), n, out_type_of(out_dtype));
+  if (a.is_cuda()) {
+    run_cuda(op, requested, a, b, p, e, overlap);
+  } else {
+    TORCH_CHECK_VALUE(a.is_cpu(), op, ": argument 'a' must be a CPU or CUDA tensor, got ", a.device().str());
+    run_on_cpu(op, requested, a, b, p, e, out);
+  }
+  return out;
+}
 
 at::Tensor scaled_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
                        const std::optional<at::Tensor>& bias, std::optional<at::ScalarType> out_dtype,
@@ -121,31 +151,12 @@ at::Tensor scaled_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tenso
     TORCH_CHECK_TYPE(at::isFloatingType(bias->scalar_type()), kOp,
                      ": argument 'bias' must have a floating-point dtype, got ", dtype_name(bias->scalar_type()));
     check_same_device(kOp, *bias, "bias", a);
-    bias_f32 = bias->to(at::kFloat).contiguous();
-    e.bias = bias_f32.data_ptr<float>();
+    bias_f32 = bias_as_f32(*bias);
   }
   TORCH_CHECK_VALUE(e.per_block() || k <= kMaxUnblockedK, kOp, ": K = ", num(k), " > ", num(kMaxUnblockedK),
                     " could overflow the int32 accumulator without per-block scales; pass scale_a as [M, ceil(K/128)]"
                     " (per-block 1x128)");
-
-  at::Tensor out = at::empty({m, n}, a.options().dtype(dtype));
-  if (m == 0 || n == 0) return out;
-  if (k == 0) {  // every sum is zero: out = bias
-    if (bias_f32.defined()) {
-      out.copy_(bias_f32.unsqueeze(0).expand({m, n}));
-    } else {
-      out.zero_();
-    }
-    return out;
-  }
-  GemmProblem p = gemm_problem(a, b, out.data_ptr(), n, out_type_of(dtype));
-  if (a.is_cuda()) {
-    run_cuda(requested, a, b, p, e);
-  } else {
-    TORCH_CHECK_VALUE(a.is_cpu(), kOp, ": argument 'a' must be a CPU or CUDA tensor, got ", a.device().str());
-    run_on_cpu(requested, a, b, p, e, out);
-  }
-  return out;
+  return scaled_gemm_impl(kOp, requested, a, b, e, bias_f32, dtype, /*overlap=*/false);
 }
 
 TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { m.impl("scaled_gemm", &scaled_gemm); }

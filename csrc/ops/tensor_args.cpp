@@ -38,9 +38,10 @@ void check_operand(const char* op, const at::Tensor& t, const char* name, const 
                     "' has a dimension >= 2^30, which is not supported");
 }
 
-void check_same_device(const char* op, const at::Tensor& t, const char* name, const at::Tensor& a) {
-  TORCH_CHECK_VALUE(t.device() == a.device(), op, ": argument '", name, "' must be on the same device as 'a' (",
-                    a.device().str(), "), got ", t.device().str());
+void check_same_device(const char* op, const at::Tensor& t, const char* name, const at::Tensor& ref,
+                       const char* ref_name) {
+  TORCH_CHECK_VALUE(t.device() == ref.device(), op, ": argument '", name, "' must be on the same device as '", ref_name,
+                    "' (", ref.device().str(), "), got ", t.device().str());
 }
 
 Backend parse_backend_arg(const char* op, std::string_view name) {
@@ -110,10 +111,14 @@ OperandCopies fit_operands(Backend backend, const at::Tensor& a, const at::Tenso
   return copies;
 }
 
-OperandCopies cpu_k_major_operands(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
-                                   GemmProblem& p) {
+void check_cpu_backend(const char* op, Backend requested) {
   TORCH_CHECK_VALUE(requested == Backend::kAuto || requested == Backend::kCpu, op, ": backend '",
                     backend_name(requested), "' needs CUDA tensors, got tensors on cpu (argument 'backend')");
+}
+
+OperandCopies cpu_k_major_operands(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
+                                   GemmProblem& p) {
+  check_cpu_backend(op, requested);
   OperandCopies k_major;
   k_major.a = p.a.k_major() ? a : a.contiguous();
   k_major.b = p.b.k_major() ? b : b.t().contiguous().t();

@@ -29,7 +29,8 @@ bool fits_int32(int64_t v);
 
 // A 2-D int8/uint8 operand (int8 only when signed_only) with dimensions below 2^30.
 void check_operand(const char* op, const at::Tensor& t, const char* name, const char* shape, bool signed_only = false);
-void check_same_device(const char* op, const at::Tensor& t, const char* name, const at::Tensor& a);
+void check_same_device(const char* op, const at::Tensor& t, const char* name, const at::Tensor& ref,
+                       const char* ref_name = "a");
 Backend parse_backend_arg(const char* op, std::string_view name);
 
 // The [rows, K] view of an operand: A as given, B transposed (transpose = true).
@@ -50,6 +51,9 @@ struct OperandCopies {
   at::Tensor a, b;
 };
 OperandCopies fit_operands(Backend backend, const at::Tensor& a, const at::Tensor& b, GemmProblem& p);
+
+// CPU tensors take the backends "auto" and "cpu" only.
+void check_cpu_backend(const char* op, Backend requested);
 
 // The CPU path of a GEMM op: checks that `requested` is "auto" or "cpu", makes both operands
 // K-major (a contiguous copy of one that is not) and describes them in p; the returned tensors

@@ -23,6 +23,10 @@
 // is slower but gives the same bits. Every quotient is the correctly rounded one (QuantDivisor:
 // the reciprocal once per scale, then FMA steps per element).
 //
+// Overlap (QuantizeParams::pdl, tcgemm.quant_linear): every kernel waits for the kernel before it
+// (griddep_wait) before its first access to memory, and then lets the GEMM after it start
+// (griddep_launch_dependents), which streams its weights while this kernel runs.
+//
 // Bad data follows common/quantize_params.h: the amax reductions propagate NaN (amax_fold,
 // max_nan), so a group holding a NaN or an inf gets a NaN scale and quantizes to zeros; the
 // static kernel zeroes non-finite values and marks their group's returned scale NaN, as it does
@@ -37,11 +41,20 @@
 #include <cuda_fp16.h>
 
 #include "common/cuda_check.h"
+#include "common/launch_kernel.cuh"
 #include "common/math.h"
+#include "ptx/griddep.cuh"
 #include "ptx/minmax.cuh"
 
 namespace tcgemm {
 namespace {
+
+// The first statement of every kernel (see "Overlap" above): memory is touched only after the
+// kernel before this one has finished, and the GEMM that follows may be scheduled at once.
+__device__ __forceinline__ void start_after_previous_kernel() {
+  ptx::griddep_wait();
+  ptx::griddep_launch_dependents();
+}
 
 constexpr int kWarp = 32;
 constexpr int kCacheElems = 32;         // values per thread a warp team keeps in registers
@@ -198,6 +211,7 @@ template <typename T, int VEC, int CACHE, bool WARP_TEAM>
 __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamShape<T, VEC>::kThreads : kMaxTeamThreads,
                                   !WARP_TEAM && CACHE > 0 ? TeamShape<T, VEC>::kBlocksPerSm : 1)
     quantize_token_kernel(const QuantizeParams p) {
+  start_after_previous_kernel();
   __shared__ float partials[kWarp];  // block teams only
   const int team = WARP_TEAM ? kWarp : blockDim.x;
   const int lane = WARP_TEAM ? threadIdx.x % kWarp : threadIdx.x;
@@ -289,6 +303,7 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
 // The last group of a row may be short. Needs K % VEC == 0 when VEC > 1.
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kBlockThreads) quantize_group_kernel(const QuantizeParams p) {
+  start_after_previous_kernel();
   constexpr int LANES = VEC == 1 ? kWarp : kScaleBlock / VEC;
   constexpr int PER_LANE = kScaleBlock / (LANES * VEC);  // vectors per lane
   constexpr int GROUPS_PER_WARP = kWarp / LANES;
@@ -340,6 +355,7 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_group_kernel(const Qua
 // amax into the workspace (zeroed before the launch) with an integer atomicMax on the bits.
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kBlockThreads) amax_kernel(const QuantizeParams p) {
+  start_after_previous_kernel();
   __shared__ float partials[kWarp];
   const int64_t nvec = p.k / VEC;
   const T* x = static_cast<const T*>(p.x);
@@ -364,6 +380,7 @@ __global__ void __launch_bounds__(kBlockThreads) amax_kernel(const QuantizeParam
 // that of a group whose scale is invalid (several threads may write the same NaN).
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const QuantizeParams p) {
+  start_after_previous_kernel();
   const bool per_tensor = p.granularity == QuantGranularity::kTensor;
   float scale = 0.f;
   if (per_tensor) {
@@ -426,18 +443,18 @@ void launch_token(const QuantizeParams& p) {
   if (nvec <= int64_t{kWarp} * kWarpCache) {
     constexpr int64_t rows_per_block = kBlockThreads / kWarp;
     const int64_t blocks = std::min(ceil_div(p.m, rows_per_block), kMaxBlocks);
-    quantize_token_kernel<T, VEC, kWarpCache, true><<<static_cast<unsigned>(blocks), kBlockThreads, 0, p.stream>>>(p);
-    TCGEMM_CHECK_LAUNCH();
+    launch_kernel(quantize_token_kernel<T, VEC, kWarpCache, true>, dim3(static_cast<unsigned>(blocks)), kBlockThreads,
+                  0, p.stream, p.pdl, p);
     return;
   }
   const unsigned blocks = static_cast<unsigned>(std::min(p.m, kMaxBlocks));
   const int64_t threads = round_up<int64_t>(ceil_div<int64_t>(nvec, Team::kCache), kWarp);
   if (threads <= Team::kThreads) {
-    quantize_token_kernel<T, VEC, Team::kCache, false><<<blocks, static_cast<unsigned>(threads), 0, p.stream>>>(p);
+    launch_kernel(quantize_token_kernel<T, VEC, Team::kCache, false>, blocks, static_cast<unsigned>(threads), 0,
+                  p.stream, p.pdl, p);
   } else {
-    quantize_token_kernel<T, VEC, 0, false><<<blocks, kMaxTeamThreads, 0, p.stream>>>(p);
+    launch_kernel(quantize_token_kernel<T, VEC, 0, false>, blocks, kMaxTeamThreads, 0, p.stream, p.pdl, p);
   }
-  TCGEMM_CHECK_LAUNCH();
 }
 
 template <typename T, int VEC>
@@ -445,25 +462,26 @@ void launch_group(const QuantizeParams& p) {
   constexpr int64_t lanes = VEC == 1 ? kWarp : kScaleBlock / VEC;
   constexpr int64_t groups_per_block = kBlockThreads / kWarp * (kWarp / lanes);
   const int64_t blocks = std::min(ceil_div(p.m * p.groups(), groups_per_block), kMaxBlocks);
-  quantize_group_kernel<T, VEC><<<static_cast<unsigned>(blocks), kBlockThreads, 0, p.stream>>>(p);
-  TCGEMM_CHECK_LAUNCH();
+  launch_kernel(quantize_group_kernel<T, VEC>, dim3(static_cast<unsigned>(blocks)), kBlockThreads, 0, p.stream, p.pdl,
+                p);
 }
 
 template <typename T, int VEC>
-void launch_scaled(const QuantizeParams& p) {
-  quantize_scaled_kernel<T, VEC><<<elementwise_grid(p.m, p.k / VEC), kBlockThreads, 0, p.stream>>>(p);
-  TCGEMM_CHECK_LAUNCH();
+void launch_scaled(const QuantizeParams& p, bool overlap) {
+  launch_kernel(quantize_scaled_kernel<T, VEC>, elementwise_grid(p.m, p.k / VEC), kBlockThreads, 0, p.stream, overlap,
+                p);
 }
 
 template <typename T, int VEC>
 void launch(const QuantizeParams& p) {
-  if (p.scale_in != nullptr) return launch_scaled<T, VEC>(p);
+  if (p.scale_in != nullptr) return launch_scaled<T, VEC>(p, p.pdl);
   switch (p.granularity) {
     case QuantGranularity::kTensor:
       TCGEMM_CUDA_CHECK(cudaMemsetAsync(p.workspace, 0, sizeof(unsigned int), p.stream));
+      // A memset is not a kernel that could trigger an overlapped launch: plain launches here.
       amax_kernel<T, VEC><<<elementwise_grid(p.m, p.k / VEC), kBlockThreads, 0, p.stream>>>(p);
       TCGEMM_CHECK_LAUNCH();
-      return launch_scaled<T, VEC>(p);
+      return launch_scaled<T, VEC>(p, /*overlap=*/false);
     case QuantGranularity::kToken:
       return launch_token<T, VEC>(p);
     case QuantGranularity::kGroup:

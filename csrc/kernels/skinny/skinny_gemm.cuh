@@ -17,6 +17,11 @@
 //     wraps, so the total is exact in any order; fp32 in a fixed warp order) and apply the
 //     epilogue functor, one element per thread.
 // The K tail (K % 128 bytes) is one more K block whose bytes past K read as zero.
+//   overlap (GemmProblem::pdl): launched as a programmatic dependent launch, the kernel starts
+//     while the activations' quantize still runs: the block prefetches the bytes of B its warps
+//     load in their first round into L2 (one bulk prefetch per row, no registers held), then
+//     waits (griddep_wait) before it touches anything else.
+//     After its main loop a block lets the next kernel be scheduled.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +38,10 @@
 #include "epilogue/epilogues.h"
 #include "kernels/skinny/configs.h"
 #include "kernels/skinny/skinny_gemm.h"
+#include "common/launch_kernel.cuh"
 #include "ptx/cache_policy.cuh"
+#include "ptx/griddep.cuh"
+#include "ptx/prefetch.cuh"
 #include "ptx/ld_global.cuh"
 #include "ptx/mma.cuh"
 
@@ -86,6 +94,14 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmProb
   const int col_blocks = ceil_div(p.n, kCols);
   const int m0 = static_cast<int>(blockIdx.x / col_blocks) * 16 * RowTiles;
   const int n0 = static_cast<int>(blockIdx.x % col_blocks) * kCols;
+  if (p.pdl && threadIdx.x < kCols) {  // the block's first round of B into L2, a row per thread
+    const int bytes = min(p.k, kWarps * kAhead * kBK) & ~15;
+    const int row = min(n0 + static_cast<int>(threadIdx.x), p.n - 1);
+    if (bytes > 0)
+      ptx::prefetch_l2_bulk(static_cast<const uint8_t*>(p.b.ptr) + row_offset(row, p.b.stride_row),
+                            static_cast<uint32_t>(bytes));
+  }
+  ptx::griddep_wait();  // A, the scales and D belong to the kernels before this one
 
   // This lane's rows (rows past the edges of A and B clamp: their results are computed and not
   // stored); of each K block it reads bytes 32t .. 32t + 31.
@@ -145,6 +161,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmProb
   };
 
   const int full_blocks = p.k / kBK;
+
   for (int kb0 = warp; kb0 < full_blocks; kb0 += kWarps * kAhead) {
     uint32_t b[kAhead][ColTiles][8];
 #pragma unroll
@@ -169,6 +186,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmProb
       load_row32<true, true>(b[nt], b_row[nt], int64_t{full_blocks} * kBK + 32 * t, p.k, stream);
     compute(b, full_blocks, std::true_type{});
   }
+  ptx::griddep_launch_dependents();
 
   each_acc([&](int mt, int nt, int j) {
     if constexpr (kPerBlock) {
@@ -204,8 +222,8 @@ template <class Cfg, class Epi, bool ASigned, bool BSigned>
 void launch_kernel(const GemmProblem& p, const Epi& epi) {
   const int64_t blocks = static_cast<int64_t>(ceil_div(p.m, Cfg::kRows)) * ceil_div(p.n, Cfg::kCols);
   if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("tcgemm: the skinny GEMM's grid exceeds 2^31 blocks");
-  skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi><<<static_cast<unsigned>(blocks), kThreads, 0, p.stream>>>(p, epi);
-  TCGEMM_CHECK_LAUNCH();
+  launch_kernel(skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi>,
+                dim3(static_cast<unsigned>(blocks)), kThreads, 0, p.stream, p.pdl, p, epi);
 }
 
 // One block per tile of D, flattened into gridDim.x.

@@ -1,0 +1,40 @@
+// The ops' implementations, for the op that composes them (quant_linear.cpp): each registered op
+// validates its arguments and calls these. `overlap` asks for programmatic dependent launches
+// where the device has them (common/launch_kernel.cuh); it changes no result.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string_view>
+#include <tuple>
+
+#include "common/quantize_params.h"
+#include "dispatch/backends.h"
+#include "epilogue/scaled_epilogue.h"
+
+namespace tcgemm {
+
+// int8 x int8 dot products of this length fit in int32: longer K needs per-block scales.
+constexpr int64_t kMaxUnblockedK = 131071;
+
+// The element types tcgemm.quantize reads (quantize.cpp); nullopt for any other.
+std::optional<QuantDtype> quant_dtype_of(at::ScalarType t);
+
+// tcgemm.quantize on a validated 2-D x (quantize.cpp).
+std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x, QuantDtype dtype, QuantGranularity granularity,
+                                                 const std::optional<at::Tensor>& scale, bool overlap);
+
+// tcgemm.scaled_gemm on validated operands whose scales are decoded into e.a / e.b; `bias_f32`
+// is an fp32 contiguous [N] tensor or undefined. Errors name `op` (scaled_gemm.cpp).
+at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
+                            ScaledEpilogueParams e, const at::Tensor& bias_f32, at::ScalarType out_dtype,
+                            bool overlap);
+
+// The fp32 [N] copy of a validated bias (none when the tensor already is one) (scaled_gemm.cpp).
+at::Tensor bias_as_f32(const at::Tensor& bias);
+
+// The pointer and shape of an fp32 scale tensor as common/scale_layout.h reads it.
+ScaleTensor scale_tensor(const at::Tensor& s);
+
+}  // namespace tcgemm

@@ -1,0 +1,102 @@
+// tcgemm::quant_linear: the W8A8 linear layer (QuantLinear.forward) as one op. The float input
+// is quantized per token or per 1x128 block and multiplied by the int8 weight with the scales and
+// bias fused into the GEMM: the kernels of tcgemm.quantize and tcgemm.scaled_gemm, the same bits,
+// behind one dispatch and one set of checks. On sm_90+ the two kernels are programmatic dependent
+// launches (common/launch_kernel.cuh): the few-rows GEMM streams its weights while the
+// activations are quantized (docs/design/decode.md).
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/scale_layout.h"
+#include "ops/ops.h"
+#include "ops/tensor_args.h"
+
+namespace tcgemm {
+namespace {
+
+constexpr const char* kOp = "tcgemm.quant_linear";
+
+QuantGranularity parse_activation(std::string_view a) {
+  if (a == "token") return QuantGranularity::kToken;
+  TORCH_CHECK_VALUE(a == "block", kOp, ": argument 'activation' must be 'token' or 'block', got '", std::string(a),
+                    "'");
+  return QuantGranularity::kGroup;
+}
+
+ScaleOperand describe_weight_scale(const at::Tensor& s, int64_t n, int64_t k) {
+  TORCH_CHECK_TYPE(s.scalar_type() == at::kFloat, kOp, ": argument 'weight_scale' must have dtype torch.float32, got ",
+                   dtype_name(s.scalar_type()));
+  const int64_t kb = scale_blocks(k);
+  const std::optional<ScaleOperand> op = s.dim() <= 2 ? decode_weight_scale(scale_tensor(s), n, kb) : std::nullopt;
+  TORCH_CHECK_VALUE(op.has_value(), kOp, ": argument 'weight_scale' must have shape [N] = [", num(n),
+                    "] (per-channel), [ceil(N/128), ceil(K/128)] = [", num(scale_blocks(n)), ", ", num(kb),
+                    "] (per-block 128x128) or [N, ceil(K/128)] = [", num(n), ", ", num(kb), "], got ",
+                    shape_str(s.sizes()));
+  return *op;
+}
+
+}  // namespace
+
+at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
+                        const std::optional<at::Tensor>& bias, std::string_view activation_arg,
+                        std::string_view backend_arg) {
+  const Backend requested = parse_backend_arg(kOp, backend_arg);
+  const QuantGranularity granularity = parse_activation(activation_arg);
+  const std::optional<QuantDtype> dtype = quant_dtype_of(x.scalar_type());
+  TORCH_CHECK_TYPE(dtype.has_value(), kOp,
+                   ": argument 'x' must have dtype torch.bfloat16, torch.float16 or torch.float32, got ",
+                   dtype_name(x.scalar_type()));
+  TORCH_CHECK_VALUE(x.dim() >= 1, kOp, ": argument 'x' must have at least one dimension [..., K], got a 0-D tensor");
+  check_operand(kOp, weight, "weight", "[N, K]", /*signed_only=*/true);
+  check_same_device(kOp, weight, "weight", x, "x");
+  const int64_t n = weight.size(0), k = weight.size(1);
+  TORCH_CHECK_VALUE(x.size(-1) == k, kOp, ": in_features mismatch: 'x' is [..., K] = ", shape_str(x.sizes()),
+                    " but 'weight' is [N, K] = ", shape_str(weight.sizes()));
+  ScaledEpilogueParams e;
+  e.b = describe_weight_scale(weight_scale, n, k);
+  check_same_device(kOp, weight_scale, "weight_scale", x, "x");
+  at::Tensor bias_f32;
+  if (bias.has_value()) {
+    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == n, kOp, ": argument 'bias' must have shape [N] = [", num(n),
+                      "], got ", shape_str(bias->sizes()));
+    TORCH_CHECK_TYPE(at::isFloatingType(bias->scalar_type()), kOp,
+                     ": argument 'bias' must have a floating-point dtype, got ", dtype_name(bias->scalar_type()));
+    check_same_device(kOp, *bias, "bias", x, "x");
+    bias_f32 = bias_as_f32(*bias);
+  }
+  TORCH_CHECK_VALUE(granularity == QuantGranularity::kGroup || e.b.per_block() || k <= kMaxUnblockedK, kOp, ": K = ",
+                    num(k), " > ", num(kMaxUnblockedK),
+                    " could overflow the int32 accumulator without per-block scales; use activation='block'");
+  TORCH_CHECK_VALUE(x.is_cpu() || x.is_cuda(), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ",
+                    x.device().str());
+
+  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end() - 1);
+  out_shape.push_back(n);
+  // [..., K] as rows (a view wherever the strides allow one; quantize reads any strides).
+  const at::Tensor x2d = x.dim() == 1 ? x.unsqueeze(0) : x.dim() == 2 ? x : x.flatten(0, -2);
+  const int64_t m = x2d.size(0);
+  if (m == 0 || n == 0 || k == 0) {  // nothing to quantize; with K = 0 every sum is zero: out = bias
+    at::Tensor out = at::empty({m, n}, x.options());
+    if (bias_f32.defined()) {
+      out.copy_(bias_f32.unsqueeze(0).expand({m, n}));
+    } else {
+      out.zero_();
+    }
+    return out.view(out_shape);
+  }
+  if (x.is_cpu()) check_cpu_backend(kOp, requested);  // before the quantization, not after it
+  const bool overlap = x.is_cuda();
+  auto [q, scale] = quantize_impl(x2d, *dtype, granularity, std::nullopt, overlap);
+  e.a = *decode_scale_a(scale_tensor(scale), m, scale_blocks(k));
+  return scaled_gemm_impl(kOp, requested, q, weight.t(), e, bias_f32, x.scalar_type(), overlap).view(out_shape);
+}
+
+TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { m.impl("quant_linear", &quant_linear); }
+TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) { m.impl("quant_linear", &quant_linear); }
+
+}  // namespace tcgemm

@@ -1,0 +1,224 @@
+"""tcgemm.quant_linear, the one-op W8A8 layer behind QuantLinear.forward.
+
+The op is defined as tcgemm.quantize followed by tcgemm.scaled_gemm, so every result is compared
+with that pair bit for bit (fresh random inputs, every weight-scale layout, bias kinds, input
+dtypes, leading shapes, strides, and on the GPU every backend that runs the scaled GEMM and the
+row counts of the few-rows kernel). Then the op's registration: opcheck, torch.compile, CUDA
+graphs, and the programmatic dependent launch of the GPU path (a weight written just before the
+layer is read, consecutive layers in one graph).
+"""
+
+import pytest
+import torch
+
+import tcgemm
+from tcgemm.nn import quantize_weight
+
+HAS_CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+_GRANULARITY = {"token": "token", "block": "group"}
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def make_layer(n, k, weight, bias, device, seed=0):
+    """(int8 weight [N, K], its scales in the layout `weight`, bias or None) from a random float weight."""
+    g = _gen(seed)
+    w = torch.randn(n, k, generator=g) * (0.5 + torch.rand(n, 1, generator=g))
+    if weight == "row_block":  # [N, ceil(K/128)]: a channel's 1x128 blocks
+        q, s = tcgemm.quantize(w, "group")
+    else:
+        q, s = quantize_weight(w, weight)
+    b = None
+    if bias is not None:
+        b = torch.randn(n, generator=g).to(bias)
+    return q.to(device), s.to(device), None if b is None else b.to(device)
+
+
+def unfused(x, q, s, b, activation, backend="auto"):
+    """The op's definition: quantize, then scaled_gemm, [..., K] flattened to rows."""
+    x2d = x.reshape(-1, x.shape[-1]) if x.dim() != 1 else x[None]
+    qx, sx = tcgemm.quantize(x2d, _GRANULARITY[activation])
+    scale_b = s
+    if s.dim() == 2 and s.shape[0] == tcgemm._scales.scale_blocks(q.shape[0]) and s.shape[0] != q.shape[0]:
+        # 128x128 block scales: the [N, KB] form, which scaled_gemm never mistakes for per-channel
+        scale_b = s.repeat_interleave(128, dim=0)[: q.shape[0]]
+    y = tcgemm.scaled_gemm(qx, q.t(), sx, scale_b, b, out_dtype=x.dtype, backend=backend)
+    return y.reshape(*x.shape[:-1], q.shape[0])
+
+
+WEIGHTS = ["channel", "block", "row_block"]
+BIASES = [None, torch.float32, torch.bfloat16]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("activation", ["token", "block"])
+@pytest.mark.parametrize("weight", WEIGHTS)
+@pytest.mark.parametrize("bias", BIASES, ids=str)
+@pytest.mark.parametrize("lead,n,k", [((3,), 40, 300), ((2, 5), 130, 256), ((), 96, 64), ((1,), 1, 129)], ids=str)
+def test_matches_quantize_then_scaled_gemm(lead, n, k, bias, weight, activation, dtype, device):
+    q, s, b = make_layer(n, k, weight, bias, device, seed=n + k)
+    x = torch.randn(*lead, k, generator=_gen(k)).to(device=device, dtype=dtype)
+    got = tcgemm.quant_linear(x, q, s, b, activation)
+    assert got.shape == (*lead, n) and got.dtype == dtype and got.device.type == device
+    assert torch.equal(got, unfused(x, q, s, b, activation))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_strided_and_broadcast_inputs(device):
+    q, s, b = make_layer(64, 256, "channel", torch.float32, device)
+    base = torch.randn(6, 512, generator=_gen(3)).to(device)
+    for x in (base[:, ::2], base[:, :256].t().contiguous().t(), base[:1, :256].expand(6, 256),
+              base.view(2, 3, 512)[..., 100:356]):
+        assert torch.equal(tcgemm.quant_linear(x, q, s, b), unfused(x.contiguous(), q, s, b, "token"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_problems(device):
+    q, s, b = make_layer(8, 64, "channel", torch.float32, device)
+    x = torch.randn(0, 64, device=device)
+    assert tcgemm.quant_linear(x, q, s, b).shape == (0, 8)
+    y = tcgemm.quant_linear(torch.randn(2, 3, 0, device=device), q[:, :0], s, b)  # K = 0: out = bias
+    assert torch.equal(y, b.expand(2, 3, 8))
+    assert torch.equal(tcgemm.quant_linear(torch.randn(4, 0, device=device), q[:, :0], s), torch.zeros(4, 8, device=device))
+    assert tcgemm.quant_linear(torch.randn(4, 64, device=device), q[:0], s[:0]).shape == (4, 0)
+
+
+def test_long_k_needs_per_block_scales():
+    k = 131072
+    q = torch.zeros(2, k, dtype=torch.int8)
+    x = torch.ones(1, k)
+    with pytest.raises(ValueError, match="use activation='block'"):
+        tcgemm.quant_linear(x, q, torch.ones(2))
+    assert tcgemm.quant_linear(x, q, torch.ones(2), activation="block").abs().sum() == 0
+
+
+def test_python_wrapper_argument_types():
+    q, s, _ = make_layer(8, 64, "channel", None, "cpu")
+    x = torch.randn(2, 64)
+    with pytest.raises(TypeError, match="argument 'x' must be a torch.Tensor"):
+        tcgemm.quant_linear(x.numpy(), q, s)
+    with pytest.raises(TypeError, match="argument 'activation' must be a str"):
+        tcgemm.quant_linear(x, q, s, None, 1)
+    with pytest.raises(ValueError, match="argument 'activation' must be 'token' or 'block'"):
+        tcgemm.quant_linear(x, q, s, None, "group")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("activation", ["token", "block"])
+def test_opcheck(activation, device):
+    for weight in WEIGHTS:
+        q, s, b = make_layer(72, 260, weight, torch.float32, device)
+        x = torch.randn(2, 3, 260, generator=_gen(5)).to(device=device, dtype=torch.bfloat16)
+        torch.library.opcheck(torch.ops.tcgemm.quant_linear.default, (x, q, s, b, activation, "auto"))
+        torch.library.opcheck(torch.ops.tcgemm.quant_linear.default, (x[0, 0], q, s, None, activation, "auto"))
+
+
+def test_compile_dynamic_shapes_cpu():
+    q, s, b = make_layer(48, 300, "block", torch.float32, "cpu")
+
+    @torch.compile(fullgraph=True, dynamic=True, backend="aot_eager")
+    def f(x):
+        return tcgemm.quant_linear(x, q, s, b, "block")
+
+    for m in (5, 9, 2):
+        x = torch.randn(m, 300, generator=_gen(m))
+        assert torch.equal(f(x), unfused(x, q, s, b, "block"))
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: every backend of the scaled GEMM, the few-rows kernel's row counts, overlap.
+
+
+def _scaled_backends():
+    if not HAS_CUDA:
+        return ["auto"]
+    return ["auto"] + [b for b in tcgemm.available_backends("cuda") if b in ("sm80", "sm90", "skinny")]
+
+
+@needs_cuda
+@pytest.mark.parametrize("activation", ["token", "block"])
+@pytest.mark.parametrize("weight", WEIGHTS)
+@pytest.mark.parametrize("m", [1, 3, 4, 8, 16, 17, 32, 100])
+def test_gpu_every_backend_and_row_count(m, weight, activation):
+    n, k = 4096, 1152  # wide enough for the few-rows route; 9 K blocks
+    q, s, b = make_layer(n, k, weight, torch.float32, "cuda", seed=m)
+    for dtype in (torch.bfloat16, torch.float16):
+        x = torch.randn(m, k, generator=_gen(m)).to(device="cuda", dtype=dtype)
+        for backend in _scaled_backends():
+            if backend == "skinny" and m > 32:
+                continue
+            got = tcgemm.quant_linear(x, q, s, b, activation, backend=backend)
+            assert torch.equal(got, unfused(x, q, s, b, activation, backend)), f"backend {backend}"
+
+
+@needs_cuda
+def test_weight_written_just_before_the_layer():
+    """The few-rows GEMM reads the weight before it waits for the kernel before it: the quantize
+    kernel in between waits for the write (a copy_ into the weight) before it lets the GEMM start."""
+    n, k = 8192, 4096
+    layer = tcgemm.QuantLinear(k, n, bias=False, device="cuda")
+    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    weights = [torch.randint(-127, 128, (n, k), device="cuda", dtype=torch.int8) for _ in range(3)]
+    expected = [unfused(x, w, layer.weight_scale, None, "token") for w in weights]
+    torch.cuda.synchronize()
+    with torch.no_grad():
+        for rep in range(20):
+            i = rep % 3
+            layer.weight.copy_(weights[i])
+            assert torch.equal(layer(x), expected[i]), f"repetition {rep}"
+
+
+@needs_cuda
+@pytest.mark.parametrize("m", [1, 16, 64])
+def test_consecutive_layers_in_a_cuda_graph(m):
+    """A stack of layers, each reading the output of the one before, captured in one graph: the
+    overlapped launches must not let a layer read its input early."""
+    dims = [1024, 4096, 2048, 4096, 1024]
+    layers = [tcgemm.QuantLinear.from_linear(torch.nn.Linear(i, o, device="cuda"))
+              for i, o in zip(dims[:-1], dims[1:])]
+
+    def run(x):
+        for layer in layers:
+            x = torch.relu(layer(x)) if layer is not layers[-1] else layer(x)
+        return x
+
+    def run_plain(x):  # the same, with no op between layers: the kernels follow each other directly
+        for layer in layers:
+            x = layer(x)
+        return x
+
+    static_x = torch.randn(m, dims[0], device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        for fn in (run, run_plain):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    fn(static_x)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static_out = fn(static_x)
+            for seed in range(4):
+                x = torch.randn(m, dims[0], generator=_gen(seed)).to(device="cuda", dtype=torch.bfloat16)
+                static_x.copy_(x)
+                graph.replay()
+                expected = fn(x)
+                torch.cuda.synchronize()
+                assert torch.equal(static_out, expected), f"{fn.__name__} seed={seed}"
+
+
+@needs_cuda
+def test_compile_fullgraph_cuda():
+    torch._dynamo.reset()
+    q, s, b = make_layer(4096, 512, "channel", torch.float32, "cuda")
+    f = torch.compile(lambda x: tcgemm.quant_linear(x, q, s, b), fullgraph=True)
+    for m in (1, 7, 64):
+        x = torch.randn(m, 512, device="cuda", dtype=torch.bfloat16)
+        assert torch.equal(f(x), unfused(x, q, s, b, "token"))
