@@ -13,13 +13,14 @@
 from ._ops import BACKENDS, available_backends, gemm, int8_gemm, quant_linear, scaled_gemm
 from ._quantize import quantize
 from . import reference
-from .nn import QuantLinear, QuantizeReport, quantize_model
+from .nn import QuantLinear, QuantizeReport, calibrate, quantize_model
 
 __all__ = [
     "BACKENDS",
     "QuantLinear",
     "QuantizeReport",
     "available_backends",
+    "calibrate",
     "gemm",
     "int8_gemm",
     "quantize",

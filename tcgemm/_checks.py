@@ -265,6 +265,18 @@ def _quantize_scale_shape_message(x: Args) -> str:
             f"got {_shape(x['scale'])}")
 
 
+def _smooth_checks(op: str) -> list[Check]:
+    """quantize.cpp check_smooth: the SmoothQuant multipliers of x [..., K], fp32 [K]."""
+    return [
+        Check("smooth_dtype", TypeError, lambda x: x["smooth"] is None or x["smooth"].dtype == torch.float32,
+              lambda x: f"{op}: argument 'smooth' must have dtype torch.float32, got {x['smooth'].dtype}"),
+        Check("smooth_shape", ValueError,
+              lambda x: x["smooth"] is None or (x["smooth"].dim() == 1 and x["smooth"].shape[0] == x["x"].shape[-1]),
+              lambda x: f"{op}: argument 'smooth' must have shape [K] = [{x['x'].shape[-1]}], got {_shape(x['smooth'])}"),
+        _same_device(op, "smooth", ref="x"),
+    ]
+
+
 def _quantize_checks() -> list[Check]:
     """csrc/ops/quantize.cpp."""
     return [
@@ -285,6 +297,7 @@ def _quantize_checks() -> list[Check]:
               lambda x: f"{_QUANTIZE}: argument 'scale' must have one element (shape [], [1] or [1, 1]) for "
               f"granularity 'tensor', got shape {_shape(x['scale'])}"),
         Check("scale_shape", ValueError, _quantize_scale_shape_ok, _quantize_scale_shape_message),
+        *_smooth_checks(_QUANTIZE),
     ]
 
 
@@ -325,8 +338,8 @@ def _quant_linear_checks() -> list[Check]:
     op = _QUANT_LINEAR
     return [
         _backend_name(op),
-        Check("activation", ValueError, lambda x: x["activation"] in ("token", "block"),
-              lambda x: f"{op}: argument 'activation' must be 'token' or 'block', got '{x['activation']}'"),
+        Check("activation", ValueError, lambda x: x["activation"] in ("token", "block", "static"),
+              lambda x: f"{op}: argument 'activation' must be 'token', 'block' or 'static', got '{x['activation']}'"),
         Check("x_dtype", TypeError, lambda x: x["x"].dtype in _QUANTIZE_DTYPES,
               lambda x: f"{op}: argument 'x' must have dtype torch.bfloat16, torch.float16 or torch.float32, "
               f"got {x['x'].dtype}"),
@@ -348,6 +361,19 @@ def _quant_linear_checks() -> list[Check]:
         Check("bias_dtype", TypeError, lambda x: x["bias"] is None or x["bias"].dtype.is_floating_point,
               lambda x: f"{op}: argument 'bias' must have a floating-point dtype, got {x['bias'].dtype}"),
         _same_device(op, "bias", ref="x"),
+        Check("input_scale_missing", ValueError, lambda x: x["activation"] != "static" or x["input_scale"] is not None,
+              lambda x: f"{op}: argument 'input_scale' is required with activation='static'"),
+        Check("input_scale_unused", ValueError, lambda x: x["activation"] == "static" or x["input_scale"] is None,
+              lambda x: f"{op}: argument 'input_scale' is used only with activation='static', "
+              f"got activation='{x['activation']}'"),
+        Check("input_scale_dtype", TypeError, lambda x: x["input_scale"] is None or x["input_scale"].dtype == torch.float32,
+              lambda x: f"{op}: argument 'input_scale' must have dtype torch.float32, got {x['input_scale'].dtype}"),
+        Check("input_scale_shape", ValueError,
+              lambda x: x["input_scale"] is None or (x["input_scale"].numel() == 1 and x["input_scale"].dim() <= 2),
+              lambda x: f"{op}: argument 'input_scale' must have one element (shape [], [1] or [1, 1]), got shape "
+              f"{_shape(x['input_scale'])}"),
+        _same_device(op, "input_scale", ref="x"),
+        *_smooth_checks(op),
         Check("k_overflow", ValueError,
               lambda x: x["activation"] == "block" or _ql_per_block_weight(x) or _ql_nkm(x)[1] <= _MAX_UNBLOCKED_K,
               lambda x: f"{op}: K = {_ql_nkm(x)[1]} > {_MAX_UNBLOCKED_K} could overflow the int32 accumulator "

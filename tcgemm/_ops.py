@@ -169,13 +169,16 @@ def quant_linear(
     bias: Optional[torch.Tensor] = None,
     activation: str = "token",
     *,
+    input_scale: Optional[torch.Tensor] = None,
+    smooth: Optional[torch.Tensor] = None,
     backend: str = "auto",
 ) -> torch.Tensor:
     """The W8A8 linear layer as one op: ``x @ (weight * weight_scale).T + bias`` with ``x``
     quantized on the fly, what :class:`tcgemm.QuantLinear` computes.
 
-    Bit for bit ``tcgemm.scaled_gemm(*tcgemm.quantize(x2d, g), weight.t(), weight_scale, bias,
-    out_dtype=x.dtype)`` with ``g`` = "token" or "group", behind one dispatch: on a GPU of compute
+    Bit for bit ``tcgemm.scaled_gemm(*tcgemm.quantize(x2d, g, scale=s, smooth=smooth),
+    weight.t(), weight_scale, bias, out_dtype=x.dtype)`` with ``g`` = "token", "group" or
+    "tensor" (with ``s = input_scale``), behind one dispatch: on a GPU of compute
     capability 9.0 the few-rows GEMM starts streaming the weight while the activations are still
     being quantized (programmatic dependent launch).
 
@@ -185,7 +188,11 @@ def quant_linear(
         weight_scale: fp32 ``[N]`` per channel, ``[ceil(N/128), ceil(K/128)]`` per 128x128 block,
             or ``[N, ceil(K/128)]`` per channel and 1x128 block (told apart by rank).
         bias: optional [N], any float dtype (applied in fp32).
-        activation: "token" (one scale per row of x) or "block" (per row and 128-wide K block).
+        activation: "token" (one scale per row of x), "block" (per row and 128-wide K block), or
+            "static" (the calibrated per-tensor ``input_scale``: no amax pass).
+        input_scale: fp32, one element; required with ``activation="static"``, else None.
+        smooth: optional fp32 ``[K]`` SmoothQuant multipliers applied to x in the quantize pass
+            (the weight carries their reciprocals).
         backend: as for :func:`scaled_gemm`.
 
     Returns:
@@ -197,16 +204,18 @@ def quant_linear(
     """
     for name, value in (("x", x), ("weight", weight), ("weight_scale", weight_scale)):
         require_tensor(_QUANT_LINEAR, name, value)
-    require_tensor(_QUANT_LINEAR, "bias", bias, optional=True)
+    for name, value in (("bias", bias), ("input_scale", input_scale), ("smooth", smooth)):
+        require_tensor(_QUANT_LINEAR, name, value, optional=True)
     require_str(_QUANT_LINEAR, "activation", activation)
     require_str(_QUANT_LINEAR, "backend", backend)
-    return torch.ops.tcgemm.quant_linear.default(x, weight, weight_scale, bias, activation, backend)
+    return torch.ops.tcgemm.quant_linear.default(x, weight, weight_scale, bias, activation, input_scale, smooth, backend)
 
 
 @torch.library.register_fake("tcgemm::quant_linear")
-def _quant_linear_fake(x, weight, weight_scale, bias=None, activation="token", backend="auto"):
+def _quant_linear_fake(x, weight, weight_scale, bias=None, activation="token", input_scale=None, smooth=None,
+                       backend="auto"):
     check_args(
         "quant_linear", x=x, weight=weight, weight_scale=weight_scale, bias=bias, activation=activation,
-        backend=backend,
+        input_scale=input_scale, smooth=smooth, backend=backend,
     )
     return x.new_empty((*x.shape[:-1], weight.shape[0]))

@@ -15,7 +15,11 @@ _OP = "tcgemm.quantize"
 
 
 def quantize(
-    x: torch.Tensor, granularity: str = "token", *, scale: Optional[torch.Tensor] = None
+    x: torch.Tensor,
+    granularity: str = "token",
+    *,
+    scale: Optional[torch.Tensor] = None,
+    smooth: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric int8 quantization: ``q = clamp(round_half_even(x / scale), -127, 127)``.
 
@@ -27,6 +31,9 @@ def quantize(
             returned ones; per tensor any one-element tensor ([], [1] or [1, 1]) is accepted.
             Without it the scales are computed (dynamic): ``amax / 127`` over each group, in
             fp32, and 1.0 where the amax is 0.
+        smooth: optional fp32 ``[K]`` per-column multipliers (SmoothQuant): ``x[..., k] *
+            smooth[k]``, one fp32 product, is what gets quantized (amax included), in the same
+            pass over ``x``.
 
     Returns:
         ``(q, scale)``: int8 ``q`` shaped like ``x``, and fp32 scales shaped ``[]`` (tensor),
@@ -52,13 +59,13 @@ def quantize(
     if x.dim() == 0:
         raise ValueError(f"{_OP}: argument 'x' must have shape [..., K], got a 0-D tensor")
     if x.dim() == 2:
-        return _quantize_2d(x, granularity, scale)
+        return _quantize_2d(x, granularity, scale, smooth)
     lead, k = tuple(x.shape[:-1]), x.shape[-1]
     m = math.prod(lead)
     scale_2d = scale
     if scale is not None and granularity in ("token", "group") and scale.dim() == len(lead) + 1:
         scale_2d = scale.reshape(m, scale.shape[-1])  # a wrong shape still reaches the op's check
-    q, s = _quantize_2d(x.reshape(m, k), granularity, scale_2d)
+    q, s = _quantize_2d(x.reshape(m, k), granularity, scale_2d, smooth)
     if scale is not None:
         return q.reshape(x.shape), s.reshape(scale.shape)
     if granularity != "tensor":
@@ -66,15 +73,16 @@ def quantize(
     return q.reshape(x.shape), s
 
 
-def _quantize_2d(x, granularity, scale):
+def _quantize_2d(x, granularity, scale, smooth):
     require_str(_OP, "granularity", granularity)
     require_tensor(_OP, "scale", scale, optional=True)
-    return torch.ops.tcgemm.quantize.default(x, granularity, scale)
+    require_tensor(_OP, "smooth", smooth, optional=True)
+    return torch.ops.tcgemm.quantize.default(x, granularity, scale, smooth)
 
 
 @torch.library.register_fake("tcgemm::quantize")
-def _quantize_fake(x, granularity, scale=None):
-    check_args("quantize", x=x, granularity=granularity, scale=scale)
+def _quantize_fake(x, granularity, scale=None, smooth=None):
+    check_args("quantize", x=x, granularity=granularity, scale=scale, smooth=smooth)
     q = x.new_empty(x.shape, dtype=torch.int8)
     if scale is not None:
         return q, torch.empty_like(scale)

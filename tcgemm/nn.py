@@ -15,9 +15,10 @@ requires them, so adapters such as LoRA train on a frozen int8 base.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Literal, Optional, Union
+from typing import Callable, Iterable, Iterator, Literal, Optional, Union
 
 import torch
 from torch import nn
@@ -26,16 +27,14 @@ import tcgemm  # the ops are looked up at call time, so this works while tcgemm/
 
 from ._scales import SCALE_BLOCK, scale_blocks
 
-__all__ = ["QuantLinear", "QuantizeReport", "quantize_model", "quantize_weight"]
+__all__ = ["QuantLinear", "QuantizeReport", "calibrate", "quantize_model", "quantize_weight", "smooth_factors"]
 
 WeightGranularity = Literal["channel", "block"]
-ActivationGranularity = Literal["token", "block"]
+ActivationGranularity = Literal["token", "block", "static"]
 SkipRule = Union[str, Iterable[str], Callable[[str, nn.Module], bool]]
 
 WEIGHT_GRANULARITIES = ("channel", "block")
-ACTIVATION_GRANULARITIES = ("token", "block")
-# QuantLinear's activation names -> tcgemm.quantize's: a 1x128 activation block is a "group".
-_QUANTIZE_GRANULARITY = {"token": "token", "block": "group"}
+ACTIVATION_GRANULARITIES = ("token", "block", "static")
 _INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -103,6 +102,65 @@ def quantize_weight(w: torch.Tensor, granularity: str = "channel") -> tuple[torc
     return q.masked_fill(zero, 0), scale  # no data-dependent branch: no host sync on a GPU
 
 
+def smooth_factors(input_amax: torch.Tensor, w: torch.Tensor, alpha: float = 0.5) -> torch.Tensor:
+    """SmoothQuant's per-input-channel factors ``s_j = max|X_j|**alpha / max|W_j|**(1 - alpha)``.
+
+    Dividing the input's channel j by ``s_j`` and multiplying the weight's column j by it leaves
+    ``x @ W.T`` unchanged and moves quantization difficulty from activations with outlier
+    channels into the weight (alpha = 0.5 splits it evenly). Channels where either amax is 0 (or
+    not finite) keep ``s_j = 1``.
+
+    Args:
+        input_amax: fp32 [K], the calibrated max |x| per input channel (:func:`calibrate`).
+        w: the float weight [N, K].
+        alpha: migration strength in [0, 1].
+
+    Returns:
+        fp32 [K] on ``w``'s device.
+    """
+    if not 0.0 <= float(alpha) <= 1.0:
+        raise ValueError(f"smooth_factors: alpha must be in [0, 1], got {alpha}")
+    a = input_amax.detach().to(device=w.device, dtype=torch.float32)
+    wmax = w.detach().abs().amax(dim=0).float()
+    s = a.clamp_min(1e-30).pow(alpha) / wmax.clamp_min(1e-30).pow(1.0 - alpha)
+    good = (a > 0) & (wmax > 0) & a.isfinite() & wmax.isfinite() & s.isfinite() & (s > 0)
+    return torch.where(good, s, torch.ones_like(s))
+
+
+@contextlib.contextmanager
+def calibrate(model: nn.Module) -> Iterator[dict[str, torch.Tensor]]:
+    """Records the max |x| per input channel of every ``nn.Linear`` in ``model`` while the block
+    runs: the calibration that static activation scales and SmoothQuant need.
+
+    Yields a dict qualified name -> fp32 [in_features] running amax, filled as the model runs
+    (NaN or inf in an input propagate into it). Hooks are removed on exit.
+
+    Example:
+        >>> with tcgemm.nn.calibrate(model) as amax, torch.no_grad():
+        ...     for batch in sample_batches:
+        ...         model(batch)
+        >>> quantize_model(model, activation="static", calibration=amax, smooth=0.5)
+    """
+    amax: dict[str, torch.Tensor] = {}
+    handles = []
+    for name, module in model.named_modules():  # a shared Linear is visited once, under its first name
+        if isinstance(module, nn.Linear):
+
+            def record(mod, args, name=name):
+                x = args[0].detach()
+                if x.numel() == 0:
+                    return
+                a = x.reshape(-1, x.shape[-1]).abs().amax(dim=0).float()
+                amax[name] = a if name not in amax else torch.maximum(amax[name], a)
+
+            handles.append(module.register_forward_pre_hook(record))
+    try:
+        yield amax
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 class QuantLinear(nn.Module):
     """W8A8 linear layer: ``y = x @ W.T + b`` with int8 W and int8 activations, fp32 scales.
 
@@ -111,9 +169,15 @@ class QuantLinear(nn.Module):
         ``weight_scale``: fp32 [out_features] (``weight="channel"``) or
         [ceil(out/128), ceil(in/128)] (``weight="block"``, 128x128 blocks).
         ``bias``: fp32 [out_features], or None.
+        ``input_scale``: fp32 [] (``activation="static"``), else None.
+        ``smooth``: fp32 [in_features] SmoothQuant multipliers (``smooth=True``), else None.
 
-    Activations are quantized dynamically in ``forward``: one scale per token (row) with
-    ``activation="token"``, or per token and 128-wide K block with ``activation="block"``.
+    Activations are quantized in ``forward``: dynamically, one scale per token (row) with
+    ``activation="token"`` or per token and 128-wide K block with ``activation="block"``; or
+    with the calibrated per-tensor ``input_scale`` (``activation="static"``, no amax pass).
+    With SmoothQuant the input is multiplied by ``smooth`` (per input channel) in the same pass,
+    and the weight holds the reciprocal factors folded in: the layer computes
+    ``(x * smooth) @ (weight * weight_scale).T + bias``.
     The output has the input's dtype (bf16, fp16 or fp32) and shape [..., out_features].
 
     The plain constructor makes zero weights of the right shapes, for ``load_state_dict``;
@@ -134,6 +198,7 @@ class QuantLinear(nn.Module):
         weight: WeightGranularity = "channel",
         activation: ActivationGranularity = "token",
         device: Optional[Union[torch.device, str, int]] = None,
+        smooth: bool = False,
     ) -> None:
         super().__init__()
         self.in_features = int(in_features)
@@ -151,6 +216,11 @@ class QuantLinear(nn.Module):
             self.register_buffer("bias", torch.zeros(self.out_features, dtype=torch.float32, device=device))
         else:
             self.register_buffer("bias", None)
+        static = activation == "static"
+        self.register_buffer("input_scale", torch.ones((), dtype=torch.float32, device=device) if static else None)
+        self.register_buffer(
+            "smooth", torch.ones(self.in_features, dtype=torch.float32, device=device) if smooth else None
+        )
 
     @classmethod
     def from_linear(
@@ -158,14 +228,38 @@ class QuantLinear(nn.Module):
         linear: nn.Linear,
         weight: WeightGranularity = "channel",
         activation: ActivationGranularity = "token",
+        input_amax: Optional[torch.Tensor] = None,
+        smooth: Optional[float] = None,
     ) -> "QuantLinear":
         """Quantizes a trained ``nn.Linear`` (any float dtype, any device; it is left untouched).
 
+        Args:
+            weight, activation: granularities (see the class).
+            input_amax: the calibrated max |x| per input channel, fp32 [in_features] (from
+                :func:`calibrate`); needed by ``activation="static"`` and ``smooth``.
+            smooth: SmoothQuant's migration strength alpha in [0, 1]: the input channels are
+                scaled by ``1 / s`` and the weight's columns by ``s`` with
+                ``s = input_amax**alpha / max|W[:, j]|**(1 - alpha)`` (:func:`smooth_factors`).
+
+        With ``activation="static"`` the input scale is the calibrated amax of the (smoothed)
+        input over 127.
+
         Example:
             >>> qlin = QuantLinear.from_linear(model.fc1, weight="channel", activation="token")
+            >>> with calibrate(model) as amax:
+            ...     model(sample)
+            >>> qlin = QuantLinear.from_linear(model.fc1, activation="static", input_amax=amax["fc1"], smooth=0.5)
         """
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"QuantLinear.from_linear: expected an nn.Linear, got {type(linear).__name__}")
+        _check_choice(activation, ACTIVATION_GRANULARITIES, "activation granularity")
+        if (activation == "static" or smooth is not None) and input_amax is None:
+            raise ValueError("QuantLinear.from_linear: activation='static' and smooth need input_amax (see calibrate)")
+        if input_amax is not None and tuple(input_amax.shape) != (linear.in_features,):
+            raise ValueError(
+                f"QuantLinear.from_linear: input_amax must have shape [in_features] = [{linear.in_features}], "
+                f"got {list(input_amax.shape)}"
+            )
         device = linear.weight.device
         module = cls(
             linear.in_features,
@@ -174,8 +268,18 @@ class QuantLinear(nn.Module):
             weight=weight,
             activation=activation,
             device=device,
+            smooth=smooth is not None,
         )
-        q, scale = quantize_weight(linear.weight, weight)
+        w = linear.weight.detach()
+        amax = None if input_amax is None else input_amax.detach().to(device=device, dtype=torch.float32)
+        if smooth is not None:
+            factors = smooth_factors(amax, w, smooth)
+            module.smooth.copy_(1.0 / factors)
+            w = w.float() * factors  # the columns of W carry s, the input 1 / s
+            amax = amax * module.smooth
+        if activation == "static":
+            module.input_scale.copy_(torch.where(amax.max() > 0, amax.max() / 127.0, 1.0))
+        q, scale = quantize_weight(w, weight)
         module.weight.copy_(q)
         module.weight_scale.copy_(scale)
         if linear.bias is not None:
@@ -183,7 +287,8 @@ class QuantLinear(nn.Module):
         return module
 
     def dequantize_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """The weight the layer computes with, ``weight * weight_scale`` as ``dtype`` [out, in].
+        """The weight the layer computes with, ``weight * weight_scale`` (times ``smooth`` per
+        input channel, where the layer has it) as ``dtype`` [out, in].
 
         Example:
             >>> err = (qlin.dequantize_weight() - linear.weight).abs().max()
@@ -195,11 +300,14 @@ class QuantLinear(nn.Module):
         else:
             n, k = self.out_features, self.in_features
             w = w * scale.repeat_interleave(SCALE_BLOCK, dim=0)[:n].repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
+        if self.smooth is not None:
+            w = w * self.smooth  # the layer multiplies its input by smooth: this is the weight x meets
         return w.to(dtype)
 
     def _forward_2d(self, x2d: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
         return torch.ops.tcgemm.quant_linear.default(
-            x2d, self.weight, self.weight_scale, bias, self.activation_granularity, "auto"
+            x2d, self.weight, self.weight_scale, bias, self.activation_granularity, self.input_scale, self.smooth,
+            "auto",
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -218,14 +326,18 @@ class QuantLinear(nn.Module):
             return _QuantLinearFunction.apply(x2d, bias, self).reshape(*x.shape[:-1], self.out_features)
         # One op (tcgemm.quant_linear): quantize and GEMM behind one dispatch, [..., K] in place.
         return torch.ops.tcgemm.quant_linear.default(
-            x, self.weight, self.weight_scale, bias, self.activation_granularity, "auto"
+            x, self.weight, self.weight_scale, bias, self.activation_granularity, self.input_scale, self.smooth, "auto"
         )
 
     def _apply(self, fn, recurse=True):
         # Module.half() / .to(torch.bfloat16) convert every floating buffer; the kernels want fp32
         # scales and rounding them would silently cost accuracy, so scales and bias keep fp32 and
         # follow only device moves. (The int8 weight is never converted: it is not floating point.)
-        kept = {name: self._buffers[name] for name in ("weight_scale", "bias") if self._buffers.get(name) is not None}
+        kept = {
+            name: self._buffers[name]
+            for name in ("weight_scale", "bias", "input_scale", "smooth")
+            if self._buffers.get(name) is not None
+        }
         super()._apply(fn, recurse)
         for name, old in kept.items():
             new = self._buffers[name]
@@ -237,6 +349,7 @@ class QuantLinear(nn.Module):
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
             f"weight={self.weight_granularity!r}, activation={self.activation_granularity!r}"
+            + (", smooth=True" if self.smooth is not None else "")
         )
 
 
@@ -297,6 +410,8 @@ def quantize_model(
     weight: WeightGranularity = "channel",
     activation: ActivationGranularity = "token",
     min_features: int = 0,
+    calibration: Optional[dict[str, torch.Tensor]] = None,
+    smooth: Optional[float] = None,
 ) -> QuantizeReport:
     """Replaces every ``nn.Linear`` inside ``model`` (recursively, in place) by a :class:`QuantLinear`.
 
@@ -309,6 +424,11 @@ def quantize_model(
         weight, activation: granularities, see :class:`QuantLinear`.
         min_features: leave layers with ``min(in_features, out_features) < min_features`` in float
             (tiny layers gain nothing from int8); 0 swaps every size.
+        calibration: per layer name, the max |x| per input channel recorded by :func:`calibrate`;
+            needed by ``activation="static"`` and ``smooth``. A layer without an entry (it did
+            not run during calibration) is skipped and reported.
+        smooth: SmoothQuant's alpha (e.g. 0.5): smoothing factors from the calibration, folded
+            into the weight and applied to the input inside the quantize pass.
 
     Layers inside ``nn.MultiheadAttention`` and ``nn.Linear`` subclasses with their own ``forward``
     are always skipped (reported), since swapping them would change what the model computes.
@@ -323,6 +443,9 @@ def quantize_model(
     """
     _check_choice(weight, WEIGHT_GRANULARITIES, "weight granularity")
     _check_choice(activation, ACTIVATION_GRANULARITIES, "activation granularity")
+    needs_calibration = activation == "static" or smooth is not None
+    if needs_calibration and calibration is None:
+        raise ValueError("quantize_model: activation='static' and smooth need calibration= (see tcgemm.nn.calibrate)")
     if isinstance(model, nn.Linear):
         raise TypeError("quantize_model: model is itself an nn.Linear; use QuantLinear.from_linear(model)")
     if isinstance(skip, str):  # a lone name, not an iterable of characters
@@ -339,8 +462,14 @@ def quantize_model(
             if isinstance(child, nn.Linear):
                 if id(child) not in converted:
                     reason = _skip_reason(name, child, parent, skip, min_features)
+                    if reason is None and needs_calibration and name not in calibration:
+                        reason = "no calibration data (it did not run under calibrate)"
                     if reason is None:
-                        converted[id(child)] = QuantLinear.from_linear(child, weight=weight, activation=activation)
+                        amax = calibration.get(name) if calibration is not None else None
+                        converted[id(child)] = QuantLinear.from_linear(
+                            child, weight=weight, activation=activation, input_amax=amax if needs_calibration else None,
+                            smooth=smooth,
+                        )
                         report.swapped.append(name)
                     else:
                         converted[id(child)] = child

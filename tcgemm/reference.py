@@ -65,7 +65,10 @@ def scaled_gemm_reference(
 
 
 def quantize_reference(
-    x: torch.Tensor, granularity: str = "token", scale: Optional[torch.Tensor] = None
+    x: torch.Tensor,
+    granularity: str = "token",
+    scale: Optional[torch.Tensor] = None,
+    smooth: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric int8 quantization of ``x`` [M, K] (or [..., K]), defined in plain torch.
 
@@ -77,7 +80,7 @@ def quantize_reference(
     held a non-finite x or had an invalid scale. Computed on the CPU (CUDA torch divides by a
     Python scalar through its reciprocal, which is not the IEEE quotient); q and the scale are
     returned on the device of ``x``, the scale shaped [] / [..., 1] / [..., G] (static: like
-    ``scale``).
+    ``scale``). ``smooth`` [K]: the values quantized are ``float(x) * smooth`` (one fp32 product).
     """
     if granularity not in ("tensor", "token", "group"):
         raise ValueError(f"quantize_reference: unknown granularity {granularity!r}")
@@ -85,6 +88,8 @@ def quantize_reference(
     m = math.prod(lead)
     groups = scale_blocks(k)
     xf = x.detach().cpu().float().reshape(m, k)
+    if smooth is not None:
+        xf = xf * smooth.detach().cpu().float().reshape(1, k)
     finite = xf.isfinite()
 
     def per_group(t: torch.Tensor, fill, reduce) -> torch.Tensor:

@@ -39,12 +39,13 @@ def _scaled_base(dev):  # M = 4, N = 8, K = 256: two K blocks, one N block
 
 
 def _quantize_base(dev):
-    return dict(x=_ones(5, 300, device=dev), granularity="token", scale=None)
+    return dict(x=_ones(5, 300, device=dev), granularity="token", scale=None, smooth=None)
 
 
 def _quant_linear_base(dev):  # x [2, 3, 256], weight [N, K] = [8, 256]
     return dict(x=_ones(2, 3, 256, device=dev), weight=_ones(8, 256, dtype=I8, device=dev),
-                weight_scale=_ones(8, device=dev), bias=None, activation="token", backend="auto")
+                weight_scale=_ones(8, device=dev), bias=None, activation="token", input_scale=None, smooth=None,
+                backend="auto")
 
 
 BASE = {"gemm": _gemm_base, "gemm_out": _gemm_out_base, "scaled_gemm": _scaled_base, "quantize": _quantize_base,
@@ -164,6 +165,10 @@ _QUANTIZE_BAD = [
     ("scale_shape", lambda x, dev: {"scale": _ones(5, device=dev)}),
     ("scale_shape", lambda x, dev: {"scale": _ones(4, 1, device=dev)}),
     ("scale_shape", lambda x, dev: {"granularity": "group", "scale": _ones(5, 2, device=dev)}),
+    ("smooth_dtype", lambda x, dev: {"smooth": _ones(300, dtype=torch.float16, device=dev)}),
+    ("smooth_shape", lambda x, dev: {"smooth": _ones(5, device=dev)}),
+    ("smooth_shape", lambda x, dev: {"smooth": _ones(300, 1, device=dev)}),
+    ("smooth_device", lambda x, dev: {"smooth": _ones(300)}),
 ]
 
 def _long_k_layer(**extra):
@@ -196,7 +201,20 @@ _QUANT_LINEAR_BAD = [
     ("bias_shape", lambda x, dev: {"bias": _ones(1, 8, device=dev)}),
     ("bias_dtype", lambda x, dev: {"bias": _ones(8, dtype=torch.int32, device=dev)}),
     ("bias_device", lambda x, dev: {"bias": _ones(8)}),
+    ("input_scale_missing", lambda x, dev: {"activation": "static"}),
+    ("input_scale_unused", lambda x, dev: {"input_scale": _ones(device=dev)}),
+    ("input_scale_unused", lambda x, dev: {"input_scale": _ones(device=dev), "activation": "block"}),
+    ("input_scale_dtype", lambda x, dev: {"activation": "static", "input_scale": _ones(1, dtype=torch.float64,
+                                                                                        device=dev)}),
+    ("input_scale_shape", lambda x, dev: {"activation": "static", "input_scale": _ones(2, device=dev)}),
+    ("input_scale_shape", lambda x, dev: {"activation": "static", "input_scale": _ones(1, 1, 1, device=dev)}),
+    ("input_scale_device", lambda x, dev: {"activation": "static", "input_scale": _ones(1)}),
+    ("smooth_dtype", lambda x, dev: {"smooth": _ones(256, dtype=torch.bfloat16, device=dev)}),
+    ("smooth_shape", lambda x, dev: {"smooth": _ones(255, device=dev)}),
+    ("smooth_shape", lambda x, dev: {"smooth": _ones(1, 256, device=dev)}),
+    ("smooth_device", lambda x, dev: {"smooth": _ones(256)}),
     ("k_overflow", _long_k_layer()),
+    ("k_overflow", _long_k_layer(input_scale=lambda dev: _ones(device=dev), activation=lambda dev: "static")),
     # An expand()-ed [N, ceil(K/128)] scale does not change along K: not per-block.
     ("k_overflow", _long_k_layer(weight_scale=lambda dev: _ones(1, 1, device=dev).expand(1, 1024))),
     ("backend_on_cpu", lambda x, dev: {"backend": "sm90"}),
@@ -211,7 +229,7 @@ BAD = {
 }
 # Checks about a second device: the arguments live on CUDA and one of them on the CPU.
 TWO_DEVICE_CHECKS = {"b_device", "c_device", "out_device", "scale_a_device", "scale_b_device", "bias_device",
-                     "scale_device", "weight_device", "weight_scale_device"}
+                     "scale_device", "weight_device", "weight_scale_device", "input_scale_device", "smooth_device"}
 # Checks meta tensors cannot trigger: they concern the CPU.
 CPU_ONLY_CHECKS = {"backend_on_cpu"}
 
@@ -301,6 +319,9 @@ GOOD = [
     ("quant_linear", lambda x, dev: {"x": _ones(2, 0, device=dev), "weight": _ones(8, 0, dtype=I8, device=dev),
                                      "weight_scale": _ones(1, 0, device=dev), "backend": "sm90"}),  # K = 0
     ("quant_linear", _long_k_layer(weight_scale=lambda dev: _ones(1, 1024, device=dev))),
+    ("quant_linear", lambda x, dev: {"activation": "static", "input_scale": _ones(1, 1, device=dev),
+                                     "smooth": _ones(256, device=dev)}),
+    ("quantize", lambda x, dev: {"granularity": "group", "smooth": _ones(300, device=dev)}),
     ("quantize", lambda x, dev: {"granularity": "tensor", "scale": _ones(1, 1, device=dev)}),
     ("quantize", lambda x, dev: {"granularity": "group", "scale": _ones(5, 3, device=dev)}),
     ("quantize", lambda x, dev: {"x": _ones(4, 0, dtype=torch.bfloat16, device=dev), "granularity": "group",

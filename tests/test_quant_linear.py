@@ -105,7 +105,7 @@ def test_python_wrapper_argument_types():
         tcgemm.quant_linear(x.numpy(), q, s)
     with pytest.raises(TypeError, match="argument 'activation' must be a str"):
         tcgemm.quant_linear(x, q, s, None, 1)
-    with pytest.raises(ValueError, match="argument 'activation' must be 'token' or 'block'"):
+    with pytest.raises(ValueError, match="argument 'activation' must be 'token', 'block' or 'static'"):
         tcgemm.quant_linear(x, q, s, None, "group")
 
 
@@ -115,8 +115,8 @@ def test_opcheck(activation, device):
     for weight in WEIGHTS:
         q, s, b = make_layer(72, 260, weight, torch.float32, device)
         x = torch.randn(2, 3, 260, generator=_gen(5)).to(device=device, dtype=torch.bfloat16)
-        torch.library.opcheck(torch.ops.tcgemm.quant_linear.default, (x, q, s, b, activation, "auto"))
-        torch.library.opcheck(torch.ops.tcgemm.quant_linear.default, (x[0, 0], q, s, None, activation, "auto"))
+        torch.library.opcheck(torch.ops.tcgemm.quant_linear.default, (x, q, s, b, activation, None, None, "auto"))
+        torch.library.opcheck(torch.ops.tcgemm.quant_linear.default, (x[0, 0], q, s, None, activation, None, None, "auto"))
 
 
 def test_compile_dynamic_shapes_cpu():

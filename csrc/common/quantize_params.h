@@ -39,6 +39,9 @@ struct QuantizeParams {
   // Static: a copy of the given ones, where the kernels write NaN for every group that holds a
   // non-finite x or has an invalid scale (see "Bad data" below).
   float* scale_out = nullptr;
+  // SmoothQuant: [K] fp32 multipliers, contiguous; x[m, k] * channel_mul[k] (one fp32 product)
+  // is what is quantized, amax included. Null: none.
+  const float* channel_mul = nullptr;
   // Static: the given scales (contiguous, same shapes); null selects dynamic quantization.
   const float* scale_in = nullptr;
   // Per-tensor dynamic on the GPU only: 4 bytes of device memory for the grid-wide amax.

@@ -42,10 +42,10 @@ TORCH_LIBRARY(tcgemm, m) {
   m.def(
       "scaled_gemm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
       "ScalarType? out_dtype=None, str backend='auto') -> Tensor");
-  m.def("quantize(Tensor x, str granularity, Tensor? scale=None) -> (Tensor, Tensor)");
+  m.def("quantize(Tensor x, str granularity, Tensor? scale=None, Tensor? smooth=None) -> (Tensor, Tensor)");
   m.def(
       "quant_linear(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None, str activation='token', "
-      "str backend='auto') -> Tensor");
+      "Tensor? input_scale=None, Tensor? smooth=None, str backend='auto') -> Tensor");
   m.def("available_backends(int device_index) -> str", &available_backends);
   m.def("backend_names() -> str", &backend_names);
 }

@@ -21,9 +21,16 @@ constexpr int64_t kMaxUnblockedK = 131071;
 // The element types tcgemm.quantize reads (quantize.cpp); nullopt for any other.
 std::optional<QuantDtype> quant_dtype_of(at::ScalarType t);
 
-// tcgemm.quantize on a validated 2-D x (quantize.cpp).
+// Static scales must be positive finite numbers: checked on CPU tensors (quantize.cpp).
+void check_static_scale_values(const char* op, const char* name, const at::Tensor& s);
+
+// The checks of a SmoothQuant multiplier for x [..., K]: fp32 [K] on x's device (quantize.cpp).
+void check_smooth(const char* op, const at::Tensor& smooth, const at::Tensor& x);
+
+// tcgemm.quantize on a validated 2-D x; `smooth` (validated) or undefined (quantize.cpp).
 std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x, QuantDtype dtype, QuantGranularity granularity,
-                                                 const std::optional<at::Tensor>& scale, bool overlap);
+                                                 const std::optional<at::Tensor>& scale, const at::Tensor& smooth,
+                                                 bool overlap);
 
 // tcgemm.scaled_gemm on validated operands whose scales are decoded into e.a / e.b; `bias_f32`
 // is an fp32 contiguous [N] tensor or undefined. Errors name `op` (scaled_gemm.cpp).

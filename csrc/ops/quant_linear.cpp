@@ -1,5 +1,6 @@
 // tcgemm::quant_linear: the W8A8 linear layer (QuantLinear.forward) as one op. The float input
-// is quantized per token or per 1x128 block and multiplied by the int8 weight with the scales and
+// (times the SmoothQuant multipliers, if any) is quantized per token or per 1x128 block, or with
+// a calibrated per-tensor scale, and multiplied by the int8 weight with the scales and
 // bias fused into the GEMM: the kernels of tcgemm.quantize and tcgemm.scaled_gemm, the same bits,
 // behind one dispatch and one set of checks. On sm_90+ the two kernels are programmatic dependent
 // launches (common/launch_kernel.cuh): the few-rows GEMM streams its weights while the
@@ -21,11 +22,29 @@ namespace {
 
 constexpr const char* kOp = "tcgemm.quant_linear";
 
+// The activations' quantization: dynamic per token ("token") or per 1x128 block ("block"), or
+// static per tensor with the given input_scale ("static").
 QuantGranularity parse_activation(std::string_view a) {
   if (a == "token") return QuantGranularity::kToken;
-  TORCH_CHECK_VALUE(a == "block", kOp, ": argument 'activation' must be 'token' or 'block', got '", std::string(a),
-                    "'");
+  if (a == "static") return QuantGranularity::kTensor;
+  TORCH_CHECK_VALUE(a == "block", kOp, ": argument 'activation' must be 'token', 'block' or 'static', got '",
+                    std::string(a), "'");
   return QuantGranularity::kGroup;
+}
+
+void check_input_scale(const std::optional<at::Tensor>& s, std::string_view activation, const at::Tensor& x) {
+  const bool is_static = activation == "static";
+  TORCH_CHECK_VALUE(!is_static || s.has_value(), kOp, ": argument 'input_scale' is required with activation='static'");
+  TORCH_CHECK_VALUE(is_static || !s.has_value(), kOp,
+                    ": argument 'input_scale' is used only with activation='static', got activation='",
+                    std::string(activation), "'");
+  if (!s.has_value()) return;
+  TORCH_CHECK_TYPE(s->scalar_type() == at::kFloat, kOp, ": argument 'input_scale' must have dtype torch.float32, got ",
+                   dtype_name(s->scalar_type()));
+  TORCH_CHECK_VALUE(s->numel() == 1 && s->dim() <= 2, kOp,
+                    ": argument 'input_scale' must have one element (shape [], [1] or [1, 1]), got shape ",
+                    shape_str(s->sizes()));
+  check_same_device(kOp, *s, "input_scale", x, "x");
 }
 
 ScaleOperand describe_weight_scale(const at::Tensor& s, int64_t n, int64_t k) {
@@ -44,6 +63,7 @@ ScaleOperand describe_weight_scale(const at::Tensor& s, int64_t n, int64_t k) {
 
 at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
                         const std::optional<at::Tensor>& bias, std::string_view activation_arg,
+                        const std::optional<at::Tensor>& input_scale, const std::optional<at::Tensor>& smooth,
                         std::string_view backend_arg) {
   const Backend requested = parse_backend_arg(kOp, backend_arg);
   const QuantGranularity granularity = parse_activation(activation_arg);
@@ -69,6 +89,8 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at:
     check_same_device(kOp, *bias, "bias", x, "x");
     bias_f32 = bias_as_f32(*bias);
   }
+  check_input_scale(input_scale, activation_arg, x);
+  if (smooth.has_value()) check_smooth(kOp, *smooth, x);
   TORCH_CHECK_VALUE(granularity == QuantGranularity::kGroup || e.b.per_block() || k <= kMaxUnblockedK, kOp, ": K = ",
                     num(k), " > ", num(kMaxUnblockedK),
                     " could overflow the int32 accumulator without per-block scales; use activation='block'");
@@ -89,9 +111,15 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at:
     }
     return out.view(out_shape);
   }
-  if (x.is_cpu()) check_cpu_backend(kOp, requested);  // before the quantization, not after it
+  if (x.is_cpu()) {  // before the quantization, not after it
+    check_cpu_backend(kOp, requested);
+    if (input_scale.has_value()) check_static_scale_values(kOp, "input_scale", *input_scale);
+  }
   const bool overlap = x.is_cuda();
-  auto [q, scale] = quantize_impl(x2d, *dtype, granularity, std::nullopt, overlap);
+  // Static: one scale for every row; the per-tensor form scaled_gemm reads ([1]).
+  const std::optional<at::Tensor> static_scale =
+      input_scale.has_value() ? std::optional<at::Tensor>(input_scale->reshape({1})) : std::nullopt;
+  auto [q, scale] = quantize_impl(x2d, *dtype, granularity, static_scale, smooth.value_or(at::Tensor()), overlap);
   e.a = *decode_scale_a(scale_tensor(scale), m, scale_blocks(k));
   return scaled_gemm_impl(kOp, requested, q, weight.t(), e, bias_f32, x.scalar_type(), overlap).view(out_shape);
 }

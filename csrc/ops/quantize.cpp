@@ -83,17 +83,6 @@ void check_scale(const at::Tensor& s, const at::Tensor& x, QuantGranularity g) {
                     " for granularity '", granularity_name(g), "', got ", shape_str(s.sizes()));
 }
 
-// A static scale must be a positive finite number. Checked where that needs no device
-// synchronisation (CPU tensors); on a GPU an invalid scale quantizes its group to zeros and
-// returns NaN for it (common/quantize_params.h).
-void check_static_scale_values(const at::Tensor& s) {
-  const at::Tensor dense = s.contiguous();
-  const float* v = dense.const_data_ptr<float>();
-  for (int64_t i = 0; i < dense.numel(); ++i) {
-    TORCH_CHECK_VALUE(quant_scale_valid(v[i]), kOp, ": argument 'scale' must hold positive finite numbers, got ",
-                      num_float(v[i]), " at flat index ", num(i));
-  }
-}
 
 void run_cpu(QuantizeParams& p) {
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / p.k);  // rows per chunk
@@ -146,8 +135,30 @@ std::optional<QuantDtype> quant_dtype_of(at::ScalarType t) {
   }
 }
 
+// A static scale must be a positive finite number. Checked where that needs no device
+// synchronisation (CPU tensors); on a GPU an invalid scale quantizes its group to zeros and
+// returns NaN for it (common/quantize_params.h).
+void check_static_scale_values(const char* op, const char* name, const at::Tensor& s) {
+  const at::Tensor dense = s.contiguous();
+  const float* v = dense.const_data_ptr<float>();
+  for (int64_t i = 0; i < dense.numel(); ++i) {
+    TORCH_CHECK_VALUE(quant_scale_valid(v[i]), op, ": argument '", name, "' must hold positive finite numbers, got ",
+                      num_float(v[i]), " at flat index ", num(i));
+  }
+}
+
+void check_smooth(const char* op, const at::Tensor& s, const at::Tensor& x) {
+  TORCH_CHECK_TYPE(s.scalar_type() == at::kFloat, op, ": argument 'smooth' must have dtype torch.float32, got ",
+                   dtype_name(s.scalar_type()));
+  TORCH_CHECK_VALUE(s.dim() == 1 && s.size(0) == x.size(-1), op, ": argument 'smooth' must have shape [K] = [",
+                    num(x.size(-1)), "], got ", shape_str(s.sizes()));
+  TORCH_CHECK_VALUE(s.device() == x.device(), op, ": argument 'smooth' must be on the same device as 'x' (",
+                    x.device().str(), "), got ", s.device().str());
+}
+
 std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x, QuantDtype dtype, QuantGranularity granularity,
-                                                 const std::optional<at::Tensor>& scale, bool overlap) {
+                                                 const std::optional<at::Tensor>& scale, const at::Tensor& smooth,
+                                                 bool overlap) {
   const int64_t m = x.size(0), k = x.size(1);
 
   at::Tensor q = at::empty({m, k}, x.options().dtype(at::kChar));
@@ -162,6 +173,7 @@ std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x, QuantDtype
   }
   // The kernels index the given scales densely; they read these and write scale_out.
   const at::Tensor scale_in = scale.has_value() ? scale->contiguous() : at::Tensor();
+  const at::Tensor channel_mul = smooth.defined() ? smooth.contiguous() : at::Tensor();
 
   QuantizeParams p;
   // x is read in place with any strides (a zero stride included: an expand-ed x is never
@@ -176,6 +188,7 @@ std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x, QuantDtype
   p.q = q.data_ptr<int8_t>();
   p.scale_out = scale_out.data_ptr<float>();
   if (scale.has_value()) p.scale_in = scale_in.const_data_ptr<float>();
+  if (channel_mul.defined()) p.channel_mul = channel_mul.const_data_ptr<float>();
   if (x.is_cuda()) {
     run_cuda(p, x, overlap);
   } else {
@@ -185,14 +198,16 @@ std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x, QuantDtype
 }
 
 std::tuple<at::Tensor, at::Tensor> quantize(const at::Tensor& x, std::string_view granularity_arg,
-                                            const std::optional<at::Tensor>& scale) {
+                                            const std::optional<at::Tensor>& scale,
+                                            const std::optional<at::Tensor>& smooth) {
   const QuantDtype dtype = check_x(x);
   const QuantGranularity granularity = parse_granularity(granularity_arg);
   if (scale.has_value()) check_scale(*scale, x, granularity);
+  if (smooth.has_value()) check_smooth(kOp, *smooth, x);
   TORCH_CHECK_VALUE(x.is_cpu() || x.is_cuda(), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ",
                     x.device().str());
-  if (scale.has_value() && x.is_cpu()) check_static_scale_values(*scale);
-  return quantize_impl(x, dtype, granularity, scale, /*overlap=*/false);
+  if (scale.has_value() && x.is_cpu()) check_static_scale_values(kOp, "scale", *scale);
+  return quantize_impl(x, dtype, granularity, scale, smooth.value_or(at::Tensor()), /*overlap=*/false);
 }
 
 TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { m.impl("quantize", &quantize); }

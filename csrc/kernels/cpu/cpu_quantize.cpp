@@ -24,10 +24,11 @@ float fp16_bits_to_float(uint16_t bits) {
   return __half2float(__half(raw));
 }
 
-// Row `row` of x as K contiguous floats: in place for fp32 rows with unit stride, otherwise
-// converted (exactly) into `buf`.
+// Row `row` of x as K contiguous floats, times the channel multipliers when there are some: in
+// place for fp32 rows with unit stride and no multipliers, otherwise converted (exactly) and
+// multiplied (one rounding) into `buf`.
 const float* row_of(const QuantizeParams& p, int64_t row, std::vector<float>& buf) {
-  if (p.dtype == QuantDtype::kFloat32 && (p.x_stride_col == 1 || p.k == 1)) {
+  if (p.dtype == QuantDtype::kFloat32 && (p.x_stride_col == 1 || p.k == 1) && p.channel_mul == nullptr) {
     return static_cast<const float*>(p.x) + row * p.x_stride_row;
   }
   buf.resize(static_cast<size_t>(p.k));
@@ -42,6 +43,9 @@ const float* row_of(const QuantizeParams& p, int64_t row, std::vector<float>& bu
       const uint16_t bits = x[i * p.x_stride_col];
       buf[i] = bf16 ? bf16_bits_to_float(bits) : fp16_bits_to_float(bits);
     }
+  }
+  if (p.channel_mul != nullptr) {
+    for (int64_t i = 0; i < p.k; ++i) buf[i] *= p.channel_mul[i];
   }
   return buf.data();
 }

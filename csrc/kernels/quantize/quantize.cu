@@ -148,6 +148,17 @@ __device__ __forceinline__ void load_vec(const T* ptr, float (&out)[VEC]) {
   to_floats(load_raw<T, VEC>(ptr), out);
 }
 
+// SmoothQuant (QuantizeParams::channel_mul; MUL, a template flag so that the kernels without it
+// are unchanged): VEC values of columns col.. times their multipliers, each product rounded once
+// (__fmul_rn is never contracted into an FMA), as on the CPU.
+template <bool MUL, int VEC>
+__device__ __forceinline__ void apply_channel_mul(float (&v)[VEC], const QuantizeParams& p, int64_t col) {
+  if constexpr (MUL) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) v[i] = __fmul_rn(v[i], __ldg(p.channel_mul + col + i));
+  }
+}
+
 // VEC zeros with one aligned store: the values of a group whose scale is invalid.
 template <int VEC>
 __device__ __forceinline__ void store_zeros(int8_t* dst) {
@@ -207,9 +218,11 @@ __device__ __forceinline__ float block_max(float v, float* partials) {
 // One row per team (a warp when WARP_TEAM, else the block). CACHE vectors per thread are held
 // in registers between the amax reduction and the quantization; CACHE == 0 sweeps the row twice.
 // Needs K % VEC == 0 when VEC > 1 (checked by the launcher).
-template <typename T, int VEC, int CACHE, bool WARP_TEAM>
+// With channel multipliers (MUL) a block team gets twice the registers: their loads and
+// products spill at the 64-register budget of 4 blocks per SM.
+template <typename T, int VEC, int CACHE, bool WARP_TEAM, bool MUL>
 __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamShape<T, VEC>::kThreads : kMaxTeamThreads,
-                                  !WARP_TEAM && CACHE > 0 ? TeamShape<T, VEC>::kBlocksPerSm : 1)
+                                  !WARP_TEAM && CACHE > 0 ? TeamShape<T, VEC>::kBlocksPerSm / (MUL ? 2 : 1) : 1)
     quantize_token_kernel(const QuantizeParams p) {
   start_after_previous_kernel();
   __shared__ float partials[kWarp];  // block teams only
@@ -242,7 +255,9 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
         if constexpr (VEC == 1) {
           if (i < nvec) {
             cached[c] = load_raw<T, VEC>(walk);
-            amax = amax_fold(amax, cached[c].get(0));
+            float v[1] = {cached[c].get(0)};
+            apply_channel_mul<MUL>(v, p, i);
+            amax = amax_fold(amax, v[0]);
           }
           walk += walk_step;
         } else {
@@ -255,6 +270,7 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
           if (c * team + lane < nvec) {
             float v[VEC];
             to_floats(cached[c], v);
+            apply_channel_mul<MUL>(v, p, (int64_t{c} * team + lane) * VEC);
             amax = abs_max(amax, v);
           }
         }
@@ -263,6 +279,7 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
       for (int64_t i = lane; i < nvec; i += team) {
         float v[VEC];
         load_vec<T, VEC>(x_at<VEC>(x_row, i * VEC, p.x_stride_col), v);
+        apply_channel_mul<MUL>(v, p, i * VEC);
         amax = abs_max(amax, v);
       }
     }
@@ -285,6 +302,7 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
         if (i < nvec) {
           float v[VEC];
           to_floats(cached[c], v);
+          apply_channel_mul<MUL>(v, p, int64_t{i} * VEC);
           store_quantized<VEC>(q_row + i * VEC, v, divisor);
         }
       }
@@ -292,6 +310,7 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
       for (int64_t i = lane; i < nvec; i += team) {
         float v[VEC];
         load_vec<T, VEC>(x_at<VEC>(x_row, i * VEC, p.x_stride_col), v);  // second sweep: the row was just read
+        apply_channel_mul<MUL>(v, p, i * VEC);
         store_quantized<VEC>(q_row + i * VEC, v, divisor);
       }
     }
@@ -301,7 +320,7 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
 // One 128-wide group per LANES lanes. With 16-byte loads each lane holds one vector of its
 // group; the scalar path (VEC == 1) has 32 lanes per group and 4 coalesced values per lane.
 // The last group of a row may be short. Needs K % VEC == 0 when VEC > 1.
-template <typename T, int VEC>
+template <typename T, int VEC, bool MUL>
 __global__ void __launch_bounds__(kBlockThreads) quantize_group_kernel(const QuantizeParams p) {
   start_after_previous_kernel();
   constexpr int LANES = VEC == 1 ? kWarp : kScaleBlock / VEC;
@@ -330,6 +349,7 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_group_kernel(const Qua
       const int64_t col = col0 + (int64_t{j} * LANES + sub) * VEC;
       if (valid && col < p.k) {
         load_vec<T, VEC>(x_at<VEC>(x_row, col, p.x_stride_col), v[j]);
+        apply_channel_mul<MUL>(v[j], p, col);
         amax = abs_max(amax, v[j]);
       }
     }
@@ -353,7 +373,7 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_group_kernel(const Qua
 
 // Per-tensor amax: rows over blockIdx.y, vectors of a row over blockIdx.x. Each block folds its
 // amax into the workspace (zeroed before the launch) with an integer atomicMax on the bits.
-template <typename T, int VEC>
+template <typename T, int VEC, bool MUL>
 __global__ void __launch_bounds__(kBlockThreads) amax_kernel(const QuantizeParams p) {
   start_after_previous_kernel();
   __shared__ float partials[kWarp];
@@ -365,6 +385,7 @@ __global__ void __launch_bounds__(kBlockThreads) amax_kernel(const QuantizeParam
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < nvec; i += int64_t{gridDim.x} * blockDim.x) {
       float v[VEC];
       load_vec<T, VEC>(x_at<VEC>(x_row, i * VEC, p.x_stride_col), v);
+      apply_channel_mul<MUL>(v, p, i * VEC);
       amax = abs_max(amax, v);
     }
   }
@@ -378,7 +399,7 @@ __global__ void __launch_bounds__(kBlockThreads) amax_kernel(const QuantizeParam
 // per-tensor quantization the scale derived from the amax in the workspace (also written out).
 // Static: a non-finite x quantizes to 0, and its group's returned scale becomes NaN, as does
 // that of a group whose scale is invalid (several threads may write the same NaN).
-template <typename T, int VEC>
+template <typename T, int VEC, bool MUL>
 __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const QuantizeParams p) {
   start_after_previous_kernel();
   const bool per_tensor = p.granularity == QuantGranularity::kTensor;
@@ -401,6 +422,7 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const Qu
       if (p.granularity == QuantGranularity::kGroup) scale = p.scale_in[row * groups + group];
       float v[VEC];
       load_vec<T, VEC>(x_at<VEC>(x_row, i * VEC, p.x_stride_col), v);
+      apply_channel_mul<MUL>(v, p, i * VEC);
       if (p.scale_in != nullptr) {
         bool bad = !quant_scale_valid(scale);
 #pragma unroll
@@ -435,7 +457,7 @@ dim3 elementwise_grid(int64_t m, int64_t nvec) {
   return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
 }
 
-template <typename T, int VEC>
+template <typename T, int VEC, bool MUL>
 void launch_token(const QuantizeParams& p) {
   constexpr int kWarpCache = kCacheElems / VEC;
   using Team = TeamShape<T, VEC>;
@@ -443,49 +465,49 @@ void launch_token(const QuantizeParams& p) {
   if (nvec <= int64_t{kWarp} * kWarpCache) {
     constexpr int64_t rows_per_block = kBlockThreads / kWarp;
     const int64_t blocks = std::min(ceil_div(p.m, rows_per_block), kMaxBlocks);
-    launch_kernel(quantize_token_kernel<T, VEC, kWarpCache, true>, dim3(static_cast<unsigned>(blocks)), kBlockThreads,
+    launch_kernel(quantize_token_kernel<T, VEC, kWarpCache, true, MUL>, dim3(static_cast<unsigned>(blocks)), kBlockThreads,
                   0, p.stream, p.pdl, p);
     return;
   }
   const unsigned blocks = static_cast<unsigned>(std::min(p.m, kMaxBlocks));
   const int64_t threads = round_up<int64_t>(ceil_div<int64_t>(nvec, Team::kCache), kWarp);
   if (threads <= Team::kThreads) {
-    launch_kernel(quantize_token_kernel<T, VEC, Team::kCache, false>, blocks, static_cast<unsigned>(threads), 0,
+    launch_kernel(quantize_token_kernel<T, VEC, Team::kCache, false, MUL>, blocks, static_cast<unsigned>(threads), 0,
                   p.stream, p.pdl, p);
   } else {
-    launch_kernel(quantize_token_kernel<T, VEC, 0, false>, blocks, kMaxTeamThreads, 0, p.stream, p.pdl, p);
+    launch_kernel(quantize_token_kernel<T, VEC, 0, false, MUL>, blocks, kMaxTeamThreads, 0, p.stream, p.pdl, p);
   }
 }
 
-template <typename T, int VEC>
+template <typename T, int VEC, bool MUL>
 void launch_group(const QuantizeParams& p) {
   constexpr int64_t lanes = VEC == 1 ? kWarp : kScaleBlock / VEC;
   constexpr int64_t groups_per_block = kBlockThreads / kWarp * (kWarp / lanes);
   const int64_t blocks = std::min(ceil_div(p.m * p.groups(), groups_per_block), kMaxBlocks);
-  launch_kernel(quantize_group_kernel<T, VEC>, dim3(static_cast<unsigned>(blocks)), kBlockThreads, 0, p.stream, p.pdl,
+  launch_kernel(quantize_group_kernel<T, VEC, MUL>, dim3(static_cast<unsigned>(blocks)), kBlockThreads, 0, p.stream, p.pdl,
                 p);
 }
 
-template <typename T, int VEC>
+template <typename T, int VEC, bool MUL>
 void launch_scaled(const QuantizeParams& p, bool overlap) {
-  launch_kernel(quantize_scaled_kernel<T, VEC>, elementwise_grid(p.m, p.k / VEC), kBlockThreads, 0, p.stream, overlap,
+  launch_kernel(quantize_scaled_kernel<T, VEC, MUL>, elementwise_grid(p.m, p.k / VEC), kBlockThreads, 0, p.stream, overlap,
                 p);
 }
 
-template <typename T, int VEC>
+template <typename T, int VEC, bool MUL>
 void launch(const QuantizeParams& p) {
-  if (p.scale_in != nullptr) return launch_scaled<T, VEC>(p, p.pdl);
+  if (p.scale_in != nullptr) return launch_scaled<T, VEC, MUL>(p, p.pdl);
   switch (p.granularity) {
     case QuantGranularity::kTensor:
       TCGEMM_CUDA_CHECK(cudaMemsetAsync(p.workspace, 0, sizeof(unsigned int), p.stream));
       // A memset is not a kernel that could trigger an overlapped launch: plain launches here.
-      amax_kernel<T, VEC><<<elementwise_grid(p.m, p.k / VEC), kBlockThreads, 0, p.stream>>>(p);
+      amax_kernel<T, VEC, MUL><<<elementwise_grid(p.m, p.k / VEC), kBlockThreads, 0, p.stream>>>(p);
       TCGEMM_CHECK_LAUNCH();
-      return launch_scaled<T, VEC>(p, /*overlap=*/false);
+      return launch_scaled<T, VEC, MUL>(p, /*overlap=*/false);
     case QuantGranularity::kToken:
-      return launch_token<T, VEC>(p);
+      return launch_token<T, VEC, MUL>(p);
     case QuantGranularity::kGroup:
-      return launch_group<T, VEC>(p);
+      return launch_group<T, VEC, MUL>(p);
   }
 }
 
@@ -496,8 +518,9 @@ void launch_typed(const QuantizeParams& p) {
   constexpr int kVec = 16 / sizeof(T);
   const bool vectorized = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_stride_row % kVec == 0 &&
                           p.x_stride_col == 1 && p.k % kVec == 0 && reinterpret_cast<uintptr_t>(p.q) % kVec == 0;
-  if (vectorized) return launch<T, kVec>(p);
-  launch<T, 1>(p);
+  const bool mul = p.channel_mul != nullptr;
+  if (vectorized) return mul ? launch<T, kVec, true>(p) : launch<T, kVec, false>(p);
+  mul ? launch<T, 1, true>(p) : launch<T, 1, false>(p);
 }
 
 }  // namespace
