@@ -38,8 +38,10 @@ at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor&
                             ScaledEpilogueParams e, const at::Tensor& bias_f32, at::ScalarType out_dtype,
                             bool overlap);
 
-// The fp32 [N] copy of a validated bias (none when the tensor already is one) (scaled_gemm.cpp).
-at::Tensor bias_as_f32(const at::Tensor& bias);
+// Checks an optional bias (float [N] on the device of `ref`, named `ref_name` in messages) and
+// returns it as fp32 contiguous (no copy when it already is), or undefined (scaled_gemm.cpp).
+at::Tensor checked_bias_f32(const char* op, const std::optional<at::Tensor>& bias, int64_t n, const at::Tensor& ref,
+                            const char* ref_name);
 
 // The pointer and shape of an fp32 scale tensor as common/scale_layout.h reads it.
 ScaleTensor scale_tensor(const at::Tensor& s);

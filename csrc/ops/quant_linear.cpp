@@ -80,15 +80,7 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   ScaledEpilogueParams e;
   e.b = describe_weight_scale(weight_scale, n, k);
   check_same_device(kOp, weight_scale, "weight_scale", x, "x");
-  at::Tensor bias_f32;
-  if (bias.has_value()) {
-    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == n, kOp, ": argument 'bias' must have shape [N] = [", num(n),
-                      "], got ", shape_str(bias->sizes()));
-    TORCH_CHECK_TYPE(at::isFloatingType(bias->scalar_type()), kOp,
-                     ": argument 'bias' must have a floating-point dtype, got ", dtype_name(bias->scalar_type()));
-    check_same_device(kOp, *bias, "bias", x, "x");
-    bias_f32 = bias_as_f32(*bias);
-  }
+  const at::Tensor bias_f32 = checked_bias_f32(kOp, bias, n, x, "x");
   check_input_scale(input_scale, activation_arg, x);
   if (smooth.has_value()) check_smooth(kOp, *smooth, x);
   TORCH_CHECK_VALUE(granularity == QuantGranularity::kGroup || e.b.per_block() || k <= kMaxUnblockedK, kOp, ": K = ",

@@ -100,7 +100,16 @@ ScaleTensor scale_tensor(const at::Tensor& s) {
   return t;
 }
 
-at::Tensor bias_as_f32(const at::Tensor& bias) { return bias.to(at::kFloat).contiguous(); }
+at::Tensor checked_bias_f32(const char* op, const std::optional<at::Tensor>& bias, int64_t n, const at::Tensor& ref,
+                            const char* ref_name) {
+  if (!bias.has_value()) return at::Tensor();
+  TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == n, op, ": argument 'bias' must have shape [N] = [", num(n),
+                    "], got ", shape_str(bias->sizes()));
+  TORCH_CHECK_TYPE(at::isFloatingType(bias->scalar_type()), op,
+                   ": argument 'bias' must have a floating-point dtype, got ", dtype_name(bias->scalar_type()));
+  check_same_device(op, *bias, "bias", ref, ref_name);
+  return bias->to(at::kFloat).contiguous();
+}
 
 at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
                             ScaledEpilogueParams e, const at::Tensor& bias_f32, at::ScalarType out_dtype,
@@ -144,15 +153,7 @@ at::Tensor scaled_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tenso
   ScaledEpilogueParams e;
   e.a = describe_scale_a(scale_a, m, kb);
   e.b = describe_scale_b(scale_b, n, kb);
-  at::Tensor bias_f32;
-  if (bias.has_value()) {
-    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == n, kOp, ": argument 'bias' must have shape [N] = [", num(n),
-                      "], got ", shape_str(bias->sizes()));
-    TORCH_CHECK_TYPE(at::isFloatingType(bias->scalar_type()), kOp,
-                     ": argument 'bias' must have a floating-point dtype, got ", dtype_name(bias->scalar_type()));
-    check_same_device(kOp, *bias, "bias", a);
-    bias_f32 = bias_as_f32(*bias);
-  }
+  const at::Tensor bias_f32 = checked_bias_f32(kOp, bias, n, a, "a");
   TORCH_CHECK_VALUE(e.per_block() || k <= kMaxUnblockedK, kOp, ": K = ", num(k), " > ", num(kMaxUnblockedK),
                     " could overflow the int32 accumulator without per-block scales; pass scale_a as [M, ceil(K/128)]"
                     " (per-block 1x128)");
