@@ -8,6 +8,8 @@ namespace tcgemm::skinny {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
+// Blocks resident per SM (__launch_bounds__): 128 registers per thread.
+constexpr int kBlocksPerSm = 2;
 constexpr int kBK = 128;  // bytes of K per K block
 static_assert(kBK == kScaleBlock, "a K block must be one scale block");
 

@@ -20,7 +20,8 @@
 //   overlap (GemmProblem::pdl): launched as a programmatic dependent launch, the kernel starts
 //     while the activations' quantize still runs: the block prefetches the bytes of B its warps
 //     load in their first round into L2 (one bulk prefetch per row, no registers held), then
-//     waits (griddep_wait) before it touches anything else.
+//     waits (griddep_wait) before it touches anything else. Only the first wave of blocks
+//     prefetches: a later block starts after the kernel before it has finished.
 //     After its main loop a block lets the next kernel be scheduled.
 #pragma once
 
@@ -42,6 +43,7 @@
 #include "ptx/cache_policy.cuh"
 #include "ptx/griddep.cuh"
 #include "ptx/prefetch.cuh"
+#include "ptx/sreg.cuh"
 #include "ptx/ld_global.cuh"
 #include "ptx/mma.cuh"
 
@@ -80,7 +82,7 @@ __device__ __forceinline__ int64_t row_offset(int row, int64_t stride) {
 
 // RowTiles, ColTiles: those of the config (TileConfig<RowTiles, ColTiles>).
 template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, class Epi>
-__global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmProblem p, const Epi epi) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_gemm_kernel(const GemmProblem p, const Epi epi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using Cfg = TileConfig<RowTiles, ColTiles>;
   using Acc = typename Epi::Acc;  // int32, or fp32 when per-block scales are promoted
@@ -94,7 +96,10 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const GemmProb
   const int col_blocks = ceil_div(p.n, kCols);
   const int m0 = static_cast<int>(blockIdx.x / col_blocks) * 16 * RowTiles;
   const int n0 = static_cast<int>(blockIdx.x % col_blocks) * kCols;
-  if (p.pdl && threadIdx.x < kCols) {  // the block's first round of B into L2, a row per thread
+  // The block's first round of B into L2, a row per thread: only in the first wave, the blocks
+  // that can run beside the kernel before this one (later blocks find it finished, and their
+  // prefetch only added L2 traffic: docs/design/decode.md).
+  if (p.pdl && threadIdx.x < kCols && blockIdx.x < kBlocksPerSm * ptx::nsmid()) {
     const int bytes = min(p.k, kWarps * kAhead * kBK) & ~15;
     const int row = min(n0 + static_cast<int>(threadIdx.x), p.n - 1);
     if (bytes > 0)
