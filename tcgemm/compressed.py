@@ -1,0 +1,273 @@
+"""compressed-tensors W8A8 checkpoints: the format llm-compressor writes and vLLM serves.
+
+    import tcgemm.compressed as ct
+    report = ct.load_compressed(model, "path/to/checkpoint")   # Linear layers -> QuantLinear
+    ct.save_compressed(model, "path/to/output")                  # model.safetensors + config.json
+
+A checkpoint is a folder with ``config.json`` (its ``quantization_config``, quant_method
+"compressed-tensors") and ``*.safetensors`` files. Each config group names the layers it covers
+(``targets``: a class name such as "Linear", a module name, or "re:<regex>"; minus ``ignore``) and
+how they are quantized. tcgemm runs the W8A8 int8 schemes:
+
+- weights: int8, symmetric, one scale per output channel (``strategy: channel``), per tensor
+  (``tensor``), or per 128x128 block (``block``, ``block_structure [128, 128]``);
+- input activations: int8, symmetric, dynamic per token (``token``), dynamic per 1x128 group
+  (``group``, ``group_size 128``), or static per tensor (``tensor``, an ``input_scale``).
+
+Anything else (other bit widths, weight-only schemes, zero points, fp8) raises a ValueError that
+names the layer group and the setting. The config is read and written with the
+``compressed-tensors`` package (``pip install compressed-tensors``), an optional dependency:
+its own matching decides which layers a group covers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from .nn import QuantLinear
+
+_CONFIG = "config.json"
+_WEIGHTS = "model.safetensors"
+
+
+def _ct():
+    try:
+        import compressed_tensors  # noqa: F401
+        from compressed_tensors.quantization import QuantizationArgs, QuantizationConfig, QuantizationScheme
+        from compressed_tensors.utils.match import is_match
+    except ImportError as e:  # pragma: no cover - exercised only without the package
+        raise ImportError(
+            "tcgemm.compressed needs the 'compressed-tensors' package (pip install compressed-tensors)"
+        ) from e
+    return QuantizationArgs, QuantizationConfig, QuantizationScheme, is_match
+
+
+@dataclass
+class CompressedReport:
+    """What :func:`load_compressed` did: layers swapped to QuantLinear with their scheme, and
+    the state-dict keys of the checkpoint that no module took."""
+
+    loaded: dict[str, str] = field(default_factory=dict)  # name -> "weight=..., activation=..."
+    unused_keys: list[str] = field(default_factory=list)
+
+
+def _value(v: Any) -> Any:
+    return getattr(v, "value", v)
+
+
+def _granularities(group: str, scheme) -> tuple[str, str]:
+    """(weight, activation) granularities of QuantLinear for a config group, or ValueError."""
+    w, a = scheme.weights, scheme.input_activations
+
+    def bad(what: str) -> ValueError:
+        return ValueError(f"tcgemm.compressed: config group '{group}': {what}; tcgemm runs int8 W8A8 "
+                          "(symmetric int8 weights per channel, tensor or 128x128 block; symmetric int8 "
+                          "activations per token, per 1x128 group or static per tensor)")
+
+    if w is None or a is None:
+        raise bad("weights and input_activations must both be quantized (weight-only schemes are not W8A8)")
+    for role, args in (("weights", w), ("input_activations", a)):
+        if args.num_bits != 8 or _value(args.type) != "int":
+            raise bad(f"{role} are {args.num_bits}-bit {_value(args.type)}, not 8-bit int")
+        if not args.symmetric:
+            raise bad(f"{role} are asymmetric (zero points are not supported)")
+    ws, as_ = _value(w.strategy), _value(a.strategy)
+    if w.dynamic:
+        raise bad("weights have dynamic scales")
+    if ws == "channel":
+        weight = "channel"
+    elif ws == "tensor":
+        weight = "tensor"
+    elif ws == "block" and list(w.block_structure or []) == [128, 128]:
+        weight = "block"
+    else:
+        raise bad(f"weight strategy '{ws}' (block_structure {w.block_structure}) is not channel, tensor or 128x128 block")
+    if as_ == "token" and a.dynamic is True:
+        activation = "token"
+    elif as_ == "group" and a.group_size == 128 and a.dynamic is True:
+        activation = "block"
+    elif as_ == "tensor" and a.dynamic is False:
+        activation = "static"
+    else:
+        raise bad(f"input activation strategy '{as_}' (dynamic={a.dynamic}, group_size={a.group_size}) "
+                  "is not dynamic token, dynamic group of 128 or static tensor")
+    return weight, activation
+
+
+def _read_checkpoint(path: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    from safetensors.torch import load_file
+
+    with open(os.path.join(path, _CONFIG)) as f:
+        config = json.load(f)
+    qconfig = config.get("quantization_config")
+    if qconfig is None or qconfig.get("quant_method") != "compressed-tensors":
+        raise ValueError(f"tcgemm.compressed: {os.path.join(path, _CONFIG)} has no compressed-tensors "
+                         "quantization_config")
+    tensors: dict[str, torch.Tensor] = {}
+    files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+    if not files:
+        raise ValueError(f"tcgemm.compressed: no .safetensors files in {path}")
+    for name in files:
+        tensors.update(load_file(os.path.join(path, name)))
+    return qconfig, tensors
+
+
+def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.device] = None) -> CompressedReport:
+    """Loads a compressed-tensors W8A8 checkpoint (a folder) into ``model`` in place: every
+    ``nn.Linear`` a config group covers becomes a :class:`QuantLinear` holding the checkpoint's int8
+    weight and scales; the other tensors of the checkpoint load into the model as they are.
+
+    ``model`` has the checkpoint's architecture in floating point (e.g. built from its config);
+    the new layers go to ``device`` (default: where the replaced layer's weight was).
+    """
+    _, QuantizationConfig, _, is_match = _ct()
+    qconfig_dict, tensors = _read_checkpoint(path)
+    qconfig = QuantizationConfig.model_validate(qconfig_dict)
+    fmt = qconfig.format
+    if fmt not in ("int-quantized", "naive-quantized"):
+        raise ValueError(f"tcgemm.compressed: checkpoint format '{fmt}' is not 'int-quantized' or 'naive-quantized'")
+    schemes = {g: (s, _granularities(g, s)) for g, s in qconfig.config_groups.items()}
+    report = CompressedReport()
+    taken: set[str] = set()
+    for name, module in list(model.named_modules()):
+        if not isinstance(module, nn.Linear):
+            continue
+        groups = [g for g, (s, _) in schemes.items() if is_match(name, module, s.targets, qconfig.ignore or [])]
+        if not groups:
+            continue
+        if len(groups) > 1:
+            raise ValueError(f"tcgemm.compressed: layer '{name}' matches config groups {groups}")
+        weight, activation = schemes[groups[0]][1]
+        dev = device if device is not None else module.weight.device
+        layer = _layer_from_tensors(name, module, tensors, weight, activation, dev, taken)
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)
+        report.loaded[name] = f"weight={weight}, activation={activation}"
+    rest = {k: v for k, v in tensors.items() if k not in taken}
+    missing, unexpected = model.load_state_dict(rest, strict=False)
+    report.unused_keys = sorted(unexpected)
+    missing = [k for k in missing if not any(k.startswith(n + ".") for n in report.loaded)]
+    if missing:
+        raise ValueError(f"tcgemm.compressed: the checkpoint lacks {len(missing)} tensors of the model, "
+                         f"e.g. {missing[:3]}")
+    return report
+
+
+def _layer_from_tensors(name: str, linear: nn.Linear, tensors: dict[str, torch.Tensor], weight: str,
+                        activation: str, device, taken: set[str]) -> QuantLinear:
+    def get(key: str, required: bool = True) -> Optional[torch.Tensor]:
+        full = f"{name}.{key}"
+        if full not in tensors:
+            if required:
+                raise ValueError(f"tcgemm.compressed: the checkpoint has no '{full}'")
+            return None
+        taken.add(full)
+        return tensors[full]
+
+    n, k = linear.out_features, linear.in_features
+    qw = get("weight")
+    if qw.dtype != torch.int8 or tuple(qw.shape) != (n, k):
+        raise ValueError(f"tcgemm.compressed: '{name}.weight' must be int8 [{n}, {k}], got {qw.dtype} "
+                         f"{list(qw.shape)} (is the checkpoint int-quantized?)")
+    for zp in ("weight_zero_point", "input_zero_point"):
+        z = get(zp, required=False)
+        if z is not None and bool(z.ne(0).any()):
+            raise ValueError(f"tcgemm.compressed: '{name}.{zp}' is not zero (zero points are not supported)")
+    sw = get("weight_scale").float()
+    layer_weight = "block" if weight == "block" else "channel"
+    layer = QuantLinear(k, n, bias=linear.bias is not None, weight=layer_weight, activation=activation, device=device)
+    if weight == "block":
+        expected = tuple(layer.weight_scale.shape)
+        if tuple(sw.shape) != expected:
+            raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' must be {list(expected)} for 128x128 "
+                             f"blocks, got {list(sw.shape)}")
+    elif weight == "tensor":
+        if sw.numel() != 1:
+            raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' must have one element, got {list(sw.shape)}")
+        sw = sw.reshape(1).expand(n)
+    elif sw.numel() != n:
+        raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' must be [{n}, 1], got {list(sw.shape)}")
+    with torch.no_grad():
+        layer.weight.copy_(qw)
+        layer.weight_scale.copy_(sw.reshape(layer.weight_scale.shape))
+        bias = get("bias", required=False)
+        if layer.bias is not None:
+            layer.bias.copy_((bias if bias is not None else linear.bias).float())
+        if activation == "static":
+            s = get("input_scale").float()
+            if s.numel() != 1:
+                raise ValueError(f"tcgemm.compressed: '{name}.input_scale' must have one element, got {list(s.shape)}")
+            layer.input_scale.copy_(s.reshape(()))
+    return layer
+
+
+_SCHEMES = {
+    "weight": {
+        "channel": dict(strategy="channel"),
+        "block": dict(strategy="block", block_structure=[128, 128]),
+    },
+    "activation": {
+        "token": dict(strategy="token", dynamic=True),
+        "block": dict(strategy="group", group_size=128, dynamic=True),
+        "static": dict(strategy="tensor", dynamic=False),
+    },
+}
+
+
+def save_compressed(model: nn.Module, path: str) -> None:
+    """Writes ``model`` as a compressed-tensors W8A8 checkpoint: ``model.safetensors`` (the int8
+    weights and their scales for every QuantLinear, every other tensor of the state dict as it is)
+    and the ``quantization_config`` of ``config.json`` (merged into an existing one, e.g. written
+    by ``model.config.save_pretrained(path)``): one config group per weight/activation scheme,
+    targeting its layers by name. Layers with SmoothQuant multipliers cannot be expressed in the
+    format (the multiplier belongs in the preceding op) and raise a ValueError."""
+    from safetensors.torch import save_file
+
+    QuantizationArgs, QuantizationConfig, QuantizationScheme, _ = _ct()
+    os.makedirs(path, exist_ok=True)
+    state = {k: v for k, v in model.state_dict().items()}
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name, module in model.named_modules():
+        if not isinstance(module, QuantLinear):
+            continue
+        if module.smooth is not None:
+            raise ValueError(f"tcgemm.compressed: layer '{name}' has SmoothQuant multipliers, which the "
+                             "compressed-tensors format has no place for")
+        key = (module.weight_granularity, module.activation_granularity)
+        groups.setdefault(key, []).append(name)
+        prefix = f"{name}." if name else ""
+        if module.weight_granularity == "channel":
+            state[prefix + "weight_scale"] = module.weight_scale.reshape(-1, 1)
+        if module.input_scale is not None:
+            state[prefix + "input_scale"] = module.input_scale.reshape(1)
+    if not groups:
+        raise ValueError("tcgemm.compressed: the model has no QuantLinear layers to save")
+    config_groups = {}
+    for i, ((w, a), names) in enumerate(sorted(groups.items())):
+        config_groups[f"group_{i}"] = QuantizationScheme(
+            targets=[f"re:^{_escape(n)}$" for n in names],
+            weights=QuantizationArgs(num_bits=8, type="int", symmetric=True, dynamic=False, **_SCHEMES["weight"][w]),
+            input_activations=QuantizationArgs(num_bits=8, type="int", symmetric=True, **_SCHEMES["activation"][a]),
+        )
+    qconfig = QuantizationConfig(config_groups=config_groups, format="int-quantized", quantization_status="compressed")
+    save_file({k: v.detach().contiguous().cpu() for k, v in state.items() if v is not None}, os.path.join(path, _WEIGHTS))
+    config_path = os.path.join(path, _CONFIG)
+    config: dict[str, Any] = {}
+    if os.path.exists(config_path):
+        with open(config_path) as f:
+            config = json.load(f)
+    config["quantization_config"] = qconfig.model_dump(mode="json")
+    with open(config_path, "w") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+
+
+def _escape(name: str) -> str:
+    import re
+
+    return re.escape(name)

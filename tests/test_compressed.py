@@ -1,0 +1,187 @@
+"""compressed-tensors W8A8 checkpoints (tcgemm.compressed), with the format's own library.
+
+Checkpoints are made by compressed-tensors itself (apply_quantization_config, the weight scales
+set from the float weights, ModelCompressor.compress_model, update_config) on a small model;
+tcgemm loads them into QuantLinear layers, whose int8 weights times scales must be the library's
+decompressed weights exactly, and whose outputs must match the float computation from the same
+int8 values within the stated bound of the scaled GEMM. tcgemm's saved checkpoints load back with
+the library (round trip). Every unsupported scheme raises an error naming the setting.
+"""
+
+import json
+import os
+
+import pytest
+import torch
+from torch import nn
+
+import tcgemm
+from tcgemm.reference import quantize_reference, scaled_gemm_reference
+
+ct = pytest.importorskip("compressed_tensors")
+safetensors = pytest.importorskip("safetensors")
+from compressed_tensors.compressors import ModelCompressor  # noqa: E402
+from compressed_tensors.quantization import (  # noqa: E402
+    QuantizationArgs,
+    QuantizationConfig,
+    QuantizationScheme,
+    apply_quantization_config,
+)
+from safetensors.torch import save_file  # noqa: E402
+
+import tcgemm.compressed as tc  # noqa: E402
+
+HAS_CUDA = torch.cuda.is_available()
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device"))]
+
+
+def float_model(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    model = nn.Sequential(nn.Linear(256, 384), nn.ReLU(), nn.Linear(384, 256), nn.ReLU(), nn.Linear(256, 64))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    return model
+
+
+def scheme(weights="channel", activations="token", overrides=None):
+    overrides = overrides or {}
+    w = {"channel": dict(strategy="channel"), "tensor": dict(strategy="tensor"),
+         "block": dict(strategy="block", block_structure=[128, 128])}[weights]
+    a = {"token": dict(strategy="token", dynamic=True), "static": dict(strategy="tensor", dynamic=False),
+         "group": dict(strategy="group", group_size=128, dynamic=True)}[activations]
+    w_args = dict(num_bits=8, type="int", symmetric=True, dynamic=False, **w)
+    a_args = dict(num_bits=8, type="int", symmetric=True, **a)
+    w_args.update(overrides.get("weights", {}))
+    a_args.update(overrides.get("input_activations", {}))
+    return dict(weights=QuantizationArgs(**w_args), input_activations=QuantizationArgs(**a_args))
+
+
+def make_checkpoint(path, weights="channel", activations="token", ignore=("4",), seed=0):
+    """A checkpoint written by compressed-tensors: the float model's weights quantized by the
+    library with scales from their max |w| (per channel, tensor or 128x128 block); static input
+    scales of 0.02. Returns the float model and the library's decompressed weights."""
+    model = float_model(seed)
+    config = QuantizationConfig(
+        config_groups={"group_0": QuantizationScheme(targets=["Linear"], **scheme(weights, activations))},
+        ignore=list(ignore))
+    apply_quantization_config(model, config)
+    with torch.no_grad():
+        for name, m in model.named_modules():
+            if not hasattr(m, "weight_scale"):
+                continue
+            w = m.weight
+            if weights == "channel":
+                s = w.abs().amax(dim=1, keepdim=True) / 127
+            elif weights == "tensor":
+                s = w.abs().amax().reshape(m.weight_scale.shape) / 127
+            else:
+                n, k = w.shape
+                pad = torch.zeros(-(-n // 128) * 128, -(-k // 128) * 128)
+                pad[:n, :k] = w.abs()
+                s = pad.reshape(pad.shape[0] // 128, 128, pad.shape[1] // 128, 128).amax(dim=(1, 3)) / 127
+            m.weight_scale.copy_(s.reshape(m.weight_scale.shape))
+            if hasattr(m, "input_scale"):
+                m.input_scale.fill_(0.02)
+    compressor = ModelCompressor.from_pretrained_model(model, quantization_format="int-quantized")
+    compressor.compress_model(model)
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    os.makedirs(path, exist_ok=True)
+    save_file(state, os.path.join(path, "model.safetensors"))
+    compressor.update_config(path)
+    compressor.decompress_model(model)
+    return float_model(seed), {k: v.detach().clone() for k, v in model.state_dict().items() if k.endswith(".weight")}
+
+
+def reference_forward(model, x):
+    """The model in float64 from the QuantLinear layers' own int8 values: activations quantized as
+    tcgemm.quantize does (the reference), products exact, scales and bias in float64."""
+    for m in model:
+        if isinstance(m, tcgemm.QuantLinear):
+            x32 = x.float()
+            if m.activation_granularity == "static":
+                qx, sx = quantize_reference(x32, "tensor", m.input_scale.cpu().reshape(1))
+            else:
+                qx, sx = quantize_reference(x32, {"token": "token", "block": "group"}[m.activation_granularity])
+            sw = m.weight_scale.cpu()
+            x = scaled_gemm_reference(qx, m.weight.cpu().t(), sx, sw, m.bias.cpu() if m.bias is not None else None,
+                                      return_float64=True).float()
+        else:
+            x = m(x.float()) if not isinstance(m, nn.Linear) else nn.functional.linear(x.float(), m.weight.cpu(), m.bias.cpu())
+    return x
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("weights,activations", [("channel", "token"), ("channel", "static"), ("tensor", "token"),
+                                                 ("block", "group"), ("block", "static")])
+def test_load_a_checkpoint_the_library_wrote(tmp_path, weights, activations, device):
+    model, decompressed = make_checkpoint(str(tmp_path), weights, activations)
+    report = tc.load_compressed(model.to(device), str(tmp_path))
+    assert sorted(report.loaded) == ["0", "2"] and report.unused_keys == []
+    assert isinstance(model[4], nn.Linear)  # ignored by the checkpoint's config
+    for name in ("0", "2"):
+        layer = model.get_submodule(name)
+        assert isinstance(layer, tcgemm.QuantLinear)
+        assert layer.activation_granularity == {"token": "token", "static": "static", "group": "block"}[activations]
+        assert torch.equal(layer.dequantize_weight(torch.float32).cpu(), decompressed[f"{name}.weight"])
+    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        got = model(x.to(device)).cpu()
+        ref = reference_forward(model, x)
+    # The layers' outputs differ from the reference only by their final fp32 rounding (stated
+    # bound of scaled_gemm), which the next layer's quantization may move by one step.
+    assert torch.allclose(got, ref, rtol=1e-3, atol=2e-2 * float(ref.abs().max())), float((got - ref).abs().max())
+
+
+@pytest.mark.parametrize("weight,activation", [("channel", "token"), ("channel", "static"), ("block", "block")])
+def test_round_trip_through_the_library(tmp_path, weight, activation):
+    """tcgemm saves, the library reads the config and decompresses the weights; tcgemm loads its
+    own checkpoint back to the same buffers and outputs."""
+    model = float_model(3)
+    calibration = {"0": torch.full((256,), 2.0), "2": torch.full((384,), 1.0)} if activation == "static" else None
+    tcgemm.quantize_model(model, weight=weight, activation=activation, skip=["4"], calibration=calibration)
+    tc.save_compressed(model, str(tmp_path))
+    qconfig = json.load(open(tmp_path / "config.json"))["quantization_config"]
+    config = QuantizationConfig.model_validate(qconfig)
+    plain = float_model(3)
+    apply_quantization_config(plain, config)
+    from safetensors.torch import load_file
+
+    state = load_file(str(tmp_path / "model.safetensors"))
+    missing, unexpected = plain.load_state_dict(state, strict=False)
+    assert not unexpected, unexpected
+    ModelCompressor(quantization_config=config).decompress_model(plain)
+    for name in ("0", "2"):
+        assert torch.equal(plain.get_submodule(name).weight.float(),
+                           model.get_submodule(name).dequantize_weight(torch.float32))
+    back = float_model(3)
+    tc.load_compressed(back, str(tmp_path))
+    for name in ("0", "2"):
+        a, b = model.get_submodule(name), back.get_submodule(name)
+        for buf in ("weight", "weight_scale", "bias", "input_scale"):
+            assert (getattr(a, buf) is None and getattr(b, buf) is None) or torch.equal(getattr(a, buf), getattr(b, buf))
+    x = torch.randn(4, 256)
+    with torch.no_grad():
+        assert torch.equal(model(x), back(x))
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (dict(input_activations=dict(symmetric=False)), "input_activations are asymmetric"),
+    (dict(weights=dict(num_bits=4)), "weights are 4-bit int"),
+    (dict(input_activations=dict(strategy="tensor", dynamic=True)), "input activation strategy 'tensor'"),
+])
+def test_unsupported_schemes_are_named(tmp_path, overrides, match):
+    config = QuantizationConfig(config_groups={"group_0": QuantizationScheme(targets=["Linear"], **scheme(overrides=overrides))},
+                                format="int-quantized")
+    (tmp_path / "config.json").write_text(json.dumps({"quantization_config": config.model_dump(mode="json")}))
+    save_file({"0.weight": torch.zeros(384, 256, dtype=torch.int8)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match=match):
+        tc.load_compressed(float_model(), str(tmp_path))
+
+
+def test_smooth_layers_cannot_be_saved(tmp_path):
+    model = float_model()
+    amax = {"0": torch.rand(256) + 0.5, "2": torch.rand(384) + 0.5}
+    tcgemm.quantize_model(model, skip=["4"], calibration=amax, smooth=0.5)
+    with pytest.raises(ValueError, match="SmoothQuant multipliers"):
+        tc.save_compressed(model, str(tmp_path))
