@@ -2,13 +2,30 @@
 // `overlap` the kernel may start before the previous kernel on the stream has finished, and must
 // order itself with ptx/griddep.cuh (griddep_wait before it touches anything that kernel writes
 // or reads). Used by the kernels of tcgemm.quant_linear's few-rows path.
+// Also: the dynamic shared memory opt-in of a kernel, set once per device.
 #pragma once
+
+#include <array>
+#include <atomic>
 
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.h"
 
 namespace tcgemm {
+
+// cudaFuncSetAttribute(Kernel, MaxDynamicSharedMemorySize, Bytes) the first time Kernel is
+// launched on the current device, not on every launch (a driver call of about a microsecond of
+// host time per call). A race only repeats the call.
+template <auto Kernel, int Bytes>
+void allow_dynamic_smem() {
+  static std::array<std::atomic<bool>, 64> done{};
+  int device = 0;
+  TCGEMM_CUDA_CHECK(cudaGetDevice(&device));
+  if (device >= 0 && device < static_cast<int>(done.size()) && done[device].load(std::memory_order_acquire)) return;
+  TCGEMM_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Bytes));
+  if (device >= 0 && device < static_cast<int>(done.size())) done[device].store(true, std::memory_order_release);
+}
 
 template <class... Params, class... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,

@@ -4,7 +4,7 @@
 
 Per layer shape and row count, in one CUDA graph of rotated weight copies (as bench_decode):
 bf16 F.linear; tcgemm.quantize alone; scaled_gemm on pre-quantized rows per backend (skinny,
-sm90, sm80); quant_linear (auto: at few rows one kernel that quantizes x itself). Then a graph of tiny
+sm90, sm80); quant_linear (auto: both kernels, overlapped on sm_90). Then a graph of tiny
 kernels (the per-kernel cost of a graph), and host time per call of each layer of the stack
 (timing.host_us on a 256 x 256 layer).
 """
@@ -89,6 +89,16 @@ def main() -> int:
         for name, v in best.items():
             print(f"host {name:24s} {v:6.2f} us")
         out["host_us"] = best
+        # Where a QuantLinear call's host time goes: ATen calls inside the op and the CUDA runtime.
+        from torch.profiler import ProfilerActivity, profile
+
+        for name in ("QuantLinear", "F.linear"):
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(200):
+                    cases[name]()
+                torch.cuda.synchronize()
+            print(f"profile of 200 calls of {name}:")
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

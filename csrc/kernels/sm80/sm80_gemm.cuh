@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/launch_kernel.cuh"
 #include "common/math.h"
 #include "common/problem.h"
 #include "epilogue/block_scales.h"
@@ -344,8 +345,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_gemm_kernel(const GemmP
 
 template <class Cfg, class Epi, bool ASigned, bool BSigned>
 void launch_kernel(const GemmProblem& p, const Epi& epi) {
-  auto kernel = sm80_gemm_kernel<Cfg, ASigned, BSigned, Epi>;
-  TCGEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  constexpr auto kernel = sm80_gemm_kernel<Cfg, ASigned, BSigned, Epi>;
+  allow_dynamic_smem<kernel, Cfg::kSmemBytes>();
   const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, Cfg::kBM)) * ceil_div(p.n, Cfg::kBN);
   const int splits = Cfg::kSplitK && Epi::kAddsPartials ? p.split_k : 1;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));

@@ -16,6 +16,7 @@
 #include <cuda.h>
 
 #include "common/cuda_check.h"
+#include "common/launch_kernel.cuh"
 #include "common/math.h"
 #include "common/problem.h"
 #include "epilogue/epilogues.h"
@@ -117,8 +118,8 @@ void launch_kernel(const GemmProblem& p, const Epi& epi, int sm_count) {
     map_d = make_output_tensor_map(p.d.ptr, p.d.type, p.m, p.n, p.d.ld, Cfg::kEpiRows,
                                    Cfg::kEpiRowBytes / static_cast<int>(sizeof(Out)));
   }
-  auto kernel = sm90_gemm_kernel<Cfg, ASigned, BSigned, Epi>;
-  TCGEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  constexpr auto kernel = sm90_gemm_kernel<Cfg, ASigned, BSigned, Epi>;
+  allow_dynamic_smem<kernel, Cfg::kSmemBytes>();
   const int64_t units = static_cast<int64_t>(s.tiles_m) * s.tiles_n * s.split_k;
   const int grid = static_cast<int>(std::min<int64_t>(units, sm_count));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(map_a, map_b, map_d, args, epi);

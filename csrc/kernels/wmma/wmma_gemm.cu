@@ -2,6 +2,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "common/launch_kernel.cuh"
 #include "kernels/wmma/wmma_gemm.cuh"
 
 namespace tcgemm::wmma_gemm {
@@ -18,10 +19,8 @@ void launch_simple_kernel(const GemmProblem& p, const Epi& epi, int sm_count, ui
 
 template <class Cfg, typename T, bool AKMajor, bool BKMajor, class Epi>
 void launch_tiled(const GemmProblem& p, const Epi& epi, int sm_count, uint32_t flip_a, uint32_t flip_b) {
-  auto kernel = wmma_gemm_kernel<Cfg, T, AKMajor, BKMajor, Epi>;
-  if constexpr (Cfg::kSmemBytes > 48 * 1024) {
-    TCGEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-  }
+  constexpr auto kernel = wmma_gemm_kernel<Cfg, T, AKMajor, BKMajor, Epi>;
+  if constexpr (Cfg::kSmemBytes > 48 * 1024) allow_dynamic_smem<kernel, Cfg::kSmemBytes>();
   int per_sm = 0;
   TCGEMM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, Cfg::kSmemBytes));
   const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, Cfg::kBM)) * ceil_div(p.n, Cfg::kBN);
