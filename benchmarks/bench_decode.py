@@ -41,6 +41,9 @@ LAYERS = [
 ]
 ROWS = (1, 4, 16)
 PREFILL = [("8B up", 4096, 14336), ("8B down", 14336, 4096)]
+# Static (calibrated per-tensor) against dynamic per-token activation scales.
+STATIC = ("8B up", 4096, 14336)
+STATIC_ROWS = (1, 16)
 PREFILL_ROWS = 2048
 METHODS = ("bf16", "quantlinear", "two_ops", "quantlinear_block")
 TITLES = {"bf16": "bf16 us", "quantlinear": "QuantLinear us", "two_ops": "two ops us",
@@ -159,9 +162,35 @@ def run(args) -> dict[str, Any]:
             print(row_text(rec), flush=True)
             del fns
             torch.cuda.empty_cache()
+        static = []
+        name, k, n = STATIC
+        for m in STATIC_ROWS:
+            fns, n_sets = static_methods(k, n, m, device)
+            rec = {"layer": name, "k": k, "n": n, "m": m, "graph": time_methods(fns, n_sets, graphs=True),
+                   "eager": time_methods(fns, n_sets, graphs=False)}
+            static.append(rec)
+            print(f"static vs token {name} M={m}: graph {rec['graph']}, eager {rec['eager']}", flush=True)
+            del fns
+            torch.cuda.empty_cache()
         host = host_times(device)
     print(f"host us/call: {host}")
-    return {"meta": meta, "decode": records, "prefill": prefill, "host_us": host}
+    return {"meta": meta, "decode": records, "prefill": prefill, "static": static, "host_us": host}
+
+
+def static_methods(k: int, n: int, m: int, device) -> tuple[dict[str, Callable[[int], Any]], int]:
+    """QuantLinear with dynamic per-token and with static per-tensor activation scales."""
+    import tcgemm
+
+    n_sets = max(2, math.ceil(3 * timing.l2_bytes(device) / (n * k)))
+    x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+    amax = x.float().abs().amax(dim=0)
+    dynamic, static = [], []
+    for _ in range(n_sets):
+        lin = torch.nn.Linear(k, n, bias=False, device=device, dtype=torch.bfloat16)
+        dynamic.append(tcgemm.QuantLinear.from_linear(lin))
+        static.append(tcgemm.QuantLinear.from_linear(lin, activation="static", input_amax=amax))
+        del lin
+    return {"token": lambda i: dynamic[i](x), "static": lambda i: static[i](x)}, n_sets
 
 
 def ratio(a: Optional[float], b: Optional[float]) -> str:
@@ -200,6 +229,10 @@ def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, st
         g = r["graph"]
         pre_rows.append([r["layer"], f"{r['k']}->{r['n']}", str(r["m"]), f"{g['bf16']:.1f}", f"{g['quantlinear']:.1f}",
                          ratio(g["bf16"], g["quantlinear"]), ratio(g["bf16"], g["quantlinear_block"])])
+    static_rows = [[r["layer"], f"{r['k']}->{r['n']}", str(r["m"]), f"{r['graph']['token']:.1f}",
+                    f"{r['graph']['static']:.1f}", ratio(r["graph"]["token"], r["graph"]["static"]),
+                    f"{r['eager']['token']:.1f}", f"{r['eager']['static']:.1f}",
+                    ratio(r["eager"]["token"], r["eager"]["static"])] for r in doc.get("static", [])]
     host = doc["host_us"]
     host_line = (f"Host time per call, 256->256 layer at M = 1 (`timing.host_us`): nn.Linear {host['nn.Linear']:.1f} us, "
                  f"QuantLinear {host['QuantLinear']:.1f} us ({host['QuantLinear'] / host['nn.Linear']:.2f}x).")
@@ -209,7 +242,11 @@ def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, st
         report.markdown_table(["layer", "K->N", "M", "bf16 us", "QuantLinear us", "speed-up", "block speed-up"],
                               pre_rows, align_left=2),
         host_line,
-    ])
+    ] + ([("Static (calibrated per-tensor, `activation=\"static\"`) against dynamic per-token activation "
+           "scales, `QuantLinear`, same rotation; speed-up of static over dynamic:"),
+          report.markdown_table(["layer", "K->N", "M", "graph token us", "graph static us", "static speed-up",
+                                 "eager token us", "eager static us", "eager static speed-up"],
+                                static_rows, align_left=2)] if static_rows else []))
     return {"bench_decode": body}
 
 
