@@ -145,6 +145,28 @@ def test_invalid_static_scale_gives_zeros_and_nan_on_gpu(granularity, bad_scale)
     assert y[:3].isfinite().all() or granularity == "tensor"
 
 
+@needs_cuda
+@pytest.mark.parametrize("shape", [(1, 4096), (6, 300), (4, 4096), (5, 4000), (64, 1024)], ids=str)
+@pytest.mark.parametrize("given_shape", [(), (1,), (1, 1)], ids=str)
+def test_static_per_tensor_on_gpu_small_and_large(given_shape, shape):
+    """One static per-tensor scale on the GPU: up to 16384 values one block quantizes x and writes
+    the returned scale itself; above, the returned scale is a copy of the given one that the
+    kernel marks. Both give the reference's bits, clean or with a bad value anywhere, in the
+    given scale's shape."""
+    m, k = shape
+    for seed, bad in enumerate([None, float("nan"), float("inf"), float("-inf")]):
+        x = random_x(m, k, torch.bfloat16, "cpu", seed=seed)
+        scale = quantize_reference(x, "tensor")[1].reshape(given_shape)
+        if bad is not None:
+            x[(seed * 7) % m, (seed * 977) % k] = bad
+        for given in (scale, torch.full(given_shape, 0.0), torch.full(given_shape, float("nan"))):
+            q, s = tcgemm.quantize(x.cuda(), "tensor", scale=given.cuda())
+            q_ref, s_ref = quantize_reference(x, "tensor", given)
+            assert s.shape == given.shape, (s.shape, given.shape)
+            assert_same(q, q_ref, f"q {shape} bad={bad} given={float(given.reshape(-1)[0])}")
+            assert_same(s, s_ref, f"scale {shape} bad={bad} given={float(given.reshape(-1)[0])}")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_scaled_gemm_scales_are_plain_multipliers(device):
     """scaled_gemm applies its scales as given: NaN and inf propagate, 0 gives 0, a negative

@@ -26,6 +26,9 @@ enum class QuantDtype : int { kBFloat16, kFloat16, kFloat32 };
 // K group (the activation blocks of the scaled GEMM); G = scale_blocks(K), the last may be short.
 enum class QuantGranularity : int { kTensor, kToken, kGroup };
 
+// The largest x (values) whose static per-tensor quantization one block does (scale_out_by_kernel).
+constexpr int64_t kStaticOneBlockElems = 16384;
+
 struct QuantizeParams {
   const void* x = nullptr;   // [M, K] of `dtype`
   int64_t m = 0;
@@ -44,6 +47,10 @@ struct QuantizeParams {
   const float* channel_mul = nullptr;
   // Static: the given scales (contiguous, same shapes); null selects dynamic quantization.
   const float* scale_in = nullptr;
+  // Static per tensor on the GPU, x of at most kStaticOneBlockElems values: one block covers all
+  // of x and writes the returned scale itself (the given one, or NaN for bad data), so that no
+  // copy of the given scale precedes the kernel (a graph node and a dispatch at decode).
+  bool scale_out_by_kernel = false;
   // Per-tensor dynamic on the GPU only: 4 bytes of device memory for the grid-wide amax.
   void* workspace = nullptr;
   // Programmatic dependent launch (sm_90+; tcgemm.quant_linear): the token, group and static

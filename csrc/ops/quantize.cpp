@@ -165,8 +165,18 @@ std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x, QuantDtype
   // Static: the op returns a copy of the given scales (an output may not alias an input under
   // this schema: opcheck, functionalization and torch.compile rely on it), contiguous, with NaN
   // for the groups that held a non-finite x or had an invalid scale.
-  at::Tensor scale_out = scale.has_value() ? scale->clone(at::MemoryFormat::Contiguous)
-                                           : at::empty(scale_shape(granularity, m, k), x.options().dtype(at::kFloat));
+  // A small x on the GPU with one static scale: the kernel writes the returned scale itself.
+  const bool by_kernel = scale.has_value() && x.is_cuda() && granularity == QuantGranularity::kTensor && m > 0 &&
+                         k > 0 && m * k <= kStaticOneBlockElems;
+  const at::TensorOptions f32 = x.options().dtype(at::kFloat);
+  at::Tensor scale_out;
+  if (!scale.has_value()) {
+    scale_out = at::empty(scale_shape(granularity, m, k), f32);
+  } else if (by_kernel) {
+    scale_out = at::empty(scale->sizes(), f32);
+  } else {
+    scale_out = scale->clone(at::MemoryFormat::Contiguous);
+  }
   if (m == 0 || k == 0) {
     if (!scale.has_value()) scale_out.fill_(1.f);  // amax of nothing is 0, whose scale is 1
     return {q, scale_out};
@@ -187,6 +197,7 @@ std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x, QuantDtype
   p.granularity = granularity;
   p.q = q.data_ptr<int8_t>();
   p.scale_out = scale_out.data_ptr<float>();
+  p.scale_out_by_kernel = by_kernel;
   if (scale.has_value()) p.scale_in = scale_in.const_data_ptr<float>();
   if (channel_mul.defined()) p.channel_mul = channel_mul.const_data_ptr<float>();
   if (x.is_cuda()) {

@@ -30,7 +30,9 @@
 // Bad data follows common/quantize_params.h: the amax reductions propagate NaN (amax_fold,
 // max_nan), so a group holding a NaN or an inf gets a NaN scale and quantizes to zeros; the
 // static kernel zeroes non-finite values and marks their group's returned scale NaN, as it does
-// for a group whose given scale is not a positive finite number.
+// for a group whose given scale is not a positive finite number. The returned scales start as a
+// copy of the given ones, except for a small x with one static per-tensor scale: one block then
+// covers x and writes the returned scale at its end (QuantizeParams::scale_out_by_kernel).
 #include "kernels/quantize/quantize.h"
 
 #include <algorithm>
@@ -413,6 +415,7 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const Qu
   const int64_t nvec = p.k / VEC;
   const int64_t groups = p.groups();
   const T* x = static_cast<const T*>(p.x);
+  bool any_bad = false;  // this thread's values (scale_out_by_kernel)
   for (int64_t row = blockIdx.y; row < p.m; row += gridDim.y) {
     const T* x_row = x + row * p.x_stride_row;
     if (p.granularity == QuantGranularity::kToken) scale = p.scale_in[row];
@@ -432,6 +435,7 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const Qu
             bad = true;
           }
         }
+        any_bad = any_bad || bad;
         if (bad) {
           const int64_t at = p.granularity == QuantGranularity::kTensor  ? 0
                              : p.granularity == QuantGranularity::kToken ? row
@@ -446,6 +450,10 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const Qu
         store_zeros<VEC>(p.q + row * p.k + i * VEC);
       }
     }
+  }
+  if (p.scale_out_by_kernel) {  // one block over all of x (block-uniform): the whole group is seen here
+    const bool bad = __syncthreads_or(any_bad || !quant_scale_valid(scale));
+    if (threadIdx.x == 0) *p.scale_out = bad ? __int_as_float(0x7fffffff) : scale;
   }
 }
 
@@ -490,8 +498,8 @@ void launch_group(const QuantizeParams& p) {
 
 template <typename T, int VEC, bool MUL>
 void launch_scaled(const QuantizeParams& p, bool overlap) {
-  launch_kernel(quantize_scaled_kernel<T, VEC, MUL>, elementwise_grid(p.m, p.k / VEC), kBlockThreads, 0, p.stream, overlap,
-                p);
+  const dim3 grid = p.scale_out_by_kernel ? dim3(1, 1) : elementwise_grid(p.m, p.k / VEC);
+  launch_kernel(quantize_scaled_kernel<T, VEC, MUL>, grid, kBlockThreads, 0, p.stream, overlap, p);
 }
 
 template <typename T, int VEC, bool MUL>
