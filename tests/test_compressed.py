@@ -185,3 +185,46 @@ def test_smooth_layers_cannot_be_saved(tmp_path):
     tcgemm.quantize_model(model, skip=["4"], calibration=amax, smooth=0.5)
     with pytest.raises(ValueError, match="SmoothQuant multipliers"):
         tc.save_compressed(model, str(tmp_path))
+
+
+def test_tiny_llama_checkpoint_through_transformers(tmp_path):
+    """A LlamaForCausalLM quantized by the library (W8A8: int8 channel weights, dynamic token
+    activations; lm_head ignored), saved with its config; tcgemm loads it into a model built from
+    that config: every decoder projection becomes a QuantLinear with the library's dequantized
+    weights, the logits stay close to the float model's, and greedy generation runs."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=688, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, 512, (2, 24), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = model(ids).logits
+    qconfig = QuantizationConfig(
+        config_groups={"group_0": QuantizationScheme(targets=["Linear"], **scheme("channel", "token"))},
+        ignore=["lm_head"])
+    apply_quantization_config(model, qconfig)
+    with torch.no_grad():
+        for m in model.modules():
+            if hasattr(m, "weight_scale"):
+                m.weight_scale.copy_(m.weight.abs().amax(dim=1, keepdim=True) / 127)
+    compressor = ModelCompressor.from_pretrained_model(model, quantization_format="int-quantized")
+    compressor.compress_model(model)
+    config.save_pretrained(tmp_path)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    compressor.update_config(str(tmp_path))
+    compressor.decompress_model(model)
+    decompressed = {k: v.detach().clone() for k, v in model.state_dict().items() if k.endswith("proj.weight")}
+
+    loaded = transformers.LlamaForCausalLM(transformers.AutoConfig.from_pretrained(tmp_path)).eval()
+    report = tc.load_compressed(loaded, str(tmp_path))
+    assert len(report.loaded) == 2 * 7 and report.unused_keys == []
+    assert isinstance(loaded.lm_head, nn.Linear)
+    for name in report.loaded:
+        layer = loaded.get_submodule(name)
+        assert torch.equal(layer.dequantize_weight(torch.float32), decompressed[f"{name}.weight"].float()), name
+    with torch.no_grad():
+        out = loaded(ids).logits
+        sqnr = float(10 * torch.log10(ref.double().pow(2).sum() / (ref.double() - out.double()).pow(2).sum()))
+        assert sqnr > 28, sqnr
+        assert loaded.generate(ids[:1, :8], max_new_tokens=6, do_sample=False).shape == (1, 14)
