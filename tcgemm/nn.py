@@ -36,6 +36,16 @@ SkipRule = Union[str, Iterable[str], Callable[[str, nn.Module], bool]]
 WEIGHT_GRANULARITIES = ("channel", "block")
 ACTIVATION_GRANULARITIES = ("token", "block", "static")
 _INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_QUANT_LINEAR = None
+
+
+def _quant_linear_op():
+    """torch.ops.tcgemm.quant_linear.default, looked up once (the chain of torch.ops lookups
+    is per-call host time; at import the extension may still be loading)."""
+    global _QUANT_LINEAR
+    if _QUANT_LINEAR is None:
+        _QUANT_LINEAR = torch.ops.tcgemm.quant_linear.default
+    return _QUANT_LINEAR
 
 
 def _check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
@@ -319,14 +329,17 @@ class QuantLinear(nn.Module):
             )
         if x.dtype not in _INPUT_DTYPES:
             raise TypeError(f"QuantLinear: input dtype must be bfloat16, float16 or float32, got {x.dtype}")
-        bias = self.bias
+        # The buffers by dict lookup: nn.Module.__getattr__ costs about 0.3 us per buffer per call.
+        buffers = self._buffers
+        bias = buffers["bias"]
         if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
             # flatten, not reshape(-1, K): -1 cannot be inferred for an empty x when K == 0.
             x2d = x.unsqueeze(0) if x.dim() == 1 else x.flatten(0, -2)
             return _QuantLinearFunction.apply(x2d, bias, self).reshape(*x.shape[:-1], self.out_features)
         # One op (tcgemm.quant_linear): quantize and GEMM behind one dispatch, [..., K] in place.
-        return torch.ops.tcgemm.quant_linear.default(
-            x, self.weight, self.weight_scale, bias, self.activation_granularity, self.input_scale, self.smooth, "auto"
+        return _quant_linear_op()(
+            x, buffers["weight"], buffers["weight_scale"], bias, self.activation_granularity,
+            buffers.get("input_scale"), buffers.get("smooth"), "auto",
         )
 
     def _apply(self, fn, recurse=True):
