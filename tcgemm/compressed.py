@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -251,7 +252,7 @@ def save_compressed(model: nn.Module, path: str) -> None:
     config_groups = {}
     for i, ((w, a), names) in enumerate(sorted(groups.items())):
         config_groups[f"group_{i}"] = QuantizationScheme(
-            targets=[f"re:^{_escape(n)}$" for n in names],
+            targets=[f"re:^{re.escape(n)}$" for n in names],
             weights=QuantizationArgs(num_bits=8, type="int", symmetric=True, dynamic=False, **_SCHEMES["weight"][w]),
             input_activations=QuantizationArgs(num_bits=8, type="int", symmetric=True, **_SCHEMES["activation"][a]),
         )
@@ -265,9 +266,3 @@ def save_compressed(model: nn.Module, path: str) -> None:
     config["quantization_config"] = qconfig.model_dump(mode="json")
     with open(config_path, "w") as f:
         json.dump(config, f, indent=2, sort_keys=True)
-
-
-def _escape(name: str) -> str:
-    import re
-
-    return re.escape(name)
