@@ -162,33 +162,7 @@ def decode(model, batch: int, context: int, device) -> dict[str, Any]:
             run()
 
     ms = time_ms(burst) / steps
-    return {"batch": batch, "mode": mode, "ms_per_step": ms, "tokens_per_s": batch / ms * 1e3,
-            "kernel_split_ms": kernel_split(step)}
-
-
-# Kernels of the linear layers: cuBLAS (nvjet, gemv, cutlass), tcgemm's GEMMs and quantize.
-_LINEAR_KERNELS = ("nvjet", "gemm", "gemv", "cutlass", "quantize", "_int_mm")
-
-
-def kernel_split(step: Callable[[], Any]) -> dict[str, float]:
-    """Device time (ms) of one eager step's kernels: in the linear layers (the lm_head included),
-    and in everything else. A kernel launched as a programmatic dependent launch (tcgemm's few-rows
-    path on sm_90) starts early and waits, so its duration overstates its cost: for bf16 only."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        step()
-        torch.cuda.synchronize()
-    linear = other = 0.0
-    for e in prof.events():
-        if e.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        us = e.time_range.elapsed_us()
-        if any(tag in e.name.lower() for tag in _LINEAR_KERNELS):
-            linear += us
-        else:
-            other += us
-    return {"linear": linear / 1e3, "other": other / 1e3}
+    return {"batch": batch, "mode": mode, "ms_per_step": ms, "tokens_per_s": batch / ms * 1e3}
 
 
 def run(args) -> dict[str, Any]:
@@ -246,11 +220,6 @@ def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, st
               f"after a {doc['context']}-token prompt with a static KV cache, one step per CUDA graph replay; "
               "tokens/s = batch / step time, ratio to bf16 in parentheses. Memory: the variant's weights, and its peak (the weights plus "
               "the most its runs allocated: KV caches, activations).")
-    split = base["decode"][0].get("kernel_split_ms") if base else None
-    if split:
-        legend += (f" Where a bf16 step goes (batch 1, one eager step under the profiler): {split['linear']:.2f} ms "
-                   f"of kernel time in the linear layers (lm_head included), {split['other']:.2f} ms in the rest "
-                   "(attention, norms, rotary embedding, cache update): faster linear layers shorten only the first.")
     body = "\n\n".join(["## End to end: Llama-3-8B-shaped model", header, legend,
                         report.markdown_table(headers, rows, align_left=1)])
     return {"bench_llm": body}

@@ -34,6 +34,9 @@ from torch import nn
 from .nn import QuantLinear
 
 _CONFIG = "config.json"
+# The tensors compressed-tensors adds to a quantized module.
+_QUANT_SUFFIXES = (".weight_scale", ".weight_zero_point", ".input_scale", ".input_zero_point", ".output_scale",
+                   ".output_zero_point", ".weight_g_idx")
 _WEIGHTS = "model.safetensors"
 
 
@@ -119,16 +122,45 @@ def _read_checkpoint(path: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]
     return qconfig, tensors
 
 
+def _check_config(qconfig_dict: dict[str, Any]) -> None:
+    """Refuses what tcgemm would otherwise ignore and compute wrongly without."""
+    for key in ("transform_config", "sparsity_config"):
+        if qconfig_dict.get(key):
+            raise ValueError(f"tcgemm.compressed: the checkpoint has a {key} ({sorted(qconfig_dict[key])[:3]}...), "
+                             "which tcgemm does not apply")
+    for group, scheme in (qconfig_dict.get("config_groups") or {}).items():
+        if isinstance(scheme, dict) and scheme.get("output_activations") is not None:
+            raise ValueError(f"tcgemm.compressed: config group '{group}' quantizes output activations, "
+                             "which tcgemm does not do")
+    if qconfig_dict.get("kv_cache_scheme") is not None:
+        raise ValueError("tcgemm.compressed: the checkpoint quantizes the KV cache (kv_cache_scheme), "
+                         "which tcgemm does not do")
+
+
+def _parents(model: nn.Module) -> dict[int, list[tuple[nn.Module, str]]]:
+    """Every (parent, attribute) slot holding each module, by id (a shared module has several)."""
+    slots: dict[int, list[tuple[nn.Module, str]]] = {}
+    for parent in model.modules():
+        for child_name, child in parent._modules.items():
+            if child is not None:
+                slots.setdefault(id(child), []).append((parent, child_name))
+    return slots
+
+
 def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.device] = None) -> CompressedReport:
     """Loads a compressed-tensors W8A8 checkpoint (a folder) into ``model`` in place: every
     ``nn.Linear`` a config group covers becomes a :class:`QuantLinear` holding the checkpoint's int8
     weight and scales; the other tensors of the checkpoint load into the model as they are.
 
     ``model`` has the checkpoint's architecture in floating point (e.g. built from its config);
-    the new layers go to ``device`` (default: where the replaced layer's weight was).
+    the new layers go to ``device`` (default: where the replaced layer's weight was). Anything the
+    checkpoint holds that tcgemm would not use (a covered module that is not an ``nn.Linear``, a
+    quantized tensor no layer takes, a bias on one side only, transforms, a quantized KV cache)
+    raises a ValueError before the model is changed.
     """
     _, QuantizationConfig, _, is_match = _ct()
     qconfig_dict, tensors = _read_checkpoint(path)
+    _check_config(qconfig_dict)
     qconfig = QuantizationConfig.model_validate(qconfig_dict)
     fmt = qconfig.format
     if fmt not in ("int-quantized", "naive-quantized"):
@@ -136,24 +168,43 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
     schemes = {g: (s, _granularities(g, s)) for g, s in qconfig.config_groups.items()}
     report = CompressedReport()
     taken: set[str] = set()
-    for name, module in list(model.named_modules()):
-        if not isinstance(module, nn.Linear):
-            continue
+    replacements: list[tuple[nn.Module, QuantLinear]] = []
+    seen: dict[int, str] = {}
+    for name, module in model.named_modules(remove_duplicate=False):
         groups = [g for g, (s, _) in schemes.items() if is_match(name, module, s.targets, qconfig.ignore or [])]
         if not groups:
             continue
+        if not isinstance(module, nn.Linear):
+            raise ValueError(f"tcgemm.compressed: config group '{groups[0]}' covers '{name}', a "
+                             f"{type(module).__name__}; tcgemm quantizes nn.Linear layers only")
+        if not name:
+            raise ValueError("tcgemm.compressed: the model itself is a Linear; load into a model that contains it")
+        if id(module) in seen:
+            raise ValueError(f"tcgemm.compressed: '{name}' and '{seen[id(module)]}' are one shared Linear; "
+                             "the checkpoint holds one quantized weight per name")
+        seen[id(module)] = name
         if len(groups) > 1:
             raise ValueError(f"tcgemm.compressed: layer '{name}' matches config groups {groups}")
         weight, activation = schemes[groups[0]][1]
         dev = device if device is not None else module.weight.device
-        layer = _layer_from_tensors(name, module, tensors, weight, activation, dev, taken)
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)
+        replacements.append((module, _layer_from_tensors(name, module, tensors, weight, activation, dev, taken)))
         report.loaded[name] = f"weight={weight}, activation={activation}"
+    leftover = sorted(k for k in tensors if k not in taken and (tensors[k].dtype == torch.int8 or k.endswith(_QUANT_SUFFIXES)))
+    if leftover:
+        raise ValueError(f"tcgemm.compressed: {len(leftover)} quantized tensors of the checkpoint belong to no "
+                         f"covered nn.Linear, e.g. {leftover[:3]}")
+    slots = _parents(model)
+    for module, layer in replacements:
+        for parent, child_name in slots[id(module)]:
+            setattr(parent, child_name, layer)
     rest = {k: v for k, v in tensors.items() if k not in taken}
     missing, unexpected = model.load_state_dict(rest, strict=False)
     report.unused_keys = sorted(unexpected)
-    missing = [k for k in missing if not any(k.startswith(n + ".") for n in report.loaded)]
+    if hasattr(model, "tie_weights"):  # transformers: a tied lm_head is left out of checkpoints
+        model.tie_weights()
+    loaded_storage = {t.data_ptr() for k, t in model.state_dict().items() if k in rest}
+    missing = [k for k in missing if not any(k.startswith(n + ".") for n in report.loaded)
+               and model.state_dict()[k].data_ptr() not in loaded_storage]
     if missing:
         raise ValueError(f"tcgemm.compressed: the checkpoint lacks {len(missing)} tensors of the model, "
                          f"e.g. {missing[:3]}")
@@ -194,12 +245,16 @@ def _layer_from_tensors(name: str, linear: nn.Linear, tensors: dict[str, torch.T
         sw = sw.reshape(1).expand(n)
     elif sw.numel() != n:
         raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' must be [{n}, 1], got {list(sw.shape)}")
+    bias = get("bias", required=False)
+    if (bias is None) != (linear.bias is None):
+        raise ValueError(f"tcgemm.compressed: '{name}' has a bias in the "
+                         f"{'model' if bias is None else 'checkpoint'} but not in the "
+                         f"{'checkpoint' if bias is None else 'model'}")
     with torch.no_grad():
         layer.weight.copy_(qw)
         layer.weight_scale.copy_(sw.reshape(layer.weight_scale.shape))
-        bias = get("bias", required=False)
         if layer.bias is not None:
-            layer.bias.copy_((bias if bias is not None else linear.bias).float())
+            layer.bias.copy_(bias.float())
         if activation == "static":
             s = get("input_scale").float()
             if s.numel() != 1:
@@ -257,7 +312,18 @@ def save_compressed(model: nn.Module, path: str) -> None:
             input_activations=QuantizationArgs(num_bits=8, type="int", symmetric=True, **_SCHEMES["activation"][a]),
         )
     qconfig = QuantizationConfig(config_groups=config_groups, format="int-quantized", quantization_status="compressed")
-    save_file({k: v.detach().contiguous().cpu() for k, v in state.items() if v is not None}, os.path.join(path, _WEIGHTS))
+    # Tied tensors (e.g. an lm_head sharing the embedding) are written once, as transformers does.
+    written: dict[tuple[int, tuple[int, ...]], str] = {}
+    out: dict[str, torch.Tensor] = {}
+    for k, v in state.items():
+        if v is None:
+            continue
+        key = (v.data_ptr(), tuple(v.shape))
+        if v.numel() > 0 and key in written:
+            continue
+        written[key] = k
+        out[k] = v.detach().contiguous().cpu()
+    save_file(out, os.path.join(path, _WEIGHTS))
     config_path = os.path.join(path, _CONFIG)
     config: dict[str, Any] = {}
     if os.path.exists(config_path):

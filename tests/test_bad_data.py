@@ -146,13 +146,13 @@ def test_invalid_static_scale_gives_zeros_and_nan_on_gpu(granularity, bad_scale)
 
 
 @needs_cuda
-@pytest.mark.parametrize("shape", [(1, 4096), (6, 300), (4, 4096), (5, 4000), (64, 1024)], ids=str)
+@pytest.mark.parametrize("shape", [(1, 4096), (2, 2048), (4, 4096), (6, 300), (5, 4000), (1, 1000), (64, 1024)], ids=str)
 @pytest.mark.parametrize("given_shape", [(), (1,), (1, 1)], ids=str)
 def test_static_per_tensor_on_gpu_small_and_large(given_shape, shape):
-    """One static per-tensor scale on the GPU: up to 16384 values one block quantizes x and writes
-    the returned scale itself; above, the returned scale is a copy of the given one that the
-    kernel marks. Both give the reference's bits, clean or with a bad value anywhere, in the
-    given scale's shape."""
+    """One static per-tensor scale on the GPU: for a decode-sized x (up to 4 rows of at least 2048
+    values, 16384 in all) one block quantizes x and writes the returned scale itself; otherwise the
+    returned scale is a copy of the given one that the kernel marks. Both give the reference's bits,
+    clean or with a bad value anywhere, in the given scale's shape."""
     m, k = shape
     for seed, bad in enumerate([None, float("nan"), float("inf"), float("-inf")]):
         x = random_x(m, k, torch.bfloat16, "cpu", seed=seed)
@@ -404,6 +404,28 @@ def test_quantlinear_bias_gradient_and_lora_step(device):
     assert down.weight.grad is not None and down.weight.grad.abs().sum() > 0
     assert base.bias.grad is not None
     torch.testing.assert_close(base.bias.grad, (2 * y / y.numel()).detach().sum(dim=0))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_quantlinear_buffers_made_parameters(device):
+    """A bias (or SmoothQuant multiplier) turned into an nn.Parameter leaves the buffers: forward
+    still finds it, with and without grad, and uses it."""
+    torch.manual_seed(3)
+    x = torch.randn(5, 64, device=device)
+    amax = {"0": x.abs().amax(dim=0).cpu()}
+    model = nn.Sequential(nn.Linear(64, 48).to(device))
+    tcgemm.quantize_model(model, calibration=amax, smooth=0.5)
+    layer = model[0]
+    with torch.no_grad():
+        expected = layer(x)
+    layer.bias = nn.Parameter(layer.bias.clone())
+    layer.smooth = nn.Parameter(layer.smooth.clone(), requires_grad=False)
+    with torch.no_grad():
+        assert torch.equal(layer(x), expected)
+    y = layer(x)
+    y.sum().backward()
+    assert layer.bias.grad is not None
+    torch.testing.assert_close(y.detach(), expected)
 
 
 def test_quantlinear_without_grad_takes_the_plain_path():

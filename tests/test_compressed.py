@@ -228,3 +228,87 @@ def test_tiny_llama_checkpoint_through_transformers(tmp_path):
         sqnr = float(10 * torch.log10(ref.double().pow(2).sum() / (ref.double() - out.double()).pow(2).sum()))
         assert sqnr > 28, sqnr
         assert loaded.generate(ids[:1, :8], max_new_tokens=6, do_sample=False).shape == (1, 14)
+
+
+def _library_checkpoint(path, model, targets=("Linear",), ignore=()):
+    """The library's W8A8 checkpoint of `model` (channel weights, token activations) in `path`."""
+    config = QuantizationConfig(
+        config_groups={"group_0": QuantizationScheme(targets=list(targets), **scheme("channel", "token"))},
+        ignore=list(ignore))
+    apply_quantization_config(model, config)
+    with torch.no_grad():
+        for m in model.modules():
+            if hasattr(m, "weight_scale"):
+                m.weight_scale.copy_(m.weight.abs().amax(dim=1, keepdim=True).float() / 127)
+    compressor = ModelCompressor.from_pretrained_model(model, quantization_format="int-quantized")
+    compressor.compress_model(model)
+    state, seen = {}, set()
+    for k, v in model.state_dict().items():  # a tied tensor once, as transformers writes it
+        if v.data_ptr() not in seen:
+            seen.add(v.data_ptr())
+            state[k] = v.contiguous()
+    save_file(state, os.path.join(path, "model.safetensors"))
+    compressor.update_config(str(path))
+
+
+def test_checkpoint_and_model_must_agree(tmp_path):
+    """What tcgemm would not use raises before the model changes: a bias on one side only, a
+    quantized tensor no covered Linear takes, transforms and quantized KV caches in the config."""
+    _library_checkpoint(tmp_path, float_model(), ignore=["4"])
+    no_bias = float_model()
+    no_bias[2] = nn.Linear(384, 256, bias=False)
+    with pytest.raises(ValueError, match="'2' has a bias in the checkpoint but not in the model"):
+        tc.load_compressed(no_bias, str(tmp_path))
+    assert isinstance(no_bias[0], nn.Linear)  # untouched
+    fewer = nn.Sequential(nn.Linear(256, 384), nn.ReLU(), nn.Identity(), nn.ReLU(), nn.Linear(256, 64))
+    with pytest.raises(ValueError, match="quantized tensors of the checkpoint belong to no covered nn.Linear"):
+        tc.load_compressed(fewer, str(tmp_path))
+    config = json.load(open(tmp_path / "config.json"))
+    for key, value, match in [("transform_config", {"config_groups": {"u": {}}}, "has a transform_config"),
+                              ("kv_cache_scheme", {"num_bits": 8, "type": "int"}, "quantizes the KV cache")]:
+        changed = dict(config, quantization_config=dict(config["quantization_config"], **{key: value}))
+        (tmp_path / "config.json").write_text(json.dumps(changed))
+        with pytest.raises(ValueError, match=match):
+            tc.load_compressed(float_model(), str(tmp_path))
+
+
+def test_targets_must_be_unshared_linears(tmp_path):
+    _library_checkpoint(tmp_path, float_model(), ignore=["4"])
+    model = nn.Sequential(nn.Embedding(256, 256), nn.ReLU(), nn.Linear(384, 256), nn.ReLU(), nn.Linear(256, 64))
+    config = json.load(open(tmp_path / "config.json"))
+    config["quantization_config"]["config_groups"]["group_0"]["targets"] = ["re:^0$"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="covers '0', a Embedding; tcgemm quantizes nn.Linear layers only"):
+        tc.load_compressed(model, str(tmp_path))
+    config["quantization_config"]["config_groups"]["group_0"]["targets"] = ["Linear"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    shared = float_model()
+    shared.append(shared[0])  # one Linear under the names '0' and '5'
+    with pytest.raises(ValueError, match="'5' and '0' are one shared Linear"):
+        tc.load_compressed(shared, str(tmp_path))
+
+
+def test_tied_embeddings_load_and_save(tmp_path):
+    """A model whose lm_head shares the embedding (Llama-3.2-1B style): the checkpoint holds the
+    tensor once; loading ties it again, saving writes it once."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=688, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    config.save_pretrained(tmp_path)
+    state = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    quantized = transformers.LlamaForCausalLM(config).eval()
+    quantized.load_state_dict(state, strict=False)
+    quantized.tie_weights()
+    _library_checkpoint(tmp_path, quantized, ignore=["lm_head"])
+    assert "lm_head.weight" not in set(safetensors.safe_open(str(tmp_path / "model.safetensors"), "pt").keys())
+    loaded = transformers.LlamaForCausalLM(transformers.AutoConfig.from_pretrained(tmp_path)).eval()
+    report = tc.load_compressed(loaded, str(tmp_path))
+    assert len(report.loaded) == 7
+    assert loaded.lm_head.weight.data_ptr() == loaded.model.embed_tokens.weight.data_ptr()
+    assert torch.equal(loaded.model.embed_tokens.weight, model.model.embed_tokens.weight)
+    out = tmp_path / "resaved"
+    tc.save_compressed(loaded, str(out))
+    keys = set(safetensors.safe_open(str(out / "model.safetensors"), "pt").keys())
+    assert ("lm_head.weight" in keys) != ("model.embed_tokens.weight" in keys)

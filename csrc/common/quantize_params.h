@@ -26,8 +26,12 @@ enum class QuantDtype : int { kBFloat16, kFloat16, kFloat32 };
 // K group (the activation blocks of the scaled GEMM); G = scale_blocks(K), the last may be short.
 enum class QuantGranularity : int { kTensor, kToken, kGroup };
 
-// The largest x (values) whose static per-tensor quantization one block does (scale_out_by_kernel).
+// The x whose static per-tensor quantization one block does (scale_out_by_kernel): at most
+// kStaticOneBlockRows rows of at least kStaticOneBlockMinK values (every thread of the block has
+// a vector in each row), at most kStaticOneBlockElems values in all.
 constexpr int64_t kStaticOneBlockElems = 16384;
+constexpr int64_t kStaticOneBlockRows = 4;
+constexpr int64_t kStaticOneBlockMinK = 2048;
 
 struct QuantizeParams {
   const void* x = nullptr;   // [M, K] of `dtype`
@@ -47,7 +51,7 @@ struct QuantizeParams {
   const float* channel_mul = nullptr;
   // Static: the given scales (contiguous, same shapes); null selects dynamic quantization.
   const float* scale_in = nullptr;
-  // Static per tensor on the GPU, x of at most kStaticOneBlockElems values: one block covers all
+  // Static per tensor on the GPU, a small x (kStaticOneBlock*, above): one block covers all
   // of x and writes the returned scale itself (the given one, or NaN for bad data), so that no
   // copy of the given scale precedes the kernel (a graph node and a dispatch at decode).
   bool scale_out_by_kernel = false;

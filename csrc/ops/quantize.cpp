@@ -165,9 +165,10 @@ std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x, QuantDtype
   // Static: the op returns a copy of the given scales (an output may not alias an input under
   // this schema: opcheck, functionalization and torch.compile rely on it), contiguous, with NaN
   // for the groups that held a non-finite x or had an invalid scale.
-  // A small x on the GPU with one static scale: the kernel writes the returned scale itself.
+  // A few long rows on the GPU with one static scale (a decode step): one block, which writes the
+  // returned scale itself. Its threads sweep one row at a time, so short or many rows keep the grid.
   const bool by_kernel = scale.has_value() && x.is_cuda() && granularity == QuantGranularity::kTensor && m > 0 &&
-                         k > 0 && m * k <= kStaticOneBlockElems;
+                         m <= kStaticOneBlockRows && k >= kStaticOneBlockMinK && m * k <= kStaticOneBlockElems;
   const at::TensorOptions f32 = x.options().dtype(at::kFloat);
   at::Tensor scale_out;
   if (!scale.has_value()) {
