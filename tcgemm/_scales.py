@@ -59,16 +59,22 @@ def _scale_a_matches(shape: list, m, k) -> Iterator[str]:
             yield PER_ROW_BLOCK
 
 
+def _weight_block_matches(shape: list, n, kb) -> Iterator[str]:
+    """The 2-D per-block layouts of a weight's scales with kb columns: 128x128 blocks, then a
+    channel's 1x128 blocks (csrc/common/scale_layout.h, decode_scale_b_blocks)."""
+    if len(shape) == 2 and shape[1] == kb:
+        if shape[0] == scale_blocks(n):
+            yield PER_BLOCK_128X128
+        if shape[0] == n:
+            yield PER_ROW_BLOCK
+
+
 def _scale_b_matches(shape: list, n, k) -> Iterator[str]:
     if len(shape) <= 2 and _numel(shape) == 1:
         yield PER_TENSOR
     if (len(shape) == 1 and shape[0] == n) or (len(shape) == 2 and shape[0] == 1 and shape[1] == n):
         yield PER_ROW
-    if len(shape) == 2 and shape[1] == k_blocks(k):
-        if shape[0] == scale_blocks(n):
-            yield PER_BLOCK_128X128
-        if shape[0] == n:
-            yield PER_ROW_BLOCK
+    yield from _weight_block_matches(shape, n, k_blocks(k))
 
 
 def scale_a_layouts(shape: Sequence, m, k) -> list[str]:
@@ -100,12 +106,7 @@ def decode_weight_scale(shape: Sequence, n, k) -> Optional[str]:
     shape = list(shape)
     if len(shape) == 1 and shape[0] == n:
         return PER_ROW
-    if len(shape) == 2 and shape[1] == scale_blocks(k):
-        if shape[0] == scale_blocks(n):
-            return PER_BLOCK_128X128
-        if shape[0] == n:
-            return PER_ROW_BLOCK
-    return None
+    return next(_weight_block_matches(shape, n, scale_blocks(k)), None)
 
 
 def scale_b_is_ambiguous(shape: Sequence, n, k) -> bool:

@@ -53,9 +53,7 @@ ScaleOperand describe_weight_scale(const at::Tensor& s, int64_t n, int64_t k) {
   const int64_t kb = scale_blocks(k);
   const std::optional<ScaleOperand> op = s.dim() <= 2 ? decode_weight_scale(scale_tensor(s), n, kb) : std::nullopt;
   TORCH_CHECK_VALUE(op.has_value(), kOp, ": argument 'weight_scale' must have shape [N] = [", num(n),
-                    "] (per-channel), [ceil(N/128), ceil(K/128)] = [", num(scale_blocks(n)), ", ", num(kb),
-                    "] (per-block 128x128) or [N, ceil(K/128)] = [", num(n), ", ", num(kb), "], got ",
-                    shape_str(s.sizes()));
+                    "] (per-channel), ", weight_block_shapes(n, kb), ", got ", shape_str(s.sizes()));
   return *op;
 }
 

@@ -42,9 +42,7 @@ ScaleOperand describe_scale_a(const at::Tensor& s, int64_t m, int64_t kb) {
 ScaleOperand describe_scale_b(const at::Tensor& s, int64_t n, int64_t kb) {
   const std::optional<ScaleOperand> op = s.dim() <= 2 ? decode_scale_b(scale_tensor(s), n, kb) : std::nullopt;
   TORCH_CHECK_VALUE(op.has_value(), kOp, ": argument 'scale_b' must have shape [] or [1] (per-tensor), [N] = [", num(n),
-                    "] or [1, N] (per-channel), [ceil(N/128), ceil(K/128)] = [", num(scale_blocks(n)), ", ", num(kb),
-                    "] (per-block 128x128) or [N, ceil(K/128)] = [", num(n), ", ", num(kb), "], got ",
-                    shape_str(s.sizes()));
+                    "] or [1, N] (per-channel), ", weight_block_shapes(n, kb), ", got ", shape_str(s.sizes()));
   return *op;
 }
 
@@ -88,6 +86,11 @@ void run_on_cpu(const char* op, Backend requested, const at::Tensor& a, const at
 }
 
 }  // namespace
+
+std::string weight_block_shapes(int64_t n, int64_t kb) {
+  return "[ceil(N/128), ceil(K/128)] = [" + num(scale_blocks(n)) + ", " + num(kb) +
+         "] (per-block 128x128) or [N, ceil(K/128)] = [" + num(n) + ", " + num(kb) + "]";
+}
 
 ScaleTensor scale_tensor(const at::Tensor& s) {
   ScaleTensor t;
