@@ -17,11 +17,9 @@ weight bytes over the per-call time. Host time per call is ``timing.host_us`` on
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -136,49 +134,48 @@ def host_times(device) -> dict[str, float]:
     return out
 
 
+def measure(name: str, k: int, n: int, m: int, make: Callable[[], tuple], methods: Optional[tuple] = None,
+            eager: bool = True, text: Optional[Callable[[dict], str]] = None) -> dict[str, Any]:
+    """One layer shape: the methods make() builds (their weight copies freed after), with graphs
+    and (eager) without; the record, printed as it is measured."""
+    fns, n_sets, weight_bytes = make()
+    if methods is not None:
+        fns = {key: fns[key] for key in methods}
+    rec = {"layer": name, "k": k, "n": n, "m": m, "weight_bytes": weight_bytes,
+           "graph": time_methods(fns, n_sets, graphs=True)}
+    if eager:
+        rec["eager"] = time_methods(fns, n_sets, graphs=False)
+    print((text or row_text)(rec), flush=True)
+    del fns
+    torch.cuda.empty_cache()
+    return rec
+
+
+def static_text(rec: dict[str, Any]) -> str:
+    return f"static vs token {rec['layer']} M={rec['m']}: graph {rec['graph']}, eager {rec['eager']}"
+
+
 def run(args) -> dict[str, Any]:
     device = torch.device("cuda", torch.cuda.current_device())
     meta = report.run_metadata(device, report.command_line("benchmarks.bench_decode", args.argv))
     layers = LAYERS[:2] + LAYERS[3:4] if args.quick else LAYERS
-    records = []
     with torch.no_grad():
-        for name, k, n in layers:
-            for m in ROWS if not args.quick else (1, 16):
-                fns, n_sets, wbytes = make_methods(k, n, m, device)
-                rec = {"layer": name, "k": k, "n": n, "m": m, "weight_bytes": wbytes,
-                       "graph": time_methods(fns, n_sets, graphs=True),
-                       "eager": time_methods(fns, n_sets, graphs=False)}
-                records.append(rec)
-                print(row_text(rec), flush=True)
-                del fns
-                torch.cuda.empty_cache()
-        prefill = []
-        for name, k, n in PREFILL:
-            fns, n_sets, wbytes = make_methods(k, n, PREFILL_ROWS, device)
-            fns = {key: fns[key] for key in ("bf16", "quantlinear", "quantlinear_block")}
-            rec = {"layer": name, "k": k, "n": n, "m": PREFILL_ROWS, "weight_bytes": wbytes,
-                   "graph": time_methods(fns, n_sets, graphs=True)}
-            prefill.append(rec)
-            print(row_text(rec), flush=True)
-            del fns
-            torch.cuda.empty_cache()
-        static = []
+        records = [measure(name, k, n, m, lambda: make_methods(k, n, m, device))
+                   for name, k, n in layers for m in (ROWS if not args.quick else (1, 16))]
+        prefill = [measure(name, k, n, PREFILL_ROWS, lambda: make_methods(k, n, PREFILL_ROWS, device),
+                           methods=("bf16", "quantlinear", "quantlinear_block"), eager=False)
+                   for name, k, n in PREFILL]
         name, k, n = STATIC
-        for m in STATIC_ROWS:
-            fns, n_sets = static_methods(k, n, m, device)
-            rec = {"layer": name, "k": k, "n": n, "m": m, "graph": time_methods(fns, n_sets, graphs=True),
-                   "eager": time_methods(fns, n_sets, graphs=False)}
-            static.append(rec)
-            print(f"static vs token {name} M={m}: graph {rec['graph']}, eager {rec['eager']}", flush=True)
-            del fns
-            torch.cuda.empty_cache()
+        static = [measure(name, k, n, m, lambda: static_methods(k, n, m, device), text=static_text)
+                  for m in STATIC_ROWS]
         host = host_times(device)
     print(f"host us/call: {host}")
     return {"meta": meta, "decode": records, "prefill": prefill, "static": static, "host_us": host}
 
 
-def static_methods(k: int, n: int, m: int, device) -> tuple[dict[str, Callable[[int], Any]], int]:
-    """QuantLinear with dynamic per-token and with static per-tensor activation scales."""
+def static_methods(k: int, n: int, m: int, device) -> tuple[dict[str, Callable[[int], Any]], int, int]:
+    """QuantLinear with dynamic per-token and with static per-tensor activation scales; the number
+    of copies; int8 weight bytes."""
     import tcgemm
 
     n_sets = max(2, math.ceil(3 * timing.l2_bytes(device) / (n * k)))
@@ -190,7 +187,7 @@ def static_methods(k: int, n: int, m: int, device) -> tuple[dict[str, Callable[[
         dynamic.append(tcgemm.QuantLinear.from_linear(lin))
         static.append(tcgemm.QuantLinear.from_linear(lin, activation="static", input_amax=amax))
         del lin
-    return {"token": lambda i: dynamic[i](x), "static": lambda i: static[i](x)}, n_sets
+    return {"token": lambda i: dynamic[i](x), "static": lambda i: static[i](x)}, n_sets, n * k
 
 
 def ratio(a: Optional[float], b: Optional[float]) -> str:
@@ -254,20 +251,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(prog="python3 -m benchmarks.bench_decode", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="three layers at M = 1 and 16")
-    p.add_argument("--json", type=Path, default=report.RESULTS_DIR / "bench_decode.json")
-    p.add_argument("--markdown", type=Path, default=None, help="write the tables into this markdown file")
-    p.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
-                   help="no benchmark: read a JSON this script wrote and write its tables")
+    report.add_result_args(p, "bench_decode")
     args = p.parse_args(argv)
     args.argv = argv
-    if args.render:
-        doc = json.loads(args.render.read_text())
-    else:
-        if not torch.cuda.is_available():
-            print("bench_decode: needs a CUDA GPU", file=sys.stderr)
-            return 1
-        doc = run(args)
-        report.write_json(doc, args.json)
+    doc = report.result_doc(args, "bench_decode", run)
+    if doc is None:
+        return 1
     if args.markdown:
         report.update_markdown(args.markdown, markdown(doc))
     return 0

@@ -259,26 +259,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m benchmarks.bench_llm", description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=32, help="decoder layers (default 32, as Llama-3-8B)")
     p.add_argument("--context", type=int, default=512, help="decode position (default 512)")
-    p.add_argument("--json", type=Path, default=report.RESULTS_DIR / "bench_llm.json")
     p.add_argument("--png", type=Path, default=None, help="write the plot here")
-    p.add_argument("--markdown", type=Path, default=None, help="write the table into this markdown file")
-    p.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
-                   help="no benchmark: read a JSON this script wrote and write its table and plot")
+    report.add_result_args(p, "bench_llm")
     args = p.parse_args(argv)
     args.argv = argv
-    if args.render:
-        doc = json.loads(args.render.read_text())
-    else:
-        if not torch.cuda.is_available():
-            print("bench_llm: needs a CUDA GPU", file=sys.stderr)
-            return 1
-        try:
-            import transformers  # noqa: F401
-        except ImportError:
-            print("bench_llm: needs transformers (pip install transformers)", file=sys.stderr)
-            return 1
-        doc = run(args)
-        report.write_json(doc, args.json)
+    doc = report.result_doc(args, "bench_llm", run, needs=("transformers",))
+    if doc is None:
+        return 1
     if args.png:
         plot(doc, args.png)
     if args.markdown:

@@ -18,8 +18,9 @@ import json
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -72,6 +73,34 @@ def run_metadata(device: torch.device, command: str) -> dict[str, Any]:
         "clocks": query_clocks(device),
         "command": command,
     }
+
+
+def add_result_args(p, name: str) -> None:
+    """--json, --markdown and --render, the result options every benchmark script shares."""
+    p.add_argument("--json", type=Path, default=RESULTS_DIR / f"{name}.json")
+    p.add_argument("--markdown", type=Path, default=None, help="write the tables into this markdown file")
+    p.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
+                   help="no benchmark: read a JSON this script wrote and write its tables")
+
+
+def result_doc(args, name: str, run: Callable[[Any], Any], needs: Sequence[str] = ()) -> Optional[Any]:
+    """The result of a benchmark script: read from --render, or measured by run(args) (which needs a
+    CUDA GPU and the Python packages `needs`) and written to --json. None, with the reason on
+    stderr, when it cannot run."""
+    if args.render:
+        return json.loads(args.render.read_text())
+    if not torch.cuda.is_available():
+        print(f"{name}: needs a CUDA GPU", file=sys.stderr)
+        return None
+    for package in needs:
+        try:
+            __import__(package)
+        except ImportError:
+            print(f"{name}: needs {package} (pip install {package})", file=sys.stderr)
+            return None
+    doc = run(args)
+    write_json(doc, args.json)
+    return doc
 
 
 def write_json(obj: Any, path: Path) -> None:
