@@ -42,7 +42,6 @@ _WEIGHTS = "model.safetensors"
 
 def _ct():
     try:
-        import compressed_tensors  # noqa: F401
         from compressed_tensors.quantization import QuantizationArgs, QuantizationConfig, QuantizationScheme
         from compressed_tensors.utils.match import is_match
     except ImportError as e:  # pragma: no cover - exercised only without the package

@@ -10,6 +10,7 @@ the library (round trip). Every unsupported scheme raises an error naming the se
 
 import json
 import os
+import sys
 
 import pytest
 import torch
@@ -312,3 +313,76 @@ def test_tied_embeddings_load_and_save(tmp_path):
     tc.save_compressed(loaded, str(out))
     keys = set(safetensors.safe_open(str(out / "model.safetensors"), "pt").keys())
     assert ("lm_head.weight" in keys) != ("model.embed_tokens.weight" in keys)
+
+
+def _mutate(path, tensors=None, qconfig=None):
+    """Rewrites the checkpoint in `path`: tensors(dict) and qconfig(dict) edit them in place."""
+    from safetensors.torch import load_file
+
+    if tensors is not None:
+        state = load_file(str(path / "model.safetensors"))
+        tensors(state)
+        save_file(state, str(path / "model.safetensors"))
+    if qconfig is not None:
+        config = json.load(open(path / "config.json"))
+        qconfig(config["quantization_config"])
+        (path / "config.json").write_text(json.dumps(config))
+
+
+def _set(d, key, value):
+    d[key] = value
+
+
+def _group(q):
+    return q["config_groups"]["group_0"]
+
+
+@pytest.mark.parametrize("case", [
+    ("tensors", lambda t: t.__setitem__("0.weight", t["0.weight"].float()), r"'0.weight' must be int8 \[384, 256\], got torch.float32 \[384, 256\] \(is the checkpoint int-quantized\?\)"),
+    ("tensors", lambda t: t.__setitem__("0.weight", t["0.weight"][:100]), r"'0.weight' must be int8 \[384, 256\], got torch.int8 \[100, 256\]"),
+    ("tensors", lambda t: t.pop("2.weight_scale"), "the checkpoint has no '2.weight_scale'"),
+    ("tensors", lambda t: t.__setitem__("2.weight_scale", t["2.weight_scale"][:5]), r"'2.weight_scale' must be \[256, 1\], got \[5, 1\]"),
+    ("tensors", lambda t: t.__setitem__("0.input_zero_point", torch.ones(1, dtype=torch.int8)), r"'0.input_zero_point' is not zero \(zero points are not supported\)"),
+    ("tensors", lambda t: t.pop("4.weight"), r"the checkpoint lacks 1 tensors of the model, e.g. \['4.weight'\]"),
+    ("qconfig", lambda q: _set(q, "format", "float-quantized"), "checkpoint format 'float-quantized' is not 'int-quantized' or 'naive-quantized'"),
+    ("qconfig", lambda q: _set(_group(q), "output_activations", {"num_bits": 8}), "config group 'group_0' quantizes output activations"),
+    ("qconfig", lambda q: _set(q["config_groups"], "group_1", dict(_group(q), targets=["re:^0$"])), r"layer '0' matches config groups \['group_0', 'group_1'\]"),
+], ids=lambda c: c[2][:40] if isinstance(c, tuple) else str(c))
+def test_bad_checkpoints_are_named(tmp_path, case):
+    _library_checkpoint(tmp_path, float_model(), ignore=["4"])
+    kind, edit, match = case
+    _mutate(tmp_path, **{kind: edit})
+    with pytest.raises(ValueError, match="tcgemm.compressed: " + match):
+        tc.load_compressed(float_model(), str(tmp_path))
+
+
+def test_bad_scale_shapes_of_tensor_and_block_weights_and_static_inputs(tmp_path):
+    for weights, activations, key, bad, match in [
+        ("tensor", "token", "0.weight_scale", torch.ones(2), r"'0.weight_scale' must have one element, got \[2\]"),
+        ("block", "group", "0.weight_scale", torch.ones(3, 3), r"'0.weight_scale' must be \[3, 2\] for 128x128 blocks, got \[3, 3\]"),
+        ("channel", "static", "0.input_scale", torch.ones(2), r"'0.input_scale' must have one element, got \[2\]"),
+    ]:
+        path = tmp_path / f"{weights}-{activations}"
+        make_checkpoint(str(path), weights, activations)
+        _mutate(path, tensors=lambda t: t.__setitem__(key, bad))
+        with pytest.raises(ValueError, match="tcgemm.compressed: " + match):
+            tc.load_compressed(float_model(), str(path))
+
+
+def test_not_a_checkpoint_and_nothing_to_save(tmp_path, monkeypatch):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(ValueError, match="has no compressed-tensors quantization_config"):
+        tc.load_compressed(float_model(), str(tmp_path))
+    _library_checkpoint(tmp_path, float_model(), ignore=["4"])
+    os.remove(tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match="tcgemm.compressed: no .safetensors files in"):
+        tc.load_compressed(float_model(), str(tmp_path))
+    os.makedirs(tmp_path / "one")
+    _library_checkpoint(tmp_path / "one", nn.Linear(256, 384))
+    with pytest.raises(ValueError, match="tcgemm.compressed: the model itself is a Linear"):
+        tc.load_compressed(nn.Linear(256, 384), str(tmp_path / "one"))
+    with pytest.raises(ValueError, match="tcgemm.compressed: the model has no QuantLinear layers to save"):
+        tc.save_compressed(float_model(), str(tmp_path / "out"))
+    monkeypatch.setitem(sys.modules, "compressed_tensors.quantization", None)
+    with pytest.raises(ImportError, match=r"tcgemm.compressed needs the 'compressed-tensors' package"):
+        tc.save_compressed(float_model(), str(tmp_path / "out"))
