@@ -12,7 +12,7 @@ Per shape (activations x [M, K] bf16, weight [N, K]), all in the same process, T
   unfused        quantize in PyTorch -> torch._int_mm -> dequantize (+ bias)             (peer)
   bf16           torch.mm on bf16                                                         (peer)
 Then QuantLinear (activation quantization included) against bf16 nn.Linear on the Llama-3-8B
-MLP shapes at M = 2048. Timing is benchmarks/timing.py: rotated input sets, device events,
+MLP shapes at M = 2048, with symmetric and asymmetric (zero point) activations. Timing is benchmarks/timing.py: rotated input sets, device events,
 warm-up, median, the methods interleaved in rotated rounds. A table is printed last; the records
 go to benchmarks/results/bench_scaled.json (--json), the tables to a markdown file (--markdown).
 """
@@ -157,18 +157,21 @@ def bench_mlp(m, n, k, peers: bool, device) -> dict:
     n_sets = 4
     linears = [torch.nn.Linear(k, n, bias=False, device=device, dtype=torch.bfloat16) for _ in range(n_sets)]
     quant = [tcgemm.QuantLinear.from_linear(lin) for lin in linears]
+    asym = [tcgemm.QuantLinear.from_linear(lin, asymmetric=True) for lin in linears]
     xs = [torch.randn(m, k, device=device, dtype=torch.bfloat16) for _ in range(n_sets)]
     with torch.no_grad():
         ref, got = linears[0](xs[0]).float(), quant[0](xs[0]).float()
         sqnr = float(10 * torch.log10(ref.pow(2).sum() / (ref - got).pow(2).sum()))
-        fns = {"bf16": lambda i: linears[i](xs[i]), "quant": lambda i: quant[i](xs[i])}
+        fns = {"bf16": lambda i: linears[i](xs[i]), "quant": lambda i: quant[i](xs[i]),
+               "asym": lambda i: asym[i](xs[i])}
         if not peers:
             del fns["bf16"]
         ms = timing.interleaved_ms(fns, n_sets, max_reps=MAX_REPS, device=device)
     bf16_tops = timing.tops(m, n, k, ms.get("bf16"))
     q_tops = timing.tops(m, n, k, ms["quant"])
     return {"mlp": [m, n, k], "bf16_tops": bf16_tops, "quantlinear_tops": q_tops,
-            "speedup": None if bf16_tops is None else q_tops / bf16_tops, "sqnr_db": sqnr}
+            "speedup": None if bf16_tops is None else q_tops / bf16_tops, "sqnr_db": sqnr,
+            "asym_tops": timing.tops(m, n, k, ms["asym"]), "asym_time_ratio": ms["asym"] / ms["quant"]}
 
 
 # ----------------------------------------------------------------------------- output
@@ -199,8 +202,10 @@ def format_table(doc: dict[str, Any]) -> str:
     for r in mlp:
         m, n, k = r["mlp"]
         speedup = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+        asym = "" if "asym_tops" not in r else (f"   asymmetric {fmt(r['asym_tops']):>6} TOPS "
+                                                f"(time {r['asym_time_ratio']:.3f}x symmetric)")
         lines.append(f"  {k:>5} -> {n:<5}  bf16 {fmt(r['bf16_tops']):>6} TOPS   QuantLinear "
-                     f"{fmt(r['quantlinear_tops']):>6} TOPS   speedup {speedup}   SQNR {r['sqnr_db']:.1f} dB")
+                     f"{fmt(r['quantlinear_tops']):>6} TOPS   speedup {speedup}   SQNR {r['sqnr_db']:.1f} dB{asym}")
     return "\n".join(lines)
 
 
@@ -239,12 +244,16 @@ def markdown_sections(doc: dict[str, Any], tables: str, command: Optional[str]) 
         for r in doc["mlp"]:
             m, n, k = r["mlp"]
             speedup = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+            asym = [fmt(r.get("asym_tops")), "-" if "asym_time_ratio" not in r else f"{r['asym_time_ratio']:.3f}x"]
             rows.append([str(m), str(k), str(n), fmt(r["bf16_tops"]), fmt(r["quantlinear_tops"]), speedup,
-                         f"{r['sqnr_db']:.1f}"])
-        headers = ["M", "in", "out", "bf16 nn.Linear TFLOP/s", "QuantLinear TOPS", "speed-up", "SQNR dB"]
+                         f"{r['sqnr_db']:.1f}"] + asym)
+        headers = ["M", "in", "out", "bf16 nn.Linear TFLOP/s", "QuantLinear TOPS", "speed-up", "SQNR dB",
+                   "asymmetric TOPS", "asymmetric / symmetric time"]
         legend = ("The Llama-3-8B MLP projections at M = 2048 tokens: `QuantLinear.from_linear` (weights per "
                   "channel, activations quantized per token inside the forward) against the bf16 `nn.Linear` "
-                  "it came from, timed alternately in rounds; SQNR of the int8 output against bf16.")
+                  "it came from, timed alternately in rounds; SQNR of the int8 output against bf16. "
+                  "Asymmetric: the same layer with `asymmetric=True` (a zero point per token, corrected by the "
+                  "weight's column sums in the epilogue), timed in the same rounds.")
         sections["bench_scaled mlp"] = "\n\n".join(["## QuantLinear against bf16 nn.Linear", header, legend,
                                                     report.markdown_table(headers, rows)])
     return sections

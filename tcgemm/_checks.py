@@ -29,9 +29,11 @@ Args = dict[str, Any]
 _GEMM = "tcgemm.gemm"
 _SCALED = "tcgemm.scaled_gemm"
 _QUANTIZE = "tcgemm.quantize"
+_QUANTIZE_ASYM = "tcgemm.quantize_asym"
 _QUANT_LINEAR = "tcgemm.quant_linear"
 _MAX_DIM = 2**30  # kernels index tiles and K slices in 32-bit arithmetic with headroom
 _MAX_UNBLOCKED_K = 131071  # int8 x int8 dot products of this length fit in int32
+_MAX_ASYMMETRIC_K = 65793  # with zero points: |sum_k (q - zp) * w| <= 255 * 128 * K fits int32
 _INT32_MIN, _INT32_END = -(2**31), 2**31
 _GEMM_OPERAND_DTYPES = (torch.int8, torch.uint8)
 _QUANTIZE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -224,6 +226,44 @@ def _bias_shape_ok(x: Args):
     return bias is None or (bias.dim() == 1 and bias.shape[0] == n)
 
 
+def _zero_point_checks(op: str, name: str, rows: Callable[[Args], Any], ref: str) -> list[Check]:
+    """scaled_gemm.cpp checked_zero_point: int32 zero points of an activation's rows, one element
+    or [M, 1] (an absent one passes)."""
+
+    def shape_ok(x):
+        z = x[name]
+        return z is None or (z.dim() <= 2 and z.numel() == 1) or (
+            z.dim() == 2 and z.shape[0] == rows(x) and z.shape[1] == 1)
+
+    return [
+        Check(f"{name}_dtype", TypeError, lambda x: x[name] is None or x[name].dtype == torch.int32,
+              lambda x: f"{op}: argument '{name}' must have dtype torch.int32, got {x[name].dtype}"),
+        _same_device(op, name, ref=ref),
+        Check(f"{name}_shape", ValueError, shape_ok,
+              lambda x: f"{op}: argument '{name}' must have shape [] or [1] (per-tensor) or [M, 1] = [{rows(x)}, 1] "
+              f"(per-token), got {_shape(x[name])}"),
+    ]
+
+
+def _colsum_checks(op: str, name: str, n: Callable[[Args], Any], ref: str) -> list[Check]:
+    """scaled_gemm.cpp checked_colsum: int32 [N] column sums of the weight (an absent one passes)."""
+    return [
+        Check(f"{name}_dtype", TypeError, lambda x: x[name] is None or x[name].dtype == torch.int32,
+              lambda x: f"{op}: argument '{name}' must have dtype torch.int32, got {x[name].dtype}"),
+        _same_device(op, name, ref=ref),
+        Check(f"{name}_shape", ValueError,
+              lambda x: x[name] is None or (x[name].dim() == 1 and x[name].shape[0] == n(x)),
+              lambda x: f"{op}: argument '{name}' must have shape [N] = [{n(x)}], got {_shape(x[name])}"),
+    ]
+
+
+def _asymmetric_k(op: str, applies: Callable[[Args], Any], k: Callable[[Args], Any], zero_name: str) -> Check:
+    """scaled_gemm.cpp check_asymmetric_k."""
+    return Check("k_overflow_asymmetric", ValueError, lambda x: not applies(x) or k(x) <= _MAX_ASYMMETRIC_K,
+                 lambda x: f"{op}: K = {k(x)} > {_MAX_ASYMMETRIC_K} could overflow the int32 sums with zero points "
+                 f"(argument '{zero_name}')")
+
+
 def _scaled_gemm_checks() -> list[Check]:
     """csrc/ops/scaled_gemm.cpp."""
     signed = (torch.int8,)
@@ -247,26 +287,58 @@ def _scaled_gemm_checks() -> list[Check]:
         Check("bias_dtype", TypeError, lambda x: x["bias"] is None or x["bias"].dtype.is_floating_point,
               lambda x: f"{_SCALED}: argument 'bias' must have a floating-point dtype, got {x['bias'].dtype}"),
         _same_device(_SCALED, "bias"),
+        *_zero_point_checks(_SCALED, "zero_point_a", lambda x: _mnk(x)[0], "a"),
+        Check("colsum_b_unused", ValueError, lambda x: x["zero_point_a"] is not None or x["colsum_b"] is None,
+              lambda x: f"{_SCALED}: argument 'colsum_b' is used only with 'zero_point_a'"),
+        *_colsum_checks(_SCALED, "colsum_b", lambda x: _mnk(x)[1], "a"),
+        Check("zero_point_a_per_block", ValueError, lambda x: x["zero_point_a"] is None or not _per_block(x),
+              lambda x: f"{_SCALED}: argument 'zero_point_a' needs scales that do not change along K (scale_a per "
+              "tensor or per token, scale_b per tensor or per channel)"),
         Check("k_overflow", ValueError, lambda x: _per_block(x) or x["a"].shape[1] <= _MAX_UNBLOCKED_K,
               lambda x: f"{_SCALED}: K = {x['a'].shape[1]} > {_MAX_UNBLOCKED_K} could overflow the int32 accumulator "
               "without per-block scales; pass scale_a as [M, ceil(K/128)] (per-block 1x128)"),
+        _asymmetric_k(_SCALED, lambda x: x["zero_point_a"] is not None, lambda x: x["a"].shape[1], "zero_point_a"),
         _cpu_backend(_SCALED, _scaled_empty),
     ]
 
 
-def _quantize_scale_shape_ok(x: Args):
-    scale, g = x["scale"], x["granularity"]
-    m, k = x["x"].shape
-    return g == "tensor" or scale is None or list(scale.shape) == list(_scales.quantize_scale_shape(g, m, k))
+def _given_scale_checks(op: str, name: str, dtype: torch.dtype) -> list[Check]:
+    """quantize.cpp check_scale: a given scale (or zero point) of x [M, K] quantized with the
+    granularity: dtype, device, then its shape (an absent one passes)."""
+
+    def shape_ok(x):
+        s, g = x[name], x["granularity"]
+        m, k = x["x"].shape
+        return g == "tensor" or s is None or list(s.shape) == list(_scales.quantize_scale_shape(g, m, k))
+
+    def shape_message(x):
+        g = x["granularity"]
+        m, k = x["x"].shape
+        form = "[M, 1]" if g == "token" else "[M, ceil(K / 128)]"
+        expected = list(_scales.quantize_scale_shape(g, m, k))
+        return f"{op}: argument '{name}' must have shape {form} = {expected} for granularity '{g}', got {_shape(x[name])}"
+
+    return [
+        Check(f"{name}_dtype", TypeError, lambda x: x[name] is None or x[name].dtype == dtype,
+              lambda x: f"{op}: argument '{name}' must have dtype {dtype}, got {x[name].dtype}"),
+        _same_device(op, name, ref="x"),
+        Check(f"{name}_shape_tensor", ValueError,
+              lambda x: x["granularity"] != "tensor" or x[name] is None or (x[name].numel() == 1 and x[name].dim() <= 2),
+              lambda x: f"{op}: argument '{name}' must have one element (shape [], [1] or [1, 1]) for "
+              f"granularity 'tensor', got shape {_shape(x[name])}"),
+        Check(f"{name}_shape", ValueError, shape_ok, shape_message),
+    ]
 
 
-def _quantize_scale_shape_message(x: Args) -> str:
-    g = x["granularity"]
-    m, k = x["x"].shape
-    name = "[M, 1]" if g == "token" else "[M, ceil(K / 128)]"
-    expected = list(_scales.quantize_scale_shape(g, m, k))
-    return (f"{_QUANTIZE}: argument 'scale' must have shape {name} = {expected} for granularity '{g}', "
-            f"got {_shape(x['scale'])}")
+def _quantize_x_checks(op: str) -> list[Check]:
+    """quantize.cpp check_x."""
+    return [
+        Check("x_dim", ValueError, lambda x: x["x"].dim() == 2,
+              lambda x: f"{op}: argument 'x' must be a 2-D tensor [M, K], got a {x['x'].dim()}-D tensor"),
+        Check("x_dtype", TypeError, lambda x: x["x"].dtype in _QUANTIZE_DTYPES,
+              lambda x: f"{op}: argument 'x' must have dtype torch.bfloat16, torch.float16 or torch.float32, "
+              f"got {x['x'].dtype}"),
+    ]
 
 
 def _smooth_checks(op: str) -> list[Check]:
@@ -282,26 +354,33 @@ def _smooth_checks(op: str) -> list[Check]:
 
 
 def _quantize_checks() -> list[Check]:
-    """csrc/ops/quantize.cpp."""
+    """csrc/ops/quantize.cpp quantize."""
     return [
-        Check("x_dim", ValueError, lambda x: x["x"].dim() == 2,
-              lambda x: f"{_QUANTIZE}: argument 'x' must be a 2-D tensor [M, K], got a {x['x'].dim()}-D tensor"),
-        Check("x_dtype", TypeError, lambda x: x["x"].dtype in _QUANTIZE_DTYPES,
-              lambda x: f"{_QUANTIZE}: argument 'x' must have dtype torch.bfloat16, torch.float16 or torch.float32, "
-              f"got {x['x'].dtype}"),
+        *_quantize_x_checks(_QUANTIZE),
         Check("granularity", ValueError, lambda x: x["granularity"] in _GRANULARITIES,
               lambda x: f"{_QUANTIZE}: argument 'granularity' must be one of 'tensor', 'token', 'group'; "
               f"got '{x['granularity']}'"),
-        Check("scale_dtype", TypeError, lambda x: x["scale"] is None or x["scale"].dtype == torch.float32,
-              lambda x: f"{_QUANTIZE}: argument 'scale' must have dtype torch.float32, got {x['scale'].dtype}"),
-        _same_device(_QUANTIZE, "scale", ref="x"),
-        Check("scale_shape_tensor", ValueError,
-              lambda x: x["granularity"] != "tensor" or x["scale"] is None
-              or (x["scale"].numel() == 1 and x["scale"].dim() <= 2),
-              lambda x: f"{_QUANTIZE}: argument 'scale' must have one element (shape [], [1] or [1, 1]) for "
-              f"granularity 'tensor', got shape {_shape(x['scale'])}"),
-        Check("scale_shape", ValueError, _quantize_scale_shape_ok, _quantize_scale_shape_message),
+        *_given_scale_checks(_QUANTIZE, "scale", torch.float32),
         *_smooth_checks(_QUANTIZE),
+    ]
+
+
+def _quantize_asym_checks() -> list[Check]:
+    """csrc/ops/quantize.cpp quantize_asym."""
+    op = _QUANTIZE_ASYM
+    return [
+        *_quantize_x_checks(op),
+        Check("granularity", ValueError, lambda x: x["granularity"] in ("token", "tensor"),
+              lambda x: f"{op}: argument 'granularity' must be 'token' or 'tensor'; got '{x['granularity']}'"),
+        Check("scale_zero_point_together", ValueError, lambda x: (x["scale"] is None) == (x["zero_point"] is None),
+              lambda x: f"{op}: arguments 'scale' and 'zero_point' must be given together (static) or both be None "
+              "(dynamic)"),
+        Check("tensor_needs_static", ValueError, lambda x: x["scale"] is not None or x["granularity"] == "token",
+              lambda x: f"{op}: granularity 'tensor' needs a static 'scale' and 'zero_point' (dynamic asymmetric "
+              "quantization is per token)"),
+        *_given_scale_checks(op, "scale", torch.float32),
+        *_given_scale_checks(op, "zero_point", torch.int32),
+        *_smooth_checks(op),
     ]
 
 
@@ -333,6 +412,40 @@ def _ql_per_block_weight(x: Args):
 def _ql_empty(x: Args):
     n, k, rows = _ql_nkm(x)
     return rows == 0 or n == 0 or k == 0
+
+
+def _ql_asymmetric_checks() -> list[Check]:
+    """quant_linear.cpp check_asymmetric (the checks after the first apply with asymmetric=True)."""
+    op = _QUANT_LINEAR
+
+    def asym(cond):
+        return lambda x: not x["asymmetric"] or cond(x)
+
+    izp = "input_zero_point"
+    return [
+        Check("asymmetric_args_unused", ValueError,
+              lambda x: x["asymmetric"] or (x[izp] is None and x["weight_colsum"] is None),
+              lambda x: f"{op}: arguments 'input_zero_point' and 'weight_colsum' are used only with asymmetric=True"),
+        Check("asymmetric_block", ValueError, asym(lambda x: x["activation"] != "block"),
+              lambda x: f"{op}: asymmetric=True needs activation='token' or 'static', got activation='block'"),
+        Check("asymmetric_weight_block", ValueError, asym(lambda x: not _ql_per_block_weight(x)),
+              lambda x: f"{op}: asymmetric=True needs a per-channel 'weight_scale' [N] (zero points are not applied "
+              "per K block)"),
+        Check("input_zero_point_missing", ValueError, asym(lambda x: x["activation"] != "static" or x[izp] is not None),
+              lambda x: f"{op}: argument 'input_zero_point' is required with activation='static' and asymmetric=True"),
+        Check("input_zero_point_unused", ValueError, asym(lambda x: x["activation"] == "static" or x[izp] is None),
+              lambda x: f"{op}: argument 'input_zero_point' is used only with activation='static', "
+              f"got activation='{x['activation']}'"),
+        Check("input_zero_point_dtype", TypeError, asym(lambda x: x[izp] is None or x[izp].dtype == torch.int32),
+              lambda x: f"{op}: argument 'input_zero_point' must have dtype torch.int32, got {x[izp].dtype}"),
+        Check("input_zero_point_shape", ValueError,
+              asym(lambda x: x[izp] is None or (x[izp].numel() == 1 and x[izp].dim() <= 2)),
+              lambda x: f"{op}: argument 'input_zero_point' must have one element (shape [], [1] or [1, 1]), got "
+              f"shape {_shape(x[izp])}"),
+        Check("input_zero_point_device", ValueError, asym(lambda x: x[izp] is None or x[izp].device == x["x"].device),
+              lambda x: f"{op}: argument 'input_zero_point' must be on the same device as 'x' ({x['x'].device}), "
+              f"got {x[izp].device}"),
+    ]
 
 
 def _quant_linear_checks() -> list[Check]:
@@ -376,10 +489,13 @@ def _quant_linear_checks() -> list[Check]:
               f"{_shape(x['input_scale'])}"),
         _same_device(op, "input_scale", ref="x"),
         *_smooth_checks(op),
+        *_ql_asymmetric_checks(),
+        *_colsum_checks(op, "weight_colsum", lambda x: _ql_nkm(x)[0], "x"),
         Check("k_overflow", ValueError,
               lambda x: x["activation"] == "block" or _ql_per_block_weight(x) or _ql_nkm(x)[1] <= _MAX_UNBLOCKED_K,
               lambda x: f"{op}: K = {_ql_nkm(x)[1]} > {_MAX_UNBLOCKED_K} could overflow the int32 accumulator "
               "without per-block scales; use activation='block'"),
+        _asymmetric_k(op, lambda x: x["asymmetric"], lambda x: _ql_nkm(x)[1], "asymmetric"),
         Check("backend_on_cpu", ValueError,
               lambda x: x["backend"] in ("auto", "cpu") or x["x"].device.type != "cpu" or _ql_empty(x),
               lambda x: f"{op}: backend '{x['backend']}' needs CUDA tensors, got tensors on cpu (argument 'backend')"),
@@ -413,6 +529,7 @@ CHECKS: dict[str, list[Check]] = {
     "gemm_out": _gemm_checks(out_arg=True),
     "scaled_gemm": _scaled_gemm_checks(),
     "quantize": _quantize_checks(),
+    "quantize_asym": _quantize_asym_checks(),
     "quant_linear": _quant_linear_checks(),
 }
 

@@ -116,6 +116,8 @@ def scaled_gemm(
     out_dtype: torch.dtype = torch.bfloat16,
     *,
     backend: str = "auto",
+    zero_point_a: Optional[torch.Tensor] = None,
+    colsum_b: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Dequantized int8 GEMM with the scales, bias and conversion fused into the kernel.
 
@@ -135,6 +137,13 @@ def scaled_gemm(
         bias: optional [N], any float dtype (applied in fp32).
         out_dtype: torch.bfloat16 (default), torch.float16 or torch.float32.
         backend: "auto", "cpu", "sm80", "sm90" or "skinny".
+        zero_point_a: optional int32 zero points of ``a`` (asymmetric activations,
+            ``x ~ scale_a * (a - zero_point_a)``): ``[]``/``[1]`` per tensor or ``[M, 1]`` per
+            token. The kernel then computes ``(acc - zero_point_a[m] * colsum_b[n]) * sa * sb +
+            bias``, the int32 correction exact. Needs scales that do not change along K and
+            K <= 65793 (the corrected sum fits int32).
+        colsum_b: optional int32 ``[N]`` column sums of ``b`` (``b.sum(0, dtype=torch.int32)``),
+            with ``zero_point_a`` only; computed when omitted (a layer keeps them precomputed).
 
     Without per-block scales K must be <= 131071 (the int32 accumulator cannot overflow).
 
@@ -144,20 +153,25 @@ def scaled_gemm(
     """
     for name, value in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
         require_tensor(_SCALED, name, value)
-    require_tensor(_SCALED, "bias", bias, optional=True)
+    for name, value in (("bias", bias), ("zero_point_a", zero_point_a), ("colsum_b", colsum_b)):
+        require_tensor(_SCALED, name, value, optional=True)
     if not isinstance(out_dtype, torch.dtype):
         raise TypeError(
             f"{_SCALED}: argument 'out_dtype' must be a torch.dtype (torch.bfloat16, torch.float16 or "
             f"torch.float32), got {type(out_dtype).__name__} {out_dtype!r}"
         )
     require_str(_SCALED, "backend", backend)
-    return torch.ops.tcgemm.scaled_gemm.default(a, b, scale_a, scale_b, bias, out_dtype, backend)
+    return torch.ops.tcgemm.scaled_gemm.default(
+        a, b, scale_a, scale_b, bias, out_dtype, backend, zero_point_a, colsum_b
+    )
 
 
 @torch.library.register_fake("tcgemm::scaled_gemm")
-def _scaled_gemm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=None, backend="auto"):
+def _scaled_gemm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=None, backend="auto", zero_point_a=None,
+                      colsum_b=None):
     check_args(
-        "scaled_gemm", a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=out_dtype, backend=backend
+        "scaled_gemm", a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=out_dtype, backend=backend,
+        zero_point_a=zero_point_a, colsum_b=colsum_b,
     )
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16 if out_dtype is None else out_dtype)
 
@@ -172,6 +186,9 @@ def quant_linear(
     input_scale: Optional[torch.Tensor] = None,
     smooth: Optional[torch.Tensor] = None,
     backend: str = "auto",
+    asymmetric: bool = False,
+    input_zero_point: Optional[torch.Tensor] = None,
+    weight_colsum: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """The W8A8 linear layer as one op: ``x @ (weight * weight_scale).T + bias`` with ``x``
     quantized on the fly, what :class:`tcgemm.QuantLinear` computes.
@@ -194,6 +211,15 @@ def quant_linear(
         smooth: optional fp32 ``[K]`` SmoothQuant multipliers applied to x in the quantize pass
             (the weight carries their reciprocals).
         backend: as for :func:`scaled_gemm`.
+        asymmetric: quantize x with a zero point (``tcgemm.quantize(..., symmetric=False)``),
+            dynamically per token (``activation="token"``) or with the calibrated static
+            ``input_scale`` and ``input_zero_point`` (``activation="static"``); the GEMM's epilogue
+            subtracts ``zero_point * weight_colsum``. Needs a per-channel ``weight_scale`` and
+            K <= 65793.
+        input_zero_point: int32, one element; with ``activation="static"`` and ``asymmetric``.
+        weight_colsum: optional int32 ``[N]``, ``weight.sum(1, dtype=torch.int32)``, with
+            ``asymmetric`` only; computed per call when omitted (:class:`tcgemm.QuantLinear`
+            keeps it).
 
     Returns:
         [..., N] of ``x.dtype``.
@@ -204,18 +230,25 @@ def quant_linear(
     """
     for name, value in (("x", x), ("weight", weight), ("weight_scale", weight_scale)):
         require_tensor(_QUANT_LINEAR, name, value)
-    for name, value in (("bias", bias), ("input_scale", input_scale), ("smooth", smooth)):
+    for name, value in (("bias", bias), ("input_scale", input_scale), ("smooth", smooth),
+                        ("input_zero_point", input_zero_point), ("weight_colsum", weight_colsum)):
         require_tensor(_QUANT_LINEAR, name, value, optional=True)
     require_str(_QUANT_LINEAR, "activation", activation)
     require_str(_QUANT_LINEAR, "backend", backend)
-    return torch.ops.tcgemm.quant_linear.default(x, weight, weight_scale, bias, activation, input_scale, smooth, backend)
+    if not isinstance(asymmetric, bool):
+        raise TypeError(f"{_QUANT_LINEAR}: argument 'asymmetric' must be a bool, got {type(asymmetric).__name__}")
+    return torch.ops.tcgemm.quant_linear.default(
+        x, weight, weight_scale, bias, activation, input_scale, smooth, backend, asymmetric, input_zero_point,
+        weight_colsum,
+    )
 
 
 @torch.library.register_fake("tcgemm::quant_linear")
 def _quant_linear_fake(x, weight, weight_scale, bias=None, activation="token", input_scale=None, smooth=None,
-                       backend="auto"):
+                       backend="auto", asymmetric=False, input_zero_point=None, weight_colsum=None):
     check_args(
         "quant_linear", x=x, weight=weight, weight_scale=weight_scale, bias=bias, activation=activation,
-        input_scale=input_scale, smooth=smooth, backend=backend,
+        input_scale=input_scale, smooth=smooth, backend=backend, asymmetric=asymmetric,
+        input_zero_point=input_zero_point, weight_colsum=weight_colsum,
     )
     return x.new_empty((*x.shape[:-1], weight.shape[0]))

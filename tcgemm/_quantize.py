@@ -1,4 +1,5 @@
-"""tcgemm.quantize: symmetric int8 quantization, with its fake (meta) implementation beside it."""
+"""tcgemm.quantize: int8 quantization (symmetric, or asymmetric with a zero point), with the fake
+(meta) implementations beside it."""
 
 from __future__ import annotations
 
@@ -20,8 +21,12 @@ def quantize(
     *,
     scale: Optional[torch.Tensor] = None,
     smooth: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric int8 quantization: ``q = clamp(round_half_even(x / scale), -127, 127)``.
+    symmetric: bool = True,
+    zero_point: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, ...]:
+    """Symmetric int8 quantization: ``q = clamp(round_half_even(x / scale), -127, 127)``;
+    with ``symmetric=False``, asymmetric: ``q = clamp(round_half_even(x / scale) + zero_point,
+    -128, 127)``.
 
     Args:
         x: bf16, fp16 or fp32 ``[..., K]`` (any strides) on the CPU or a CUDA device.
@@ -34,11 +39,19 @@ def quantize(
         smooth: optional fp32 ``[K]`` per-column multipliers (SmoothQuant): ``x[..., k] *
             smooth[k]``, one fp32 product, is what gets quantized (amax included), in the same
             pass over ``x``.
+        symmetric: False for asymmetric quantization, per token (dynamic or static) or per
+            tensor (static only). Dynamically the range of a row always holds 0:
+            ``hi = max(0, max x)``, ``lo = min(0, min x)``, ``scale = (hi - lo) / 255``
+            (computed in fp64, rounded once to fp32; 1.0 for an all-zero row) and
+            ``zero_point = round_half_even(-lo / scale) - 128`` in [-128, 127], so 0 is exact.
+        zero_point: with ``symmetric=False`` and a static ``scale``: the int32 zero points, shaped
+            like ``scale``, each in [-128, 127].
 
     Returns:
         ``(q, scale)``: int8 ``q`` shaped like ``x``, and fp32 scales shaped ``[]`` (tensor),
         ``[..., 1]`` (token) or ``[..., ceil(K / 128)]`` (group); with a given ``scale``, a copy
-        of it in its shape. ``q`` and the scales are bit-identical on the CPU and the GPU and
+        of it in its shape. ``(q, scale, zero_point)`` with ``symmetric=False``, the int32 zero
+        points shaped like the scales, and ``(q.float() - zero_point) * scale`` approximates ``x``. ``q`` and the scales are bit-identical on the CPU and the GPU and
         equal :func:`tcgemm.reference.quantize_reference`; ``q.float() * scale`` approximates ``x``.
 
     Bad data (the same rule on the CPU, the GPU and in the reference): NaN and inf never become
@@ -47,7 +60,8 @@ def quantize(
     a non-finite x quantizes to 0 and its group's returned scale is NaN. A static scale must be a
     positive finite number: on the CPU anything else raises ``ValueError``; on a GPU (where
     checking would synchronise with the device) its group quantizes to zeros with the returned
-    scale NaN.
+    scale NaN. Asymmetric: the same with "zeros" read as "the zero point" (NaN rows get the
+    zero point 0), and a static zero point outside [-128, 127] is bad like an invalid scale.
 
     Example:
         >>> x = torch.randn(4, 256, dtype=torch.bfloat16)
@@ -56,28 +70,39 @@ def quantize(
         >>> q2, _ = tcgemm.quantize(x, "group", scale=s)   # static: reuse the scales
     """
     require_tensor(_OP, "x", x)
+    if not isinstance(symmetric, bool):
+        raise TypeError(f"{_OP}: argument 'symmetric' must be a bool, got {type(symmetric).__name__}")
+    if symmetric and zero_point is not None:
+        raise ValueError(f"{_OP}: argument 'zero_point' is used only with symmetric=False")
     if x.dim() == 0:
         raise ValueError(f"{_OP}: argument 'x' must have shape [..., K], got a 0-D tensor")
     if x.dim() == 2:
-        return _quantize_2d(x, granularity, scale, smooth)
+        return _quantize_2d(x, granularity, scale, smooth, symmetric, zero_point)
     lead, k = tuple(x.shape[:-1]), x.shape[-1]
     m = math.prod(lead)
-    scale_2d = scale
-    if scale is not None and granularity in ("token", "group") and scale.dim() == len(lead) + 1:
-        scale_2d = scale.reshape(m, scale.shape[-1])  # a wrong shape still reaches the op's check
-    q, s = _quantize_2d(x.reshape(m, k), granularity, scale_2d, smooth)
+
+    def rows(t):  # given [..., G] scales or zero points as [M, G] (a wrong shape still reaches the op's check)
+        if t is not None and granularity in ("token", "group") and t.dim() == len(lead) + 1:
+            return t.reshape(m, t.shape[-1])
+        return t
+
+    out = _quantize_2d(x.reshape(m, k), granularity, rows(scale), smooth, symmetric, rows(zero_point))
+    q, rest = out[0].reshape(x.shape), out[1:]
     if scale is not None:
-        return q.reshape(x.shape), s.reshape(scale.shape)
+        return (q, *(t.reshape(scale.shape) for t in rest))
     if granularity != "tensor":
-        s = s.reshape(*lead, s.shape[-1])
-    return q.reshape(x.shape), s
+        rest = tuple(t.reshape(*lead, t.shape[-1]) for t in rest)
+    return (q, *rest)
 
 
-def _quantize_2d(x, granularity, scale, smooth):
+def _quantize_2d(x, granularity, scale, smooth, symmetric, zero_point):
     require_str(_OP, "granularity", granularity)
     require_tensor(_OP, "scale", scale, optional=True)
     require_tensor(_OP, "smooth", smooth, optional=True)
-    return torch.ops.tcgemm.quantize.default(x, granularity, scale, smooth)
+    if symmetric:
+        return torch.ops.tcgemm.quantize.default(x, granularity, scale, smooth)
+    require_tensor(_OP, "zero_point", zero_point, optional=True)
+    return torch.ops.tcgemm.quantize_asym.default(x, granularity, scale, zero_point, smooth)
 
 
 @torch.library.register_fake("tcgemm::quantize")
@@ -87,3 +112,13 @@ def _quantize_fake(x, granularity, scale=None, smooth=None):
     if scale is not None:
         return q, torch.empty_like(scale)
     return q, x.new_empty(quantize_scale_shape(granularity, x.shape[0], x.shape[1]), dtype=torch.float32)
+
+
+@torch.library.register_fake("tcgemm::quantize_asym")
+def _quantize_asym_fake(x, granularity, scale=None, zero_point=None, smooth=None):
+    check_args("quantize_asym", x=x, granularity=granularity, scale=scale, zero_point=zero_point, smooth=smooth)
+    q = x.new_empty(x.shape, dtype=torch.int8)
+    if scale is not None:
+        return q, torch.empty_like(scale), torch.empty_like(zero_point)
+    shape = quantize_scale_shape(granularity, x.shape[0], x.shape[1])
+    return q, x.new_empty(shape, dtype=torch.float32), x.new_empty(shape, dtype=torch.int32)

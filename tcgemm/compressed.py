@@ -12,9 +12,11 @@ how they are quantized. tcgemm runs the W8A8 int8 schemes:
 - weights: int8, symmetric, one scale per output channel (``strategy: channel``), per tensor
   (``tensor``), or per 128x128 block (``block``, ``block_structure [128, 128]``);
 - input activations: int8, symmetric, dynamic per token (``token``), dynamic per 1x128 group
-  (``group``, ``group_size 128``), or static per tensor (``tensor``, an ``input_scale``).
+  (``group``, ``group_size 128``), or static per tensor (``tensor``, an ``input_scale``); or
+  asymmetric (``symmetric: false``) per token or static per tensor (an ``input_zero_point``), with
+  weights per channel or per tensor.
 
-Anything else (other bit widths, weight-only schemes, zero points, fp8) raises a ValueError that
+Anything else (other bit widths, weight-only schemes, weight zero points, fp8) raises a ValueError that
 names the layer group and the setting. The config is read and written with the
 ``compressed-tensors`` package (``pip install compressed-tensors``), an optional dependency:
 its own matching decides which layers a group covers.
@@ -64,22 +66,23 @@ def _value(v: Any) -> Any:
     return getattr(v, "value", v)
 
 
-def _granularities(group: str, scheme) -> tuple[str, str]:
-    """(weight, activation) granularities of QuantLinear for a config group, or ValueError."""
+def _granularities(group: str, scheme) -> tuple[str, str, bool]:
+    """(weight, activation, asymmetric activations) of QuantLinear for a config group, or ValueError."""
     w, a = scheme.weights, scheme.input_activations
 
     def bad(what: str) -> ValueError:
         return ValueError(f"tcgemm.compressed: config group '{group}': {what}; tcgemm runs int8 W8A8 "
-                          "(symmetric int8 weights per channel, tensor or 128x128 block; symmetric int8 "
-                          "activations per token, per 1x128 group or static per tensor)")
+                          "(symmetric int8 weights per channel, tensor or 128x128 block; int8 activations per "
+                          "token, per 1x128 group or static per tensor, asymmetric per token or static per "
+                          "tensor with channel or tensor weights)")
 
     if w is None or a is None:
         raise bad("weights and input_activations must both be quantized (weight-only schemes are not W8A8)")
     for role, args in (("weights", w), ("input_activations", a)):
         if args.num_bits != 8 or _value(args.type) != "int":
             raise bad(f"{role} are {args.num_bits}-bit {_value(args.type)}, not 8-bit int")
-        if not args.symmetric:
-            raise bad(f"{role} are asymmetric (zero points are not supported)")
+    if not w.symmetric:
+        raise bad("weights are asymmetric (weight zero points are not supported)")
     ws, as_ = _value(w.strategy), _value(a.strategy)
     if w.dynamic:
         raise bad("weights have dynamic scales")
@@ -100,7 +103,11 @@ def _granularities(group: str, scheme) -> tuple[str, str]:
     else:
         raise bad(f"input activation strategy '{as_}' (dynamic={a.dynamic}, group_size={a.group_size}) "
                   "is not dynamic token, dynamic group of 128 or static tensor")
-    return weight, activation
+    asymmetric = not a.symmetric
+    if asymmetric and (activation == "block" or weight == "block"):
+        raise bad(f"asymmetric activations with weight strategy '{ws}' and activation strategy '{as_}' "
+                  "(zero points need channel or tensor weights and token or static tensor activations)")
+    return weight, activation, asymmetric
 
 
 def _read_checkpoint(path: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -184,10 +191,11 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
         seen[id(module)] = name
         if len(groups) > 1:
             raise ValueError(f"tcgemm.compressed: layer '{name}' matches config groups {groups}")
-        weight, activation = schemes[groups[0]][1]
+        weight, activation, asymmetric = schemes[groups[0]][1]
         dev = device if device is not None else module.weight.device
-        replacements.append((module, _layer_from_tensors(name, module, tensors, weight, activation, dev, taken)))
-        report.loaded[name] = f"weight={weight}, activation={activation}"
+        replacements.append(
+            (module, _layer_from_tensors(name, module, tensors, weight, activation, asymmetric, dev, taken)))
+        report.loaded[name] = f"weight={weight}, activation={activation}" + (", asymmetric" if asymmetric else "")
     leftover = sorted(k for k in tensors if k not in taken and (tensors[k].dtype == torch.int8 or k.endswith(_QUANT_SUFFIXES)))
     if leftover:
         raise ValueError(f"tcgemm.compressed: {len(leftover)} quantized tensors of the checkpoint belong to no "
@@ -211,7 +219,7 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
 
 
 def _layer_from_tensors(name: str, linear: nn.Linear, tensors: dict[str, torch.Tensor], weight: str,
-                        activation: str, device, taken: set[str]) -> QuantLinear:
+                        activation: str, asymmetric: bool, device, taken: set[str]) -> QuantLinear:
     def get(key: str, required: bool = True) -> Optional[torch.Tensor]:
         full = f"{name}.{key}"
         if full not in tensors:
@@ -226,13 +234,19 @@ def _layer_from_tensors(name: str, linear: nn.Linear, tensors: dict[str, torch.T
     if qw.dtype != torch.int8 or tuple(qw.shape) != (n, k):
         raise ValueError(f"tcgemm.compressed: '{name}.weight' must be int8 [{n}, {k}], got {qw.dtype} "
                          f"{list(qw.shape)} (is the checkpoint int-quantized?)")
-    for zp in ("weight_zero_point", "input_zero_point"):
-        z = get(zp, required=False)
-        if z is not None and bool(z.ne(0).any()):
-            raise ValueError(f"tcgemm.compressed: '{name}.{zp}' is not zero (zero points are not supported)")
+    wz = get("weight_zero_point", required=False)
+    if wz is not None and bool(wz.ne(0).any()):
+        raise ValueError(f"tcgemm.compressed: '{name}.weight_zero_point' is not zero (weight zero points are not "
+                         "supported)")
+    # A static asymmetric layer reads its zero point below; anywhere else one must be zero.
+    iz = get("input_zero_point", required=asymmetric and activation == "static")
+    if iz is not None and not (asymmetric and activation == "static") and bool(iz.ne(0).any()):
+        raise ValueError(f"tcgemm.compressed: '{name}.input_zero_point' is not zero, but the config group's "
+                         "activations are symmetric or dynamic")
     sw = get("weight_scale").float()
     layer_weight = "block" if weight == "block" else "channel"
-    layer = QuantLinear(k, n, bias=linear.bias is not None, weight=layer_weight, activation=activation, device=device)
+    layer = QuantLinear(k, n, bias=linear.bias is not None, weight=layer_weight, activation=activation, device=device,
+                        asymmetric=asymmetric)
     if weight == "block":
         expected = tuple(layer.weight_scale.shape)
         if tuple(sw.shape) != expected:
@@ -259,6 +273,12 @@ def _layer_from_tensors(name: str, linear: nn.Linear, tensors: dict[str, torch.T
             if s.numel() != 1:
                 raise ValueError(f"tcgemm.compressed: '{name}.input_scale' must have one element, got {list(s.shape)}")
             layer.input_scale.copy_(s.reshape(()))
+        if layer.input_zero_point is not None:
+            if iz.numel() != 1 or iz.is_floating_point() or not -128 <= int(iz.reshape(())) <= 127:
+                raise ValueError(f"tcgemm.compressed: '{name}.input_zero_point' must be one integer in [-128, 127], "
+                                 f"got {iz.dtype} {list(iz.shape)}")
+            layer.input_zero_point.copy_(iz.reshape(()).to(torch.int32))
+        layer.refresh_weight_colsum()
     return layer
 
 
@@ -294,21 +314,24 @@ def save_compressed(model: nn.Module, path: str) -> None:
         if module.smooth is not None:
             raise ValueError(f"tcgemm.compressed: layer '{name}' has SmoothQuant multipliers, which the "
                              "compressed-tensors format has no place for")
-        key = (module.weight_granularity, module.activation_granularity)
+        key = (module.weight_granularity, module.activation_granularity, module.asymmetric)
         groups.setdefault(key, []).append(name)
         prefix = f"{name}." if name else ""
         if module.weight_granularity == "channel":
             state[prefix + "weight_scale"] = module.weight_scale.reshape(-1, 1)
         if module.input_scale is not None:
             state[prefix + "input_scale"] = module.input_scale.reshape(1)
+        if module.input_zero_point is not None:  # the format's int8 zero point
+            state[prefix + "input_zero_point"] = module.input_zero_point.reshape(1).to(torch.int8)
     if not groups:
         raise ValueError("tcgemm.compressed: the model has no QuantLinear layers to save")
     config_groups = {}
-    for i, ((w, a), names) in enumerate(sorted(groups.items())):
+    for i, ((w, a, asymmetric), names) in enumerate(sorted(groups.items())):
         config_groups[f"group_{i}"] = QuantizationScheme(
             targets=[f"re:^{re.escape(n)}$" for n in names],
             weights=QuantizationArgs(num_bits=8, type="int", symmetric=True, dynamic=False, **_SCHEMES["weight"][w]),
-            input_activations=QuantizationArgs(num_bits=8, type="int", symmetric=True, **_SCHEMES["activation"][a]),
+            input_activations=QuantizationArgs(num_bits=8, type="int", symmetric=not asymmetric,
+                                               **_SCHEMES["activation"][a]),
         )
     qconfig = QuantizationConfig(config_groups=config_groups, format="int-quantized", quantization_status="compressed")
     # Tied tensors (e.g. an lm_head sharing the embedding) are written once, as transformers does.

@@ -27,7 +27,10 @@ import tcgemm  # the ops are looked up at call time, so this works while tcgemm/
 
 from ._scales import SCALE_BLOCK, scale_blocks
 
-__all__ = ["QuantLinear", "QuantizeReport", "calibrate", "quantize_model", "quantize_weight", "smooth_factors"]
+__all__ = [
+    "Calibration", "QuantLinear", "QuantizeReport", "asymmetric_scale", "calibrate", "quantize_model",
+    "quantize_weight", "smooth_factors",
+]
 
 WeightGranularity = Literal["channel", "block"]
 ActivationGranularity = Literal["token", "block", "static"]
@@ -46,6 +49,14 @@ def _quant_linear_op():
     if _QUANT_LINEAR is None:
         _QUANT_LINEAR = torch.ops.tcgemm.quant_linear.default
     return _QUANT_LINEAR
+
+
+def _check_asymmetric(asymmetric: bool, weight: str, activation: str) -> None:
+    if asymmetric and (weight != "channel" or activation == "block"):
+        raise ValueError(
+            "tcgemm.nn: asymmetric activations need weight='channel' and activation='token' or 'static', got "
+            f"weight={weight!r}, activation={activation!r}"
+        )
 
 
 def _check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
@@ -137,13 +148,46 @@ def smooth_factors(input_amax: torch.Tensor, w: torch.Tensor, alpha: float = 0.5
     return torch.where(good, s, torch.ones_like(s))
 
 
-@contextlib.contextmanager
-def calibrate(model: nn.Module) -> Iterator[dict[str, torch.Tensor]]:
-    """Records the max |x| per input channel of every ``nn.Linear`` in ``model`` while the block
-    runs: the calibration that static activation scales and SmoothQuant need.
+def asymmetric_scale(lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The static asymmetric int8 scale and zero point of inputs in [lo, hi] (0-D tensors).
 
-    Yields a dict qualified name -> fp32 [in_features] running amax, filled as the model runs
-    (NaN or inf in an input propagate into it). Hooks are removed on exit.
+    The range is widened to hold 0 (so 0 stays exact), ``scale = (hi - lo) / 255`` (1.0 for an
+    empty range) and ``zero_point = round_half_even(-lo / scale) - 128`` in [-128, 127]: the
+    rule of ``tcgemm.quantize(..., symmetric=False)`` for one row.
+
+    Returns:
+        fp32 [] scale and int32 [] zero point, on ``lo``'s device.
+
+    Example:
+        >>> s, z = asymmetric_scale(torch.tensor(-1.0), torch.tensor(3.0))   # s = 4 / 255, z = -64
+    """
+    lo = lo.detach().float().clamp_max(0)
+    hi = hi.detach().float().clamp_min(0)
+    scale = ((hi.double() - lo.double()) / 255).float()
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    zero = (torch.round(-lo / scale).clamp(0, 255) - 128).to(torch.int32)
+    return scale, zero
+
+
+class Calibration(dict):
+    """What :func:`calibrate` records: qualified name -> the max |x| per input channel (fp32
+    [in_features]), and in ``ranges`` name -> (min x, max x) per input channel, which static
+    asymmetric activations need."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ranges: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+@contextlib.contextmanager
+def calibrate(model: nn.Module) -> Iterator[Calibration]:
+    """Records the max |x| (and the min and max of x) per input channel of every ``nn.Linear`` in
+    ``model`` while the block runs: the calibration that static activation scales and SmoothQuant
+    need.
+
+    Yields a :class:`Calibration`, a dict qualified name -> fp32 [in_features] running amax with
+    the running (min, max) in its ``ranges``, filled as the model runs (NaN or inf in an input
+    propagate into them). Hooks are removed on exit.
 
     Example:
         >>> with tcgemm.nn.calibrate(model) as amax, torch.no_grad():
@@ -151,7 +195,7 @@ def calibrate(model: nn.Module) -> Iterator[dict[str, torch.Tensor]]:
         ...         model(batch)
         >>> quantize_model(model, activation="static", calibration=amax, smooth=0.5)
     """
-    amax: dict[str, torch.Tensor] = {}
+    amax = Calibration()
     handles = []
     for name, module in model.named_modules():  # a shared Linear is visited once, under its first name
         if isinstance(module, nn.Linear):
@@ -160,8 +204,15 @@ def calibrate(model: nn.Module) -> Iterator[dict[str, torch.Tensor]]:
                 x = args[0].detach()
                 if x.numel() == 0:
                     return
-                a = x.reshape(-1, x.shape[-1]).abs().amax(dim=0).float()
-                amax[name] = a if name not in amax else torch.maximum(amax[name], a)
+                x2d = x.reshape(-1, x.shape[-1])
+                a = x2d.abs().amax(dim=0).float()
+                lo, hi = x2d.amin(dim=0).float(), x2d.amax(dim=0).float()
+                if name in amax:
+                    a = torch.maximum(amax[name], a)
+                    lo = torch.minimum(amax.ranges[name][0], lo)
+                    hi = torch.maximum(amax.ranges[name][1], hi)
+                amax[name] = a
+                amax.ranges[name] = (lo, hi)
 
             handles.append(module.register_forward_pre_hook(record))
     try:
@@ -180,11 +231,18 @@ class QuantLinear(nn.Module):
         [ceil(out/128), ceil(in/128)] (``weight="block"``, 128x128 blocks).
         ``bias``: fp32 [out_features], or None.
         ``input_scale``: fp32 [] (``activation="static"``), else None.
+        ``input_zero_point``: int32 [] (``activation="static"`` and ``asymmetric=True``), else None.
         ``smooth``: fp32 [in_features] SmoothQuant multipliers (``smooth=True``), else None.
+        ``weight_colsum``: int32 [out_features], the weight's row sums (``asymmetric=True``),
+        else None; derived from ``weight`` and kept out of ``state_dict`` (recomputed on load).
 
     Activations are quantized in ``forward``: dynamically, one scale per token (row) with
     ``activation="token"`` or per token and 128-wide K block with ``activation="block"``; or
     with the calibrated per-tensor ``input_scale`` (``activation="static"``, no amax pass).
+    With ``asymmetric=True`` (per-channel weights, ``activation="token"`` or ``"static"``) the
+    activations are quantized with a zero point, ``x ~ scale * (q - zero_point)``, which uses
+    all 256 int8 codes for inputs that are not centred on 0 (e.g. after a GELU); the GEMM's
+    epilogue subtracts ``zero_point * weight_colsum``.
     With SmoothQuant the input is multiplied by ``smooth`` (per input channel) in the same pass,
     and the weight holds the reciprocal factors folded in: the layer computes
     ``(x * smooth) @ (weight * weight_scale).T + bias``.
@@ -209,6 +267,7 @@ class QuantLinear(nn.Module):
         activation: ActivationGranularity = "token",
         device: Optional[Union[torch.device, str, int]] = None,
         smooth: bool = False,
+        asymmetric: bool = False,
     ) -> None:
         super().__init__()
         self.in_features = int(in_features)
@@ -217,6 +276,8 @@ class QuantLinear(nn.Module):
         self.activation_granularity: str = _check_choice(
             activation, ACTIVATION_GRANULARITIES, "activation granularity"
         )
+        self.asymmetric = bool(asymmetric)
+        _check_asymmetric(self.asymmetric, weight, activation)
         self.register_buffer(
             "weight", torch.zeros(self.out_features, self.in_features, dtype=torch.int8, device=device)
         )
@@ -229,8 +290,25 @@ class QuantLinear(nn.Module):
         static = activation == "static"
         self.register_buffer("input_scale", torch.ones((), dtype=torch.float32, device=device) if static else None)
         self.register_buffer(
+            "input_zero_point",
+            torch.zeros((), dtype=torch.int32, device=device) if static and self.asymmetric else None,
+        )
+        self.register_buffer(
             "smooth", torch.ones(self.in_features, dtype=torch.float32, device=device) if smooth else None
         )
+        self.register_buffer(
+            "weight_colsum",
+            torch.zeros(self.out_features, dtype=torch.int32, device=device) if self.asymmetric else None,
+            persistent=False,
+        )
+        if self.asymmetric:
+            self.register_load_state_dict_post_hook(_refresh_colsum_after_load)
+
+    def refresh_weight_colsum(self) -> None:
+        """Recomputes ``weight_colsum`` from ``weight`` (asymmetric layers; a no-op otherwise).
+        Loading a state dict does it; call it after writing ``weight`` in place yourself."""
+        if self.weight_colsum is not None:
+            self.weight_colsum.copy_(self.weight.sum(dim=1, dtype=torch.int32))
 
     @classmethod
     def from_linear(
@@ -240,6 +318,8 @@ class QuantLinear(nn.Module):
         activation: ActivationGranularity = "token",
         input_amax: Optional[torch.Tensor] = None,
         smooth: Optional[float] = None,
+        asymmetric: bool = False,
+        input_range: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
     ) -> "QuantLinear":
         """Quantizes a trained ``nn.Linear`` (any float dtype, any device; it is left untouched).
 
@@ -250,9 +330,14 @@ class QuantLinear(nn.Module):
             smooth: SmoothQuant's migration strength alpha in [0, 1]: the input channels are
                 scaled by ``1 / s`` and the weight's columns by ``s`` with
                 ``s = input_amax**alpha / max|W[:, j]|**(1 - alpha)`` (:func:`smooth_factors`).
+            asymmetric: quantize the activations with a zero point (see the class).
+            input_range: the calibrated (min x, max x) per input channel, two fp32
+                [in_features] (``Calibration.ranges``); needed by ``activation="static"`` with
+                ``asymmetric``.
 
         With ``activation="static"`` the input scale is the calibrated amax of the (smoothed)
-        input over 127.
+        input over 127; asymmetric, the scale and zero point of the calibrated range of the
+        (smoothed) input (:func:`asymmetric_scale`).
 
         Example:
             >>> qlin = QuantLinear.from_linear(model.fc1, weight="channel", activation="token")
@@ -263,8 +348,20 @@ class QuantLinear(nn.Module):
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"QuantLinear.from_linear: expected an nn.Linear, got {type(linear).__name__}")
         _check_choice(activation, ACTIVATION_GRANULARITIES, "activation granularity")
-        if (activation == "static" or smooth is not None) and input_amax is None:
+        static_asymmetric = activation == "static" and asymmetric
+        if ((activation == "static" and not asymmetric) or smooth is not None) and input_amax is None:
             raise ValueError("QuantLinear.from_linear: activation='static' and smooth need input_amax (see calibrate)")
+        if static_asymmetric and input_range is None:
+            raise ValueError(
+                "QuantLinear.from_linear: activation='static' with asymmetric=True needs input_range (see calibrate)"
+            )
+        if input_range is not None and (
+            len(input_range) != 2 or any(tuple(t.shape) != (linear.in_features,) for t in input_range)
+        ):
+            raise ValueError(
+                f"QuantLinear.from_linear: input_range must be two tensors of shape [in_features] = "
+                f"[{linear.in_features}] (min and max)"
+            )
         if input_amax is not None and tuple(input_amax.shape) != (linear.in_features,):
             raise ValueError(
                 f"QuantLinear.from_linear: input_amax must have shape [in_features] = [{linear.in_features}], "
@@ -279,6 +376,7 @@ class QuantLinear(nn.Module):
             activation=activation,
             device=device,
             smooth=smooth is not None,
+            asymmetric=asymmetric,
         )
         w = linear.weight.detach()
         amax = None if input_amax is None else input_amax.detach().to(device=device, dtype=torch.float32)
@@ -287,11 +385,19 @@ class QuantLinear(nn.Module):
             module.smooth.copy_(1.0 / factors)
             w = w.float() * factors  # the columns of W carry s, the input 1 / s
             amax = amax * module.smooth
-        if activation == "static":
+        if static_asymmetric:
+            lo, hi = (t.detach().to(device=device, dtype=torch.float32) for t in input_range)
+            if module.smooth is not None:  # positive multipliers: the smoothed channel's range
+                lo, hi = lo * module.smooth, hi * module.smooth
+            scale, zero = asymmetric_scale(lo.min(), hi.max())
+            module.input_scale.copy_(scale)
+            module.input_zero_point.copy_(zero)
+        elif activation == "static":
             module.input_scale.copy_(torch.where(amax.max() > 0, amax.max() / 127.0, 1.0))
         q, scale = quantize_weight(w, weight)
         module.weight.copy_(q)
         module.weight_scale.copy_(scale)
+        module.refresh_weight_colsum()
         if linear.bias is not None:
             module.bias.copy_(linear.bias.detach().to(torch.float32))
         return module
@@ -317,7 +423,7 @@ class QuantLinear(nn.Module):
     def _forward_2d(self, x2d: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
         return torch.ops.tcgemm.quant_linear.default(
             x2d, self.weight, self.weight_scale, bias, self.activation_granularity, self.input_scale, self.smooth,
-            "auto",
+            "auto", self.asymmetric, self.input_zero_point, self.weight_colsum,
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -335,16 +441,19 @@ class QuantLinear(nn.Module):
         try:
             weight, weight_scale, bias = buffers["weight"], buffers["weight_scale"], buffers["bias"]
             input_scale, smooth = buffers["input_scale"], buffers["smooth"]
+            input_zero_point, weight_colsum = buffers["input_zero_point"], buffers["weight_colsum"]
         except KeyError:
             weight, weight_scale, bias = self.weight, self.weight_scale, self.bias
             input_scale, smooth = self.input_scale, self.smooth
+            input_zero_point, weight_colsum = self.input_zero_point, self.weight_colsum
         if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
             # flatten, not reshape(-1, K): -1 cannot be inferred for an empty x when K == 0.
             x2d = x.unsqueeze(0) if x.dim() == 1 else x.flatten(0, -2)
             return _QuantLinearFunction.apply(x2d, bias, self).reshape(*x.shape[:-1], self.out_features)
         # One op (tcgemm.quant_linear): quantize and GEMM behind one dispatch, [..., K] in place.
         return _quant_linear_op()(
-            x, weight, weight_scale, bias, self.activation_granularity, input_scale, smooth, "auto"
+            x, weight, weight_scale, bias, self.activation_granularity, input_scale, smooth, "auto", self.asymmetric,
+            input_zero_point, weight_colsum,
         )
 
     def _apply(self, fn, recurse=True):
@@ -368,7 +477,12 @@ class QuantLinear(nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
             f"weight={self.weight_granularity!r}, activation={self.activation_granularity!r}"
             + (", smooth=True" if self.smooth is not None else "")
+            + (", asymmetric=True" if self.asymmetric else "")
         )
+
+
+def _refresh_colsum_after_load(module: QuantLinear, incompatible_keys) -> None:
+    module.refresh_weight_colsum()  # a module-level function: modules with it still pickle
 
 
 class _QuantLinearFunction(torch.autograd.Function):
@@ -430,6 +544,7 @@ def quantize_model(
     min_features: int = 0,
     calibration: Optional[dict[str, torch.Tensor]] = None,
     smooth: Optional[float] = None,
+    asymmetric: bool = False,
 ) -> QuantizeReport:
     """Replaces every ``nn.Linear`` inside ``model`` (recursively, in place) by a :class:`QuantLinear`.
 
@@ -447,6 +562,9 @@ def quantize_model(
             not run during calibration) is skipped and reported.
         smooth: SmoothQuant's alpha (e.g. 0.5): smoothing factors from the calibration, folded
             into the weight and applied to the input inside the quantize pass.
+        asymmetric: activations with a zero point (``weight="channel"``, ``activation="token"``
+            or ``"static"``); static ones need the ranges a :class:`Calibration` from
+            :func:`calibrate` holds.
 
     Layers inside ``nn.MultiheadAttention`` and ``nn.Linear`` subclasses with their own ``forward``
     are always skipped (reported), since swapping them would change what the model computes.
@@ -461,9 +579,16 @@ def quantize_model(
     """
     _check_choice(weight, WEIGHT_GRANULARITIES, "weight granularity")
     _check_choice(activation, ACTIVATION_GRANULARITIES, "activation granularity")
+    _check_asymmetric(asymmetric, weight, activation)
     needs_calibration = activation == "static" or smooth is not None
     if needs_calibration and calibration is None:
         raise ValueError("quantize_model: activation='static' and smooth need calibration= (see tcgemm.nn.calibrate)")
+    needs_ranges = activation == "static" and asymmetric
+    if needs_ranges and not isinstance(calibration, Calibration):
+        raise ValueError(
+            "quantize_model: activation='static' with asymmetric=True needs the input ranges of a Calibration "
+            "(calibration=, from tcgemm.nn.calibrate)"
+        )
     if isinstance(model, nn.Linear):
         raise TypeError("quantize_model: model is itself an nn.Linear; use QuantLinear.from_linear(model)")
     if isinstance(skip, str):  # a lone name, not an iterable of characters
@@ -486,7 +611,8 @@ def quantize_model(
                         amax = calibration.get(name) if calibration is not None else None
                         converted[id(child)] = QuantLinear.from_linear(
                             child, weight=weight, activation=activation, input_amax=amax if needs_calibration else None,
-                            smooth=smooth,
+                            smooth=smooth, asymmetric=asymmetric,
+                            input_range=calibration.ranges.get(name) if needs_ranges else None,
                         )
                         report.swapped.append(name)
                     else:

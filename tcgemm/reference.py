@@ -43,15 +43,19 @@ def scaled_gemm_reference(
     bias: Optional[torch.Tensor] = None,
     out_dtype: torch.dtype = torch.bfloat16,
     return_float64: bool = False,
+    zero_point_a: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """The scaled GEMM in float64 on the CPU: exact int64 partial sums per 128-wide K block,
     times float64 scales, summed, plus bias; then cast to ``out_dtype`` (or returned unrounded
-    with ``return_float64=True``)."""
+    with ``return_float64=True``). With ``zero_point_a`` (int32, one element or [M, 1]) the
+    sums are those of ``a - zero_point_a``, exact in int64."""
     m, k = a.shape
     n = b.shape[1]
     sa = _scale_table(scale_a, decode_scale_a(scale_a.shape, m, k), m, k)
     sb = _scale_table(scale_b, decode_scale_b(scale_b.shape, n, k), n, k)
     a64, b64 = a.cpu().long(), b.cpu().long()
+    if zero_point_a is not None:
+        a64 = a64 - zero_point_a.detach().cpu().long().reshape(-1, 1)
     out = torch.zeros(m, n, dtype=torch.float64)
     for blk in range(k_blocks(k)):
         lo, hi = blk * SCALE_BLOCK, min(k, (blk + 1) * SCALE_BLOCK)
@@ -69,7 +73,9 @@ def quantize_reference(
     granularity: str = "token",
     scale: Optional[torch.Tensor] = None,
     smooth: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    symmetric: bool = True,
+    zero_point: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, ...]:
     """Symmetric int8 quantization of ``x`` [M, K] (or [..., K]), defined in plain torch.
 
     amax = max |x| over the group (whole tensor, row, or 128-wide K group of a row; the last
@@ -81,7 +87,10 @@ def quantize_reference(
     Python scalar through its reciprocal, which is not the IEEE quotient); q and the scale are
     returned on the device of ``x``, the scale shaped [] / [..., 1] / [..., G] (static: like
     ``scale``). ``smooth`` [K]: the values quantized are ``float(x) * smooth`` (one fp32 product).
+    ``symmetric=False``: :func:`quantize_asym_reference`.
     """
+    if not symmetric:
+        return quantize_asym_reference(x, granularity, scale, zero_point, smooth)
     if granularity not in ("tensor", "token", "group"):
         raise ValueError(f"quantize_reference: unknown granularity {granularity!r}")
     lead, k = tuple(x.shape[:-1]), x.shape[-1]
@@ -128,3 +137,65 @@ def quantize_reference(
     if scale is None and granularity != "tensor":
         s_out = s_out.reshape(*lead, s_out.shape[-1])
     return q.to(x.device), s_out.to(x.device)
+
+
+def quantize_asym_reference(
+    x: torch.Tensor,
+    granularity: str = "token",
+    scale: Optional[torch.Tensor] = None,
+    zero_point: Optional[torch.Tensor] = None,
+    smooth: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric int8 quantization of ``x`` [..., K], per token (dynamic or static) or per
+    tensor (static), defined in plain torch.
+
+    Dynamic, per row: hi = max(0, max x), neg_lo = max(0, max -x) in fp32; scale = (hi + neg_lo)
+    / 255 in float64 rounded to fp32, 1.0 where both are 0, NaN where either is not finite;
+    zero = round_half_even(fp32(neg_lo / scale)) - 128 clamped to [-128, 127] (0 for an invalid
+    scale). Static: the given scale and zero point. q = clamp(round_half_even(fp32(x / scale)),
+    -255, 255) + zero, clamped to [-128, 127]; where x is not finite or the scale is invalid,
+    q = clamp(zero). The returned copies of static scales are NaN for a row (or the tensor) that
+    held a non-finite x, had an invalid scale or a zero point outside [-128, 127]. Returns
+    ``(q, scale, zero_point)`` on the device of ``x``.
+    """
+    if granularity not in ("tensor", "token"):
+        raise ValueError(f"quantize_asym_reference: granularity must be 'token' or 'tensor', got {granularity!r}")
+    if (scale is None) != (zero_point is None) or (scale is None and granularity == "tensor"):
+        raise ValueError("quantize_asym_reference: give scale and zero_point together (static); dynamic is per token")
+    lead, k = tuple(x.shape[:-1]), x.shape[-1]
+    m = math.prod(lead)
+    xf = x.detach().cpu().float().reshape(m, k)
+    if smooth is not None:
+        xf = xf * smooth.detach().cpu().float().reshape(1, k)
+    finite = xf.isfinite()
+    rows = 1 if granularity == "tensor" else m
+    if scale is None:
+        bad = ~finite.all(dim=1, keepdim=True) if k else torch.zeros(m, 1, dtype=torch.bool)
+        clean = xf.masked_fill(~finite, 0)
+        hi = clean.amax(dim=1, keepdim=True).clamp_min(0) if k else torch.zeros(m, 1)
+        neg_lo = (-clean).amax(dim=1, keepdim=True).clamp_min(0) if k else torch.zeros(m, 1)
+        s = ((hi.double() + neg_lo.double()) / 255).float()
+        s = torch.where((hi == 0) & (neg_lo == 0), 1.0, s)
+        s = torch.where(bad, math.nan, s)
+        valid_s = s.isfinite() & (s > 0)
+        ratio = torch.where(valid_s, neg_lo / torch.where(valid_s, s, 1.0), 0.0)
+        z = torch.where(valid_s, torch.round(ratio).clamp(0, 255) - 128, 0.0).to(torch.int32)
+        s_out, z_out = s, z
+    else:
+        s = scale.detach().cpu().float().reshape(rows, 1)
+        z = zero_point.detach().cpu().to(torch.int32).reshape(rows, 1)
+        valid_s = s.isfinite() & (s > 0)
+        bad_rows = ~finite.all(dim=1, keepdim=True) if k else torch.zeros(m, 1, dtype=torch.bool)
+        bad = bad_rows.any().reshape(1, 1) if granularity == "tensor" else bad_rows
+        bad = bad | ~valid_s | (z < -128) | (z > 127)
+        s_out = torch.where(bad, math.nan, s).reshape(scale.shape)
+        z_out = zero_point.detach().cpu().to(torch.int32).clone()
+    s_full = s.expand(m, 1) if rows == 1 else s
+    z_full = z.long().expand(m, 1) if rows == 1 else z.long()
+    ok = finite & (s_full.isfinite() & (s_full > 0))
+    quotient = torch.where(ok, xf / torch.where(ok, s_full, 1.0), 0.0)
+    r = torch.round(quotient).clamp(-255, 255).long()
+    q = torch.where(ok, r + z_full, z_full.expand(m, k)).clamp(-128, 127).to(torch.int8).reshape(x.shape)
+    if scale is None:
+        s_out, z_out = s_out.reshape(*lead, 1), z_out.reshape(*lead, 1)
+    return q.to(x.device), s_out.to(x.device), z_out.to(x.device)

@@ -5,8 +5,9 @@
 
 Shapes are small and odd so every edge path (M/N/K tails, padded copies, sign-flip offsets,
 split-K) runs; each result is also checked bit-exact, and the script exits non-zero on a mismatch.
-Then tcgemm.quantize (every granularity) and tcgemm.scaled_gemm (per-channel and per-block
-scales, bf16 and fp32 outputs, on every scaled backend), checked against their references.
+Then tcgemm.quantize (every granularity, symmetric and asymmetric) and tcgemm.scaled_gemm
+(per-channel and per-block scales, zero points, bf16 and fp32 outputs, on every scaled backend),
+checked against their references, and quant_linear against the two ops it fuses.
 """
 
 import sys
@@ -14,7 +15,7 @@ import sys
 import torch
 
 import tcgemm
-from tcgemm.reference import gemm_reference, quantize_reference, scaled_gemm_reference
+from tcgemm.reference import gemm_reference, quantize_asym_reference, quantize_reference, scaled_gemm_reference
 
 
 def main() -> int:
@@ -54,6 +55,19 @@ def main() -> int:
                 ok = torch.equal(q.cpu(), rq) and torch.equal(s.cpu().nan_to_num(-1), rs2.nan_to_num(-1))
                 failures += not ok
                 print(f"quantize {name} {gran:6s} static={static}: {'exact' if ok else 'MISMATCH'}")
+    # Asymmetric: dynamic per token and static (a zero point out of range in one row), bad data.
+    for name, xv in [("non-finite", x + 0.5), ("expanded", (x[:1] + 0.5).expand(9, 300))]:
+        q, s, z = tcgemm.quantize(xv.cuda(), "token", symmetric=False)
+        rq, rs, rz = quantize_asym_reference(xv, "token")
+        given_s, given_z = rs.nan_to_num(0.1), rz.clone()
+        given_z[2] = 300
+        q2, s2, z2 = tcgemm.quantize(xv.cuda(), "token", symmetric=False, scale=given_s.cuda(), zero_point=given_z.cuda())
+        rq2, rs2, rz2 = quantize_asym_reference(xv, "token", scale=given_s, zero_point=given_z)
+        ok = (torch.equal(q.cpu(), rq) and torch.equal(s.cpu().nan_to_num(-1), rs.nan_to_num(-1))
+              and torch.equal(z.cpu(), rz) and torch.equal(q2.cpu(), rq2) and torch.equal(z2.cpu(), rz2)
+              and torch.equal(s2.cpu().nan_to_num(-1), rs2.nan_to_num(-1)))
+        failures += not ok
+        print(f"quantize asymmetric {name}: {'exact' if ok else 'MISMATCH'}")
     scaled = [b for b in tcgemm.available_backends("cuda") if b in ("sm90", "sm80", "skinny")]
     for backend in scaled:
         for m, n, k in [(33, 17, 100), (130, 129, 700)]:
@@ -68,6 +82,14 @@ def main() -> int:
                 ok = bool(torch.allclose(y.cpu().double(), ref, rtol=1e-2, atol=1e-2 * float(ref.abs().max())))
                 failures += not ok
                 print(f"scaled {backend} {m}x{n}x{k} sa{list(sa.shape)} {out_dtype}: {'exact' if ok else 'MISMATCH'}")
+            za = torch.randint(-128, 128, (m, 1), generator=gen, dtype=torch.int32)
+            sa, sb = torch.rand(m, 1, generator=gen), torch.rand(n, generator=gen)
+            y = tcgemm.scaled_gemm(a.cuda(), w.cuda().t(), sa.cuda(), sb.cuda(), None, torch.float32, backend=backend,
+                                   zero_point_a=za.cuda())
+            ref = scaled_gemm_reference(a, w.t(), sa, sb, return_float64=True, zero_point_a=za)
+            ok = bool(torch.allclose(y.cpu().double(), ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max())))
+            failures += not ok
+            print(f"scaled {backend} {m}x{n}x{k} zero points: {'exact' if ok else 'MISMATCH'}")
     # The fused layer: quant_linear at few rows (skinny kernel behind a programmatic dependent
     # launch on sm_90+) and more rows, dynamic / static activations, with SmoothQuant multipliers;
     # compared bit for bit with quantize followed by scaled_gemm.
@@ -86,6 +108,15 @@ def main() -> int:
                 ok = torch.equal(y, ref)
                 failures += not ok
                 print(f"quant_linear {m}x{n}x{k} {act} smooth={sm is not None}: {'exact' if ok else 'MISMATCH'}")
+            zero = torch.tensor(-30, dtype=torch.int32).cuda() if act == "static" else None
+            y = tcgemm.quant_linear(x, w, ws, bias, activation=act, input_scale=in_scale, asymmetric=True,
+                                    input_zero_point=zero)
+            q, s, z = tcgemm.quantize(x, "tensor" if act == "static" else act, scale=in_scale, symmetric=False,
+                                      zero_point=zero)
+            ref = tcgemm.scaled_gemm(q, w.t(), s, ws, bias, out_dtype=x.dtype, zero_point_a=z)
+            ok = torch.equal(y, ref)
+            failures += not ok
+            print(f"quant_linear {m}x{n}x{k} {act} asymmetric: {'exact' if ok else 'MISMATCH'}")
     torch.cuda.synchronize()
     return 1 if failures else 0
 

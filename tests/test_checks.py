@@ -35,21 +35,29 @@ def _gemm_out_base(dev):
 def _scaled_base(dev):  # M = 4, N = 8, K = 256: two K blocks, one N block
     return dict(a=_ones(4, 256, dtype=I8, device=dev), b=_ones(256, 8, dtype=I8, device=dev),
                 scale_a=_ones(4, 1, device=dev), scale_b=_ones(8, device=dev), bias=None, out_dtype=None,
-                backend="auto")
+                backend="auto", zero_point_a=None, colsum_b=None)
 
 
 def _quantize_base(dev):
     return dict(x=_ones(5, 300, device=dev), granularity="token", scale=None, smooth=None)
 
 
+def _quantize_asym_base(dev):
+    return dict(x=_ones(5, 300, device=dev), granularity="token", scale=None, zero_point=None, smooth=None)
+
+
 def _quant_linear_base(dev):  # x [2, 3, 256], weight [N, K] = [8, 256]
     return dict(x=_ones(2, 3, 256, device=dev), weight=_ones(8, 256, dtype=I8, device=dev),
                 weight_scale=_ones(8, device=dev), bias=None, activation="token", input_scale=None, smooth=None,
-                backend="auto")
+                backend="auto", asymmetric=False, input_zero_point=None, weight_colsum=None)
 
 
 BASE = {"gemm": _gemm_base, "gemm_out": _gemm_out_base, "scaled_gemm": _scaled_base, "quantize": _quantize_base,
-        "quant_linear": _quant_linear_base}
+        "quantize_asym": _quantize_asym_base, "quant_linear": _quant_linear_base}
+
+
+def _zeros_i32(*shape, device="cpu"):
+    return torch.zeros(shape, dtype=I32, device=device)
 
 
 def _big_rows(rows, cols, dev):
@@ -145,6 +153,26 @@ _SCALED_BAD = [
     ("bias_shape", lambda x, dev: {"bias": _ones(1, 8, device=dev)}),
     ("bias_dtype", lambda x, dev: {"bias": _ones(8, dtype=I32, device=dev)}),
     ("bias_device", lambda x, dev: {"bias": _ones(8)}),
+    ("zero_point_a_dtype", lambda x, dev: {"zero_point_a": _ones(4, 1, device=dev)}),
+    ("zero_point_a_dtype", lambda x, dev: {"zero_point_a": _ones(4, 1, dtype=I8, device=dev)}),
+    ("zero_point_a_device", lambda x, dev: {"zero_point_a": _zeros_i32(4, 1)}),
+    ("zero_point_a_shape", lambda x, dev: {"zero_point_a": _zeros_i32(4, device=dev)}),
+    ("zero_point_a_shape", lambda x, dev: {"zero_point_a": _zeros_i32(4, 2, device=dev)}),
+    ("zero_point_a_shape", lambda x, dev: {"zero_point_a": _zeros_i32(1, 1, 1, device=dev)}),
+    ("colsum_b_unused", lambda x, dev: {"colsum_b": _zeros_i32(8, device=dev)}),
+    ("colsum_b_dtype", lambda x, dev: {"zero_point_a": _zeros_i32(1, device=dev),
+                                       "colsum_b": torch.zeros(8, dtype=torch.int64, device=dev)}),
+    ("colsum_b_device", lambda x, dev: {"zero_point_a": _zeros_i32(1, device=dev), "colsum_b": _zeros_i32(8)}),
+    ("colsum_b_shape", lambda x, dev: {"zero_point_a": _zeros_i32(device=dev), "colsum_b": _zeros_i32(7, device=dev)}),
+    ("colsum_b_shape", lambda x, dev: {"zero_point_a": _zeros_i32(device=dev), "colsum_b": _zeros_i32(1, 8, device=dev)}),
+    ("zero_point_a_per_block", lambda x, dev: {"zero_point_a": _zeros_i32(4, 1, device=dev),
+                                               "scale_a": _ones(4, 2, device=dev)}),
+    ("zero_point_a_per_block", lambda x, dev: {"zero_point_a": _zeros_i32(4, 1, device=dev),
+                                               "scale_b": _ones(1, 2, device=dev)}),
+    ("k_overflow_asymmetric", lambda x, dev: {"a": torch.zeros(1, 65794, dtype=I8, device=dev),
+                                              "b": torch.zeros(65794, 1, dtype=I8, device=dev),
+                                              "scale_a": _ones(1, device=dev), "scale_b": _ones(1, device=dev),
+                                              "zero_point_a": _zeros_i32(1, device=dev)}),
     ("k_overflow", _long_k(lambda dev: _ones(1, 1, device=dev))),
     # An expand()-ed [M, ceil(K/128)] scale does not change along K: not per-block.
     ("k_overflow", _long_k(lambda dev: _ones(1, 1, device=dev).expand(1, 1024))),
@@ -168,6 +196,31 @@ _QUANTIZE_BAD = [
     ("smooth_dtype", lambda x, dev: {"smooth": _ones(300, dtype=torch.float16, device=dev)}),
     ("smooth_shape", lambda x, dev: {"smooth": _ones(5, device=dev)}),
     ("smooth_shape", lambda x, dev: {"smooth": _ones(300, 1, device=dev)}),
+    ("smooth_device", lambda x, dev: {"smooth": _ones(300)}),
+]
+_QUANTIZE_ASYM_BAD = [
+    ("x_dim", lambda x, dev: {"x": x["x"][0]}),
+    ("x_dtype", lambda x, dev: {"x": x["x"].double()}),
+    ("granularity", lambda x, dev: {"granularity": "group"}),
+    ("x_dtype", lambda x, dev: {"granularity": "row", "x": x["x"].double()}),  # the dtype comes first
+    ("scale_zero_point_together", lambda x, dev: {"scale": _ones(5, 1, device=dev)}),
+    ("scale_zero_point_together", lambda x, dev: {"zero_point": _zeros_i32(5, 1, device=dev)}),
+    ("tensor_needs_static", lambda x, dev: {"granularity": "tensor"}),
+    ("scale_dtype", lambda x, dev: {"scale": _ones(5, 1, dtype=torch.float16, device=dev),
+                                    "zero_point": _zeros_i32(5, 1, device=dev)}),
+    ("scale_device", lambda x, dev: {"scale": _ones(5, 1), "zero_point": _zeros_i32(5, 1, device=dev)}),
+    ("scale_shape_tensor", lambda x, dev: {"granularity": "tensor", "scale": _ones(2, device=dev),
+                                           "zero_point": _zeros_i32(device=dev)}),
+    ("scale_shape", lambda x, dev: {"scale": _ones(5, device=dev), "zero_point": _zeros_i32(5, 1, device=dev)}),
+    ("zero_point_dtype", lambda x, dev: {"scale": _ones(5, 1, device=dev), "zero_point": _ones(5, 1, device=dev)}),
+    ("zero_point_dtype", lambda x, dev: {"scale": _ones(5, 1, device=dev),
+                                         "zero_point": torch.zeros(5, 1, dtype=I8, device=dev)}),
+    ("zero_point_device", lambda x, dev: {"scale": _ones(5, 1, device=dev), "zero_point": _zeros_i32(5, 1)}),
+    ("zero_point_shape_tensor", lambda x, dev: {"granularity": "tensor", "scale": _ones(device=dev),
+                                                "zero_point": _zeros_i32(1, 2, device=dev)}),
+    ("zero_point_shape", lambda x, dev: {"scale": _ones(5, 1, device=dev), "zero_point": _zeros_i32(5, device=dev)}),
+    ("smooth_shape", lambda x, dev: {"smooth": _ones(5, device=dev)}),
+    ("smooth_dtype", lambda x, dev: {"smooth": _ones(300, dtype=torch.float16, device=dev)}),
     ("smooth_device", lambda x, dev: {"smooth": _ones(300)}),
 ]
 
@@ -213,6 +266,26 @@ _QUANT_LINEAR_BAD = [
     ("smooth_shape", lambda x, dev: {"smooth": _ones(255, device=dev)}),
     ("smooth_shape", lambda x, dev: {"smooth": _ones(1, 256, device=dev)}),
     ("smooth_device", lambda x, dev: {"smooth": _ones(256)}),
+    ("asymmetric_args_unused", lambda x, dev: {"input_zero_point": _zeros_i32(device=dev)}),
+    ("asymmetric_args_unused", lambda x, dev: {"weight_colsum": _zeros_i32(8, device=dev)}),
+    ("asymmetric_block", lambda x, dev: {"asymmetric": True, "activation": "block"}),
+    ("asymmetric_weight_block", lambda x, dev: {"asymmetric": True, "weight_scale": _ones(1, 2, device=dev)}),
+    ("input_zero_point_missing", lambda x, dev: {"asymmetric": True, "activation": "static",
+                                                 "input_scale": _ones(device=dev)}),
+    ("input_zero_point_unused", lambda x, dev: {"asymmetric": True, "input_zero_point": _zeros_i32(device=dev)}),
+    ("input_zero_point_dtype", lambda x, dev: {"asymmetric": True, "activation": "static",
+                                               "input_scale": _ones(device=dev), "input_zero_point": _ones(device=dev)}),
+    ("input_zero_point_shape", lambda x, dev: {"asymmetric": True, "activation": "static",
+                                               "input_scale": _ones(device=dev),
+                                               "input_zero_point": _zeros_i32(2, device=dev)}),
+    ("input_zero_point_device", lambda x, dev: {"asymmetric": True, "activation": "static",
+                                                "input_scale": _ones(device=dev), "input_zero_point": _zeros_i32()}),
+    ("weight_colsum_dtype", lambda x, dev: {"asymmetric": True, "weight_colsum": _ones(8, device=dev)}),
+    ("weight_colsum_device", lambda x, dev: {"asymmetric": True, "weight_colsum": _zeros_i32(8)}),
+    ("weight_colsum_shape", lambda x, dev: {"asymmetric": True, "weight_colsum": _zeros_i32(7, device=dev)}),
+    ("k_overflow_asymmetric", lambda x, dev: {"x": torch.zeros(1, 65794, device=dev), "asymmetric": True,
+                                              "weight": torch.zeros(1, 65794, dtype=I8, device=dev),
+                                              "weight_scale": _ones(1, device=dev)}),
     ("k_overflow", _long_k_layer()),
     ("k_overflow", _long_k_layer(input_scale=lambda dev: _ones(device=dev), activation=lambda dev: "static")),
     # An expand()-ed [N, ceil(K/128)] scale does not change along K: not per-block.
@@ -226,10 +299,13 @@ BAD = {
     "gemm_out": _GEMM_BAD + _GEMM_OUT_BAD,
     "scaled_gemm": _SCALED_BAD,
     "quantize": _QUANTIZE_BAD,
+    "quantize_asym": _QUANTIZE_ASYM_BAD,
 }
 # Checks about a second device: the arguments live on CUDA and one of them on the CPU.
 TWO_DEVICE_CHECKS = {"b_device", "c_device", "out_device", "scale_a_device", "scale_b_device", "bias_device",
-                     "scale_device", "weight_device", "weight_scale_device", "input_scale_device", "smooth_device"}
+                     "scale_device", "weight_device", "weight_scale_device", "input_scale_device", "smooth_device",
+                     "zero_point_a_device", "colsum_b_device", "zero_point_device", "input_zero_point_device",
+                     "weight_colsum_device"}
 # Checks meta tensors cannot trigger: they concern the CPU.
 CPU_ONLY_CHECKS = {"backend_on_cpu"}
 
@@ -321,6 +397,15 @@ GOOD = [
     ("quant_linear", _long_k_layer(weight_scale=lambda dev: _ones(1, 1024, device=dev))),
     ("quant_linear", lambda x, dev: {"activation": "static", "input_scale": _ones(1, 1, device=dev),
                                      "smooth": _ones(256, device=dev)}),
+    ("scaled_gemm", lambda x, dev: {"zero_point_a": _zeros_i32(device=dev), "colsum_b": _zeros_i32(8, device=dev)}),
+    ("scaled_gemm", lambda x, dev: {"zero_point_a": _zeros_i32(4, 1, device=dev), "scale_a": _ones(1, device=dev)}),
+    ("quant_linear", lambda x, dev: {"asymmetric": True, "weight_colsum": _zeros_i32(8, device=dev)}),
+    ("quant_linear", lambda x, dev: {"asymmetric": True, "activation": "static", "input_scale": _ones(1, device=dev),
+                                     "input_zero_point": _zeros_i32(1, 1, device=dev)}),
+    ("quantize_asym", lambda x, dev: {"smooth": _ones(300, device=dev)}),
+    ("quantize_asym", lambda x, dev: {"granularity": "tensor", "scale": _ones(1, 1, device=dev),
+                                      "zero_point": _zeros_i32(1, device=dev)}),
+    ("quantize_asym", lambda x, dev: {"scale": _ones(5, 1, device=dev), "zero_point": _zeros_i32(5, 1, device=dev)}),
     ("quantize", lambda x, dev: {"granularity": "group", "smooth": _ones(300, device=dev)}),
     ("quantize", lambda x, dev: {"granularity": "tensor", "scale": _ones(1, 1, device=dev)}),
     ("quantize", lambda x, dev: {"granularity": "group", "scale": _ones(5, 3, device=dev)}),

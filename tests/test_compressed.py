@@ -45,26 +45,28 @@ def float_model(seed=0):
     return model
 
 
-def scheme(weights="channel", activations="token", overrides=None):
+def scheme(weights="channel", activations="token", overrides=None, asymmetric=False):
     overrides = overrides or {}
     w = {"channel": dict(strategy="channel"), "tensor": dict(strategy="tensor"),
          "block": dict(strategy="block", block_structure=[128, 128])}[weights]
     a = {"token": dict(strategy="token", dynamic=True), "static": dict(strategy="tensor", dynamic=False),
          "group": dict(strategy="group", group_size=128, dynamic=True)}[activations]
     w_args = dict(num_bits=8, type="int", symmetric=True, dynamic=False, **w)
-    a_args = dict(num_bits=8, type="int", symmetric=True, **a)
+    a_args = dict(num_bits=8, type="int", symmetric=not asymmetric, **a)
     w_args.update(overrides.get("weights", {}))
     a_args.update(overrides.get("input_activations", {}))
     return dict(weights=QuantizationArgs(**w_args), input_activations=QuantizationArgs(**a_args))
 
 
-def make_checkpoint(path, weights="channel", activations="token", ignore=("4",), seed=0):
+def make_checkpoint(path, weights="channel", activations="token", ignore=("4",), seed=0, asymmetric=False):
     """A checkpoint written by compressed-tensors: the float model's weights quantized by the
     library with scales from their max |w| (per channel, tensor or 128x128 block); static input
-    scales of 0.02. Returns the float model and the library's decompressed weights."""
+    scales of 0.02 (asymmetric: zero points of -20). Returns the float model and the library's
+    decompressed weights."""
     model = float_model(seed)
     config = QuantizationConfig(
-        config_groups={"group_0": QuantizationScheme(targets=["Linear"], **scheme(weights, activations))},
+        config_groups={"group_0": QuantizationScheme(targets=["Linear"], **scheme(weights, activations,
+                                                                                    asymmetric=asymmetric))},
         ignore=list(ignore))
     apply_quantization_config(model, config)
     with torch.no_grad():
@@ -84,6 +86,8 @@ def make_checkpoint(path, weights="channel", activations="token", ignore=("4",),
             m.weight_scale.copy_(s.reshape(m.weight_scale.shape))
             if hasattr(m, "input_scale"):
                 m.input_scale.fill_(0.02)
+            if asymmetric and hasattr(m, "input_zero_point"):
+                m.input_zero_point.fill_(-20)
     compressor = ModelCompressor.from_pretrained_model(model, quantization_format="int-quantized")
     compressor.compress_model(model)
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
@@ -100,23 +104,31 @@ def reference_forward(model, x):
     for m in model:
         if isinstance(m, tcgemm.QuantLinear):
             x32 = x.float()
-            if m.activation_granularity == "static":
+            zx = None
+            if m.asymmetric and m.activation_granularity == "static":
+                qx, sx, zx = quantize_reference(x32, "tensor", m.input_scale.cpu().reshape(1), symmetric=False,
+                                                zero_point=m.input_zero_point.cpu().reshape(1))
+                zx = zx.expand(x32.shape[0])
+            elif m.asymmetric:
+                qx, sx, zx = quantize_reference(x32, "token", symmetric=False)
+            elif m.activation_granularity == "static":
                 qx, sx = quantize_reference(x32, "tensor", m.input_scale.cpu().reshape(1))
             else:
                 qx, sx = quantize_reference(x32, {"token": "token", "block": "group"}[m.activation_granularity])
             sw = m.weight_scale.cpu()
             x = scaled_gemm_reference(qx, m.weight.cpu().t(), sx, sw, m.bias.cpu() if m.bias is not None else None,
-                                      return_float64=True).float()
+                                      return_float64=True, zero_point_a=zx).float()
         else:
             x = m(x.float()) if not isinstance(m, nn.Linear) else nn.functional.linear(x.float(), m.weight.cpu(), m.bias.cpu())
     return x
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("weights,activations", [("channel", "token"), ("channel", "static"), ("tensor", "token"),
-                                                 ("block", "group"), ("block", "static")])
-def test_load_a_checkpoint_the_library_wrote(tmp_path, weights, activations, device):
-    model, decompressed = make_checkpoint(str(tmp_path), weights, activations)
+@pytest.mark.parametrize("weights,activations,asymmetric", [
+    ("channel", "token", False), ("channel", "static", False), ("tensor", "token", False), ("block", "group", False),
+    ("block", "static", False), ("channel", "token", True), ("channel", "static", True), ("tensor", "static", True)])
+def test_load_a_checkpoint_the_library_wrote(tmp_path, weights, activations, asymmetric, device):
+    model, decompressed = make_checkpoint(str(tmp_path), weights, activations, asymmetric=asymmetric)
     report = tc.load_compressed(model.to(device), str(tmp_path))
     assert sorted(report.loaded) == ["0", "2"] and report.unused_keys == []
     assert isinstance(model[4], nn.Linear)  # ignored by the checkpoint's config
@@ -124,6 +136,11 @@ def test_load_a_checkpoint_the_library_wrote(tmp_path, weights, activations, dev
         layer = model.get_submodule(name)
         assert isinstance(layer, tcgemm.QuantLinear)
         assert layer.activation_granularity == {"token": "token", "static": "static", "group": "block"}[activations]
+        assert layer.asymmetric == asymmetric
+        if asymmetric:
+            assert torch.equal(layer.weight_colsum, layer.weight.sum(1, dtype=torch.int32))
+            if activations == "static":
+                assert int(layer.input_zero_point) == -20
         assert torch.equal(layer.dequantize_weight(torch.float32).cpu(), decompressed[f"{name}.weight"])
     x = torch.randn(5, 256, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -134,16 +151,25 @@ def test_load_a_checkpoint_the_library_wrote(tmp_path, weights, activations, dev
     assert torch.allclose(got, ref, rtol=1e-3, atol=2e-2 * float(ref.abs().max())), float((got - ref).abs().max())
 
 
-@pytest.mark.parametrize("weight,activation", [("channel", "token"), ("channel", "static"), ("block", "block")])
-def test_round_trip_through_the_library(tmp_path, weight, activation):
+@pytest.mark.parametrize("weight,activation,asymmetric", [("channel", "token", False), ("channel", "static", False),
+                                                         ("block", "block", False), ("channel", "token", True),
+                                                         ("channel", "static", True)])
+def test_round_trip_through_the_library(tmp_path, weight, activation, asymmetric):
     """tcgemm saves, the library reads the config and decompresses the weights; tcgemm loads its
     own checkpoint back to the same buffers and outputs."""
     model = float_model(3)
-    calibration = {"0": torch.full((256,), 2.0), "2": torch.full((384,), 1.0)} if activation == "static" else None
-    tcgemm.quantize_model(model, weight=weight, activation=activation, skip=["4"], calibration=calibration)
+    calibration = None
+    if activation == "static":
+        calibration = tcgemm.nn.Calibration()
+        calibration.update({"0": torch.full((256,), 2.0), "2": torch.full((384,), 1.0)})
+        calibration.ranges.update({"0": (torch.full((256,), -0.5), torch.full((256,), 2.0)),
+                                   "2": (torch.zeros(384), torch.full((384,), 1.0))})
+    tcgemm.quantize_model(model, weight=weight, activation=activation, skip=["4"], calibration=calibration,
+                          asymmetric=asymmetric)
     tc.save_compressed(model, str(tmp_path))
     qconfig = json.load(open(tmp_path / "config.json"))["quantization_config"]
     config = QuantizationConfig.model_validate(qconfig)
+    assert config.config_groups["group_0"].input_activations.symmetric == (not asymmetric)
     plain = float_model(3)
     apply_quantization_config(plain, config)
     from safetensors.torch import load_file
@@ -159,7 +185,8 @@ def test_round_trip_through_the_library(tmp_path, weight, activation):
     tc.load_compressed(back, str(tmp_path))
     for name in ("0", "2"):
         a, b = model.get_submodule(name), back.get_submodule(name)
-        for buf in ("weight", "weight_scale", "bias", "input_scale"):
+        assert b.asymmetric == asymmetric
+        for buf in ("weight", "weight_scale", "bias", "input_scale", "input_zero_point", "weight_colsum"):
             assert (getattr(a, buf) is None and getattr(b, buf) is None) or torch.equal(getattr(a, buf), getattr(b, buf))
     x = torch.randn(4, 256)
     with torch.no_grad():
@@ -167,7 +194,9 @@ def test_round_trip_through_the_library(tmp_path, weight, activation):
 
 
 @pytest.mark.parametrize("overrides,match", [
-    (dict(input_activations=dict(symmetric=False)), "input_activations are asymmetric"),
+    (dict(weights=dict(symmetric=False)), r"weights are asymmetric \(weight zero points are not supported\)"),
+    (dict(input_activations=dict(symmetric=False, strategy="group", group_size=128, dynamic=True)),
+     "asymmetric activations with weight strategy 'channel' and activation strategy 'group'"),
     (dict(weights=dict(num_bits=4)), "weights are 4-bit int"),
     (dict(input_activations=dict(strategy="tensor", dynamic=True)), "input activation strategy 'tensor'"),
 ])
@@ -342,7 +371,8 @@ def _group(q):
     ("tensors", lambda t: t.__setitem__("0.weight", t["0.weight"][:100]), r"'0.weight' must be int8 \[384, 256\], got torch.int8 \[100, 256\]"),
     ("tensors", lambda t: t.pop("2.weight_scale"), "the checkpoint has no '2.weight_scale'"),
     ("tensors", lambda t: t.__setitem__("2.weight_scale", t["2.weight_scale"][:5]), r"'2.weight_scale' must be \[256, 1\], got \[5, 1\]"),
-    ("tensors", lambda t: t.__setitem__("0.input_zero_point", torch.ones(1, dtype=torch.int8)), r"'0.input_zero_point' is not zero \(zero points are not supported\)"),
+    ("tensors", lambda t: t.__setitem__("0.input_zero_point", torch.ones(1, dtype=torch.int8)), r"'0.input_zero_point' is not zero, but the config group's activations are symmetric or dynamic"),
+    ("tensors", lambda t: t.__setitem__("0.weight_zero_point", torch.ones(384, 1, dtype=torch.int8)), r"'0.weight_zero_point' is not zero \(weight zero points are not supported\)"),
     ("tensors", lambda t: t.pop("4.weight"), r"the checkpoint lacks 1 tensors of the model, e.g. \['4.weight'\]"),
     ("qconfig", lambda q: _set(q, "format", "float-quantized"), "checkpoint format 'float-quantized' is not 'int-quantized' or 'naive-quantized'"),
     ("qconfig", lambda q: _set(_group(q), "output_activations", {"num_bits": 8}), "config group 'group_0' quantizes output activations"),
@@ -361,10 +391,16 @@ def test_bad_scale_shapes_of_tensor_and_block_weights_and_static_inputs(tmp_path
         ("tensor", "token", "0.weight_scale", torch.ones(2), r"'0.weight_scale' must have one element, got \[2\]"),
         ("block", "group", "0.weight_scale", torch.ones(3, 3), r"'0.weight_scale' must be \[3, 2\] for 128x128 blocks, got \[3, 3\]"),
         ("channel", "static", "0.input_scale", torch.ones(2), r"'0.input_scale' must have one element, got \[2\]"),
+        ("channel", "static", "0.input_zero_point", torch.tensor([200], dtype=torch.int32),
+         r"'0.input_zero_point' must be one integer in \[-128, 127\], got torch.int32 \[1\]"),
+        ("channel", "static", "0.input_zero_point", torch.zeros(2, dtype=torch.int8),
+         r"'0.input_zero_point' must be one integer in \[-128, 127\], got torch.int8 \[2\]"),
+        ("channel", "static", "0.input_zero_point", None, "the checkpoint has no '0.input_zero_point'"),
     ]:
-        path = tmp_path / f"{weights}-{activations}"
-        make_checkpoint(str(path), weights, activations)
-        _mutate(path, tensors=lambda t: t.__setitem__(key, bad))
+        asymmetric = key.endswith("zero_point")
+        path = tmp_path / f"{weights}-{activations}-{key}-{bad is None or bad.numel()}"
+        make_checkpoint(str(path), weights, activations, asymmetric=asymmetric)
+        _mutate(path, tensors=lambda t: t.pop(key) if bad is None else t.__setitem__(key, bad))
         with pytest.raises(ValueError, match="tcgemm.compressed: " + match):
             tc.load_compressed(float_model(), str(path))
 

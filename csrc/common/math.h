@@ -21,6 +21,9 @@ TCGEMM_HD constexpr T round_up(T a, T b) {
 TCGEMM_HD int32_t wrap_add(int32_t x, int32_t y) {
   return static_cast<int32_t>(static_cast<uint32_t>(x) + static_cast<uint32_t>(y));
 }
+TCGEMM_HD int32_t wrap_sub(int32_t x, int32_t y) {
+  return static_cast<int32_t>(static_cast<uint32_t>(x) - static_cast<uint32_t>(y));
+}
 TCGEMM_HD int32_t wrap_mul(int32_t x, int32_t y) {
   return static_cast<int32_t>(static_cast<uint32_t>(x) * static_cast<uint32_t>(y));
 }

@@ -1,4 +1,5 @@
-// The plain description of one symmetric int8 quantization, and the scalar math every path
+// The plain description of one int8 quantization (symmetric, or asymmetric with a zero point),
+// and the scalar math every path
 // (CUDA kernels, CPU kernel) shares so that their results are bit-identical.
 // Nothing here depends on torch.
 #pragma once
@@ -51,6 +52,12 @@ struct QuantizeParams {
   const float* channel_mul = nullptr;
   // Static: the given scales (contiguous, same shapes); null selects dynamic quantization.
   const float* scale_in = nullptr;
+  // Asymmetric (kTensor static or kToken only): x ~ scale * (q - zero), q in [-128, 127].
+  // zero_out is shaped like scale_out: computed (dynamic) or a copy of zero_in (static, the
+  // given int32 zero points, contiguous).
+  bool asymmetric = false;
+  int32_t* zero_out = nullptr;
+  const int32_t* zero_in = nullptr;
   // Static per tensor on the GPU, a small x (kStaticOneBlock*, above): one block covers all
   // of x and writes the returned scale itself (the given one, or NaN for bad data), so that no
   // copy of the given scale precedes the kernel (a graph node and a dispatch at decode).
@@ -126,6 +133,89 @@ TCGEMM_HD int8_t quant_value(float x, float scale) {
   return quant_finite(x) && quant_scale_valid(scale) ? quant_value_finite(x, scale) : int8_t{0};
 }
 
+// round half to even in the default rounding mode, on both sides.
+TCGEMM_HD float quant_rint(float v) {
+#if defined(__CUDA_ARCH__)
+  return rintf(v);
+#else
+  return std::rint(v);
+#endif
+}
+
+// The running max of x (NaN once any x was NaN), for the asymmetric range.
+TCGEMM_HD float max_fold(float m, float x) {
+#if defined(__CUDA_ARCH__)
+  return ptx::max_nan(m, x);
+#else
+  return (m != m || x != x) ? std::numeric_limits<float>::quiet_NaN() : std::fmax(m, x);
+#endif
+}
+
+// Asymmetric quantization (docs/design/quantize.md). The range of a group always holds 0, so it
+// is [-neg_lo, hi] with hi = max(0, max x) and neg_lo = max(0, max -x):
+//   scale = (hi + neg_lo) / 255, computed in fp64 and rounded once to fp32 (the fp32 sum could
+//           overflow); 1 where the group is all zeros; NaN where the range is not finite;
+//   zero  = round_half_even(neg_lo / scale) - 128 in [-128, 127], so 0 quantizes to zero
+//           exactly and the group's minimum to -128 (up to rounding); 0 for an invalid scale;
+//   q     = clamp(round_half_even(x / scale) + zero, -128, 127).
+TCGEMM_HD float quant_asym_scale(float hi, float neg_lo) {
+  if (hi == 0.f && neg_lo == 0.f) return 1.f;
+  if (!quant_finite(hi) || !quant_finite(neg_lo)) return std::numeric_limits<float>::quiet_NaN();
+  return static_cast<float>((static_cast<double>(hi) + static_cast<double>(neg_lo)) / 255.0);
+}
+
+TCGEMM_HD int32_t quant_asym_zero(float neg_lo, float scale) {
+  if (!quant_scale_valid(scale)) return 0;
+  const float r = quant_rint(quant_div(neg_lo, scale));
+  return static_cast<int32_t>(r < 0.f ? 0.f : r > 255.f ? 255.f : r) - 128;
+}
+
+// A zero point the asymmetric int8 range can hold (a static one outside it marks its group bad,
+// like an invalid scale).
+TCGEMM_HD bool quant_zero_valid(int32_t zero) { return zero >= -128 && zero <= 127; }
+
+TCGEMM_HD int8_t quant_clamp_int8(int32_t v) { return static_cast<int8_t>(v < -128 ? -128 : v > 127 ? 127 : v); }
+
+// The range of one group, folded value by value: max |x| (symmetric), or hi and neg_lo
+// (asymmetric). Partial ranges combine with merge(); the kernels reduce the fields across
+// threads with the same NaN-propagating max.
+template <bool Asymmetric>
+struct QuantRange {
+  float amax = 0.f;
+  TCGEMM_HD void fold(float x) { amax = amax_fold(amax, x); }
+  TCGEMM_HD void merge(const QuantRange& o) { amax = max_fold(amax, o.amax); }
+  TCGEMM_HD float scale() const { return quant_scale_from_amax(amax); }
+  TCGEMM_HD int32_t zero(float) const { return 0; }
+};
+
+template <>
+struct QuantRange<true> {
+  float hi = 0.f;
+  float neg_lo = 0.f;
+  TCGEMM_HD void fold(float x) {
+    hi = max_fold(hi, x);
+    neg_lo = max_fold(neg_lo, -x);
+  }
+  TCGEMM_HD void merge(const QuantRange& o) {
+    hi = max_fold(hi, o.hi);
+    neg_lo = max_fold(neg_lo, o.neg_lo);
+  }
+  TCGEMM_HD float scale() const { return quant_asym_scale(hi, neg_lo); }
+  TCGEMM_HD int32_t zero(float scale) const { return quant_asym_zero(neg_lo, scale); }
+};
+
+// clamp(round_half_even(x / scale) + zero, -128, 127) for a finite x and a valid scale.
+TCGEMM_HD int8_t quant_value_asym_finite(float x, float scale, int32_t zero) {
+  const float r = quant_rint(quant_div(x, scale));
+  const float c = r < -255.f ? -255.f : r > 255.f ? 255.f : r;
+  return quant_clamp_int8(static_cast<int32_t>(c) + zero);
+}
+
+// Any x and scale: the zero point (the quantized 0) for a non-finite x or an invalid scale.
+TCGEMM_HD int8_t quant_value_asym(float x, float scale, int32_t zero) {
+  return quant_finite(x) && quant_scale_valid(scale) ? quant_value_asym_finite(x, scale, zero) : quant_clamp_int8(zero);
+}
+
 // One scale applied to many values, prepared once (per row or group): on the GPU,
 // quant_value_fast(x, divisor) returns exactly quant_value(x, scale) with cheaper arithmetic, where __fdiv_rn and
 // rintf + float-to-int cost three quarter-rate instructions per element (MUFU reciprocal,
@@ -153,23 +243,36 @@ struct QuantDivisor {
   bool fast;
   bool valid;
 
-  TCGEMM_HD explicit QuantDivisor(float s)
+  // qmax: the largest |x / scale| that matters, 127 (symmetric) or 255 (asymmetric, where the
+  // zero point shifts the range).
+  TCGEMM_HD explicit QuantDivisor(float s, float qmax = 127.f)
       : scale(s), recip(0.f), bound(0.f), fast(s >= 0x1p-90f && s <= 0x1p90f), valid(quant_scale_valid(s)) {
     if (fast) {
       recip = quant_div(1.f, s);
-      bound = 127.f * s;
+      bound = qmax * s;
     }
   }
 };
 
 #if defined(__CUDA_ARCH__)
-// quant_value(x, d.scale) for a finite x and a divisor with d.fast (the caller branches once per scale).
-__device__ __forceinline__ int8_t quant_value_fast(float x, const QuantDivisor& d) {
+// round_half_even(x / d.scale) clamped to +-qmax, for a finite x and a divisor with d.fast (the
+// caller branches once per scale).
+__device__ __forceinline__ int32_t quant_round_fast(float x, const QuantDivisor& d) {
   const float xc = fminf(fmaxf(x, -d.bound), d.bound);
   const float q0 = __fmul_rn(xc, d.recip);
   const float q1 = __fmaf_rn(__fmaf_rn(-d.scale, q0, xc), d.recip, q0);
   const float q = __fmaf_rn(__fmaf_rn(-d.scale, q1, xc), d.recip, q1);
-  return static_cast<int8_t>(__float_as_int(__fadd_rn(q, 12582912.0f)) & 0xff);
+  return __float_as_int(__fadd_rn(q, 12582912.0f)) - 0x4B400000;  // 1.5 * 2^23 is 0x4B400000
+}
+
+// quant_value(x, d.scale) for a finite x and a divisor with d.fast (qmax 127).
+__device__ __forceinline__ int8_t quant_value_fast(float x, const QuantDivisor& d) {
+  return static_cast<int8_t>(quant_round_fast(x, d));
+}
+
+// quant_value_asym(x, d.scale, zero) for a finite x and a divisor with d.fast (qmax 255).
+__device__ __forceinline__ int8_t quant_value_asym_fast(float x, const QuantDivisor& d, int32_t zero) {
+  return quant_clamp_int8(quant_round_fast(x, d) + zero);
 }
 #endif
 

@@ -89,6 +89,10 @@ void with_epilogue(const EpilogueArgs& args, OutType out, F&& f) {
   const ScaledEpilogueParams& s = std::get<ScaledEpilogueParams>(args);
   auto scaled = [&](auto out_tag) {
     using Out = decltype(out_tag);
+    if (s.asymmetric()) {
+      if (s.per_block()) throw std::logic_error("tcgemm: zero points with per-block scales");
+      return f(ScaledEpilogue<Out, false, true>{s});
+    }
     if (s.per_block()) return f(ScaledEpilogue<Out, true>{s});
     return f(ScaledEpilogue<Out, false>{s});
   };
@@ -112,6 +116,9 @@ using Fp32 = ScaledEpilogue<float, false>;
 using Bf16PerBlock = ScaledEpilogue<__nv_bfloat16, true>;
 using Fp16PerBlock = ScaledEpilogue<__half, true>;
 using Fp32PerBlock = ScaledEpilogue<float, true>;
+using Bf16Asymmetric = ScaledEpilogue<__nv_bfloat16, false, true>;
+using Fp16Asymmetric = ScaledEpilogue<__half, false, true>;
+using Fp32Asymmetric = ScaledEpilogue<float, false, true>;
 }  // namespace tcgemm::epilogue_types
 
 // X(Epi, Arg) for every epilogue functor type: a kernel family's instantiation files expand their
@@ -123,4 +130,7 @@ using Fp32PerBlock = ScaledEpilogue<float, true>;
   X(::tcgemm::epilogue_types::Fp32, Arg)              \
   X(::tcgemm::epilogue_types::Bf16PerBlock, Arg)      \
   X(::tcgemm::epilogue_types::Fp16PerBlock, Arg)      \
-  X(::tcgemm::epilogue_types::Fp32PerBlock, Arg)
+  X(::tcgemm::epilogue_types::Fp32PerBlock, Arg)      \
+  X(::tcgemm::epilogue_types::Bf16Asymmetric, Arg)    \
+  X(::tcgemm::epilogue_types::Fp16Asymmetric, Arg)    \
+  X(::tcgemm::epilogue_types::Fp32Asymmetric, Arg)

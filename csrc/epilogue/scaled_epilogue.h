@@ -1,8 +1,13 @@
 // The scaled epilogue every kernel applies to its accumulators, the CPU path included:
 //   D[m, n] = convert( float(acc[m, n]) * (sa(m) * sb(n)) + bias[n] )                 (no per-block scale)
 //   D[m, n] = convert( sum_kb float(acc_kb[m, n]) * (sa(m, kb) * sb(n, kb)) + bias[n] )  (per-block)
+//   D[m, n] = convert( float(acc[m, n] - za(m) * colsum(n)) * (sa(m) * sb(n)) + bias[n] )  (asymmetric A)
 // in fp32 (an int32 sum times an fp16 scale could overflow fp16), rounded once to Out. NaN and
 // inf scales propagate (a NaN scale is how quantize marks a group that held NaN or inf).
+// Asymmetric A (activations quantized with a zero point za, x = sa * (q - za)): the correction
+// by B's column sums colsum(n) = sum_k B[k, n] is taken in int32 before the conversion, so
+// acc - za * colsum = sum_k (q - za) * B is exact (two's-complement wrap-around of the products
+// cancels whenever that true sum fits int32: K <= kMaxAsymmetricK). Not with per-block scales.
 // For per-block scales the main loop promotes each 128-wide K block's exact int32 partial sum
 // into fp32 accumulators (epilogue/block_scales.h); the epilogue then only applies what does not
 // depend on the K block (a per-channel weight scale, the bias) and converts.
@@ -16,17 +21,32 @@
 #include <cuda_fp16.h>
 
 #include "common/hd.h"
+#include "common/math.h"
 #include "common/scale_layout.h"
 #include "epilogue/block_scales.h"
 
 namespace tcgemm {
 
+// |sum_k (q - za) * b| <= 255 * 128 * K fits int32 up to this K (asymmetric A).
+constexpr int64_t kMaxAsymmetricK = 65793;
+
+// The int32 zero points of A's rows: za(m) = ptr[m * stride_row] (stride 0: one per tensor).
+struct ZeroPointOperand {
+  const int32_t* ptr = nullptr;  // null: A is symmetric
+  int64_t stride_row = 0;
+
+  TCGEMM_HD int32_t at(int64_t m) const { return ptr[m * stride_row]; }
+};
+
 struct ScaledEpilogueParams {
   ScaleOperand a;               // scale_a over A's rows [M, K]
   ScaleOperand b;               // scale_b over B's columns, seen as [N, K]
   const float* bias = nullptr;  // [N] fp32, or null
+  ZeroPointOperand a_zero;      // asymmetric A: its zero points, and B's column sums below
+  const int32_t* b_colsum = nullptr;  // [N], contiguous; with a_zero only
 
   TCGEMM_HD bool per_block() const { return a.per_block() || b.per_block(); }
+  TCGEMM_HD bool asymmetric() const { return a_zero.ptr != nullptr; }
 };
 
 // The rounding of the fp32 result to the output type (round to nearest even); fp32 on the CPU too.
@@ -41,8 +61,11 @@ template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 #endif
 
-template <class Out, bool PerBlock>
+// PerBlock: the main loop promotes per-block scales. Asymmetric: A has zero points (never with
+// PerBlock); a separate functor so that the symmetric ones load and shuffle nothing more.
+template <class Out, bool PerBlock, bool Asymmetric = false>
 struct ScaledEpilogue {
+  static_assert(!(PerBlock && Asymmetric), "zero points are applied to whole int32 sums, not per K block");
   using OutT = Out;
   using Acc = std::conditional_t<PerBlock, float, int32_t>;  // what the main loop hands over
   static constexpr bool kMixedSigns = false;  // int8 x int8 only
@@ -62,18 +85,43 @@ struct ScaledEpilogue {
     return p.b.per_block() ? BlockScales{p.b.row_ptr(n), p.b.stride_kb} : BlockScales{nullptr, 0};
   }
 
-  struct Row {
+  struct RowSym {
     float scale;  // sa(m), or 1 when the per-block main loop applied it
   };
-  struct Col {
+  struct RowAsym {
+    float scale;
+    int32_t zero;  // za(m)
+  };
+  struct ColSym {
     float scale;  // sb(n), or 1 when the per-block main loop applied it
     float bias;
   };
+  struct ColAsym {
+    float scale;
+    float bias;
+    int32_t colsum;  // sum_k B[k, n]
+  };
+  using Row = std::conditional_t<Asymmetric, RowAsym, RowSym>;
+  using Col = std::conditional_t<Asymmetric, ColAsym, ColSym>;
+
   // m and n must lie inside D (kernels clamp the indices of rows and columns they do not store).
-  TCGEMM_HD Row row(int64_t m) const { return Row{PerBlock ? 1.0f : p.a.at(m, 0)}; }
+  TCGEMM_HD Row row(int64_t m) const {
+    const float scale = PerBlock ? 1.0f : p.a.at(m, 0);
+    if constexpr (Asymmetric) {
+      return Row{scale, p.a_zero.at(m)};
+    } else {
+      return Row{scale};
+    }
+  }
   TCGEMM_HD Col col(int64_t n) const {
     const bool in_main_loop = PerBlock && p.b.per_block();
-    return Col{in_main_loop ? 1.0f : p.b.at(n, 0), p.bias != nullptr ? p.bias[n] : 0.0f};
+    const float scale = in_main_loop ? 1.0f : p.b.at(n, 0);
+    const float bias = p.bias != nullptr ? p.bias[n] : 0.0f;
+    if constexpr (Asymmetric) {
+      return Col{scale, bias, p.b_colsum[n]};
+    } else {
+      return Col{scale, bias};
+    }
   }
 
   // The fp32 result before conversion.
@@ -81,6 +129,7 @@ struct ScaledEpilogue {
     if constexpr (PerBlock) {
       return acc * c.scale + c.bias;
     } else {
+      if constexpr (Asymmetric) acc = wrap_sub(acc, wrap_mul(r.zero, c.colsum));
       // The two scales first: (acc * sa) * sb overflowed for huge activations (sa ~ 1e36)
       // against small weight scales, where the result is finite.
       return static_cast<float>(acc) * (r.scale * c.scale) + c.bias;

@@ -41,11 +41,15 @@ TORCH_LIBRARY(tcgemm, m) {
   m.def("gemm_out(Tensor a, Tensor b, Tensor? c, int alpha, int beta, str backend, *, Tensor(a!) out) -> ()");
   m.def(
       "scaled_gemm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
-      "ScalarType? out_dtype=None, str backend='auto') -> Tensor");
+      "ScalarType? out_dtype=None, str backend='auto', Tensor? zero_point_a=None, Tensor? colsum_b=None) -> Tensor");
   m.def("quantize(Tensor x, str granularity, Tensor? scale=None, Tensor? smooth=None) -> (Tensor, Tensor)");
   m.def(
+      "quantize_asym(Tensor x, str granularity, Tensor? scale=None, Tensor? zero_point=None, Tensor? smooth=None) "
+      "-> (Tensor, Tensor, Tensor)");
+  m.def(
       "quant_linear(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None, str activation='token', "
-      "Tensor? input_scale=None, Tensor? smooth=None, str backend='auto') -> Tensor");
+      "Tensor? input_scale=None, Tensor? smooth=None, str backend='auto', bool asymmetric=False, "
+      "Tensor? input_zero_point=None, Tensor? weight_colsum=None) -> Tensor");
   m.def("available_backends(int device_index) -> str", &available_backends);
   m.def("backend_names() -> str", &backend_names);
 }

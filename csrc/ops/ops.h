@@ -28,16 +28,44 @@ void check_static_scale_values(const char* op, const char* name, const at::Tenso
 // The checks of a SmoothQuant multiplier for x [..., K]: fp32 [K] on x's device (quantize.cpp).
 void check_smooth(const char* op, const at::Tensor& smooth, const at::Tensor& x);
 
-// tcgemm.quantize on a validated 2-D x; `smooth` (validated) or undefined (quantize.cpp).
-std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x, QuantDtype dtype, QuantGranularity granularity,
-                                                 const std::optional<at::Tensor>& scale, const at::Tensor& smooth,
-                                                 bool overlap);
+// Zero points must lie in [-128, 127]: checked on CPU tensors (quantize.cpp).
+void check_static_zero_point_values(const char* op, const char* name, const at::Tensor& z);
 
-// tcgemm.scaled_gemm on validated operands whose scales are decoded into e.a / e.b; `bias_f32`
-// is an fp32 contiguous [N] tensor or undefined. Errors name `op` (scaled_gemm.cpp).
+// Asymmetric quantization (enabled), with the validated static zero point (or none: dynamic).
+struct AsymmetricArgs {
+  bool enabled = false;
+  std::optional<at::Tensor> zero_point;
+};
+
+struct QuantizeResult {
+  at::Tensor q, scale;
+  at::Tensor zero_point;  // asymmetric only
+};
+
+// tcgemm.quantize / quantize_asym on a validated 2-D x; `smooth` (validated) or undefined (quantize.cpp).
+QuantizeResult quantize_impl(const at::Tensor& x, QuantDtype dtype, QuantGranularity granularity,
+                             const std::optional<at::Tensor>& scale, const at::Tensor& smooth, bool overlap,
+                             const AsymmetricArgs& asym = {});
+
+// tcgemm.scaled_gemm on validated operands whose scales are decoded into e.a / e.b (and zero
+// points into e.a_zero); `bias_f32` is an fp32 contiguous [N] tensor or undefined, `colsum_i32`
+// B's int32 contiguous [N] column sums (with zero points) or undefined. Errors name `op`
+// (scaled_gemm.cpp).
 at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
                             ScaledEpilogueParams e, const at::Tensor& bias_f32, at::ScalarType out_dtype,
-                            bool overlap);
+                            bool overlap, const at::Tensor& colsum_i32 = at::Tensor());
+
+// Checks the int32 zero points `name` of the M rows of an activation (one element per tensor, or
+// [M, 1] per token) on the device of `ref` and describes them (scaled_gemm.cpp).
+ZeroPointOperand checked_zero_point(const char* op, const at::Tensor& z, const char* name, int64_t m,
+                                    const at::Tensor& ref, const char* ref_name);
+
+// Checks optional int32 [N] column sums of a weight and returns them contiguous, or undefined.
+at::Tensor checked_colsum(const char* op, const std::optional<at::Tensor>& colsum, const char* name, int64_t n,
+                          const at::Tensor& ref, const char* ref_name);
+
+// Zero points need K <= kMaxAsymmetricK (epilogue/scaled_epilogue.h); the error names `zero_name`.
+void check_asymmetric_k(const char* op, int64_t k, const char* zero_name);
 
 // Checks an optional bias (float [N] on the device of `ref`, named `ref_name` in messages) and
 // returns it as fp32 contiguous (no copy when it already is), or undefined (scaled_gemm.cpp).

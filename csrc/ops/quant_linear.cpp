@@ -1,6 +1,7 @@
 // tcgemm::quant_linear: the W8A8 linear layer (QuantLinear.forward) as one op. The float input
 // (times the SmoothQuant multipliers, if any) is quantized per token or per 1x128 block, or with
-// a calibrated per-tensor scale, and multiplied by the int8 weight with the scales and
+// a calibrated per-tensor scale, symmetric or with a zero point (asymmetric: per token or static
+// per tensor, with the weight's column sums correcting the GEMM's epilogue), and multiplied by the int8 weight with the scales and
 // bias fused into the GEMM: the kernels of tcgemm.quantize and tcgemm.scaled_gemm, the same bits,
 // behind one dispatch and one set of checks. On sm_90+ the two kernels are programmatic dependent
 // launches (common/launch_kernel.cuh): the few-rows GEMM streams its weights while the
@@ -47,6 +48,38 @@ void check_input_scale(const std::optional<at::Tensor>& s, std::string_view acti
   check_same_device(kOp, *s, "input_scale", x, "x");
 }
 
+// Asymmetric activations: per token or static, a per-channel (or per-tensor) weight scale; a
+// static zero point exactly when the activation is static.
+void check_asymmetric(bool asymmetric, std::string_view activation, const ScaledEpilogueParams& e,
+                      const std::optional<at::Tensor>& input_zero_point, const std::optional<at::Tensor>& weight_colsum,
+                      const at::Tensor& x) {
+  const bool is_static = activation == "static";
+  if (!asymmetric) {
+    TORCH_CHECK_VALUE(!input_zero_point.has_value() && !weight_colsum.has_value(), kOp,
+                      ": arguments 'input_zero_point' and 'weight_colsum' are used only with asymmetric=True");
+    return;
+  }
+  TORCH_CHECK_VALUE(activation != "block", kOp,
+                    ": asymmetric=True needs activation='token' or 'static', got activation='block'");
+  TORCH_CHECK_VALUE(!e.b.per_block(), kOp,
+                    ": asymmetric=True needs a per-channel 'weight_scale' [N] (zero points are not applied per K "
+                    "block)");
+  TORCH_CHECK_VALUE(!is_static || input_zero_point.has_value(), kOp,
+                    ": argument 'input_zero_point' is required with activation='static' and asymmetric=True");
+  TORCH_CHECK_VALUE(is_static || !input_zero_point.has_value(), kOp,
+                    ": argument 'input_zero_point' is used only with activation='static', got activation='",
+                    std::string(activation), "'");
+  if (input_zero_point.has_value()) {
+    TORCH_CHECK_TYPE(input_zero_point->scalar_type() == at::kInt, kOp,
+                     ": argument 'input_zero_point' must have dtype torch.int32, got ",
+                     dtype_name(input_zero_point->scalar_type()));
+    TORCH_CHECK_VALUE(input_zero_point->numel() == 1 && input_zero_point->dim() <= 2, kOp,
+                      ": argument 'input_zero_point' must have one element (shape [], [1] or [1, 1]), got shape ",
+                      shape_str(input_zero_point->sizes()));
+    check_same_device(kOp, *input_zero_point, "input_zero_point", x, "x");
+  }
+}
+
 ScaleOperand describe_weight_scale(const at::Tensor& s, int64_t n, int64_t k) {
   TORCH_CHECK_TYPE(s.scalar_type() == at::kFloat, kOp, ": argument 'weight_scale' must have dtype torch.float32, got ",
                    dtype_name(s.scalar_type()));
@@ -62,7 +95,9 @@ ScaleOperand describe_weight_scale(const at::Tensor& s, int64_t n, int64_t k) {
 at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
                         const std::optional<at::Tensor>& bias, std::string_view activation_arg,
                         const std::optional<at::Tensor>& input_scale, const std::optional<at::Tensor>& smooth,
-                        std::string_view backend_arg) {
+                        std::string_view backend_arg, bool asymmetric,
+                        const std::optional<at::Tensor>& input_zero_point,
+                        const std::optional<at::Tensor>& weight_colsum) {
   const Backend requested = parse_backend_arg(kOp, backend_arg);
   const QuantGranularity granularity = parse_activation(activation_arg);
   const std::optional<QuantDtype> dtype = quant_dtype_of(x.scalar_type());
@@ -81,9 +116,12 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   const at::Tensor bias_f32 = checked_bias_f32(kOp, bias, n, x, "x");
   check_input_scale(input_scale, activation_arg, x);
   if (smooth.has_value()) check_smooth(kOp, *smooth, x);
+  check_asymmetric(asymmetric, activation_arg, e, input_zero_point, weight_colsum, x);
+  at::Tensor colsum = checked_colsum(kOp, weight_colsum, "weight_colsum", n, x, "x");
   TORCH_CHECK_VALUE(granularity == QuantGranularity::kGroup || e.b.per_block() || k <= kMaxUnblockedK, kOp, ": K = ",
                     num(k), " > ", num(kMaxUnblockedK),
                     " could overflow the int32 accumulator without per-block scales; use activation='block'");
+  if (asymmetric) check_asymmetric_k(kOp, k, "asymmetric");
   TORCH_CHECK_VALUE(x.is_cpu() || x.is_cuda(), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ",
                     x.device().str());
 
@@ -104,14 +142,24 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   if (x.is_cpu()) {  // before the quantization, not after it
     check_cpu_backend(kOp, requested);
     if (input_scale.has_value()) check_static_scale_values(kOp, "input_scale", *input_scale);
+    if (input_zero_point.has_value()) check_static_zero_point_values(kOp, "input_zero_point", *input_zero_point);
   }
   const bool overlap = x.is_cuda();
   // Static: one scale for every row; the per-tensor form scaled_gemm reads ([1]).
   const std::optional<at::Tensor> static_scale =
       input_scale.has_value() ? std::optional<at::Tensor>(input_scale->reshape({1})) : std::nullopt;
-  auto [q, scale] = quantize_impl(x2d, *dtype, granularity, static_scale, smooth.value_or(at::Tensor()), overlap);
-  e.a = *decode_scale_a(scale_tensor(scale), m, scale_blocks(k));
-  return scaled_gemm_impl(kOp, requested, q, weight.t(), e, bias_f32, x.scalar_type(), overlap).view(out_shape);
+  AsymmetricArgs asym;
+  if (asymmetric) {
+    asym.enabled = true;
+    if (input_zero_point.has_value()) asym.zero_point = input_zero_point->reshape({1});
+    if (!colsum.defined()) colsum = at::sum(weight, {1}, /*keepdim=*/false, at::kInt);  // sum_k W[n, k]
+  }
+  const QuantizeResult qx =
+      quantize_impl(x2d, *dtype, granularity, static_scale, smooth.value_or(at::Tensor()), overlap, asym);
+  e.a = *decode_scale_a(scale_tensor(qx.scale), m, scale_blocks(k));
+  if (asymmetric) e.a_zero = checked_zero_point(kOp, qx.zero_point, "input_zero_point", m, x, "x");
+  return scaled_gemm_impl(kOp, requested, qx.q, weight.t(), e, bias_f32, x.scalar_type(), overlap, colsum)
+      .view(out_shape);
 }
 
 TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { m.impl("quant_linear", &quant_linear); }

@@ -27,6 +27,7 @@ namespace tcgemm {
 namespace {
 
 constexpr const char* kOp = "tcgemm.quantize";
+constexpr const char* kOpAsym = "tcgemm.quantize_asym";
 
 QuantGranularity parse_granularity(std::string_view g) {
   if (g == "tensor") return QuantGranularity::kTensor;
@@ -48,11 +49,11 @@ const char* granularity_name(QuantGranularity g) {
   return "?";
 }
 
-QuantDtype check_x(const at::Tensor& x) {
-  TORCH_CHECK_VALUE(x.dim() == 2, kOp, ": argument 'x' must be a 2-D tensor [M, K], got a ", num(x.dim()),
+QuantDtype check_x(const char* op, const at::Tensor& x) {
+  TORCH_CHECK_VALUE(x.dim() == 2, op, ": argument 'x' must be a 2-D tensor [M, K], got a ", num(x.dim()),
                     "-D tensor");
   const std::optional<QuantDtype> dtype = quant_dtype_of(x.scalar_type());
-  TORCH_CHECK_TYPE(dtype.has_value(), kOp,
+  TORCH_CHECK_TYPE(dtype.has_value(), op,
                    ": argument 'x' must have dtype torch.bfloat16, torch.float16 or torch.float32, got ",
                    dtype_name(x.scalar_type()));
   return *dtype;
@@ -65,20 +66,21 @@ std::vector<int64_t> scale_shape(QuantGranularity g, int64_t m, int64_t k) {
   return {m, scale_blocks(k)};
 }
 
-void check_scale(const at::Tensor& s, const at::Tensor& x, QuantGranularity g) {
-  TORCH_CHECK_TYPE(s.scalar_type() == at::kFloat, kOp, ": argument 'scale' must have dtype torch.float32, got ",
-                   dtype_name(s.scalar_type()));
-  TORCH_CHECK_VALUE(s.device() == x.device(), kOp, ": argument 'scale' must be on the same device as 'x' (",
+// A given scale (fp32) or zero point (int32, `name`) of x quantized with granularity g.
+void check_scale(const char* op, const at::Tensor& s, const char* name, at::ScalarType dtype, const at::Tensor& x,
+                 QuantGranularity g) {
+  TORCH_CHECK_TYPE(s.scalar_type() == dtype, op, ": argument '", name, "' must have dtype ", dtype_name(dtype),
+                   ", got ", dtype_name(s.scalar_type()));
+  TORCH_CHECK_VALUE(s.device() == x.device(), op, ": argument '", name, "' must be on the same device as 'x' (",
                     x.device().str(), "), got ", s.device().str());
   if (g == QuantGranularity::kTensor) {
-    TORCH_CHECK_VALUE(s.numel() == 1 && s.dim() <= 2, kOp,
-                      ": argument 'scale' must have one element (shape [], [1] or [1, 1]) for granularity 'tensor', "
-                      "got shape ",
+    TORCH_CHECK_VALUE(s.numel() == 1 && s.dim() <= 2, op, ": argument '", name,
+                      "' must have one element (shape [], [1] or [1, 1]) for granularity 'tensor', got shape ",
                       shape_str(s.sizes()));
     return;
   }
   const std::vector<int64_t> expected = scale_shape(g, x.size(0), x.size(1));
-  TORCH_CHECK_VALUE(s.sizes() == at::IntArrayRef(expected), kOp, ": argument 'scale' must have shape ",
+  TORCH_CHECK_VALUE(s.sizes() == at::IntArrayRef(expected), op, ": argument '", name, "' must have shape ",
                     g == QuantGranularity::kToken ? "[M, 1] = " : "[M, ceil(K / 128)] = ", shape_str(expected),
                     " for granularity '", granularity_name(g), "', got ", shape_str(s.sizes()));
 }
@@ -156,9 +158,18 @@ void check_smooth(const char* op, const at::Tensor& s, const at::Tensor& x) {
                     x.device().str(), "), got ", s.device().str());
 }
 
-std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x, QuantDtype dtype, QuantGranularity granularity,
-                                                 const std::optional<at::Tensor>& scale, const at::Tensor& smooth,
-                                                 bool overlap) {
+void check_static_zero_point_values(const char* op, const char* name, const at::Tensor& z) {
+  const at::Tensor dense = z.contiguous();
+  const int32_t* v = dense.const_data_ptr<int32_t>();
+  for (int64_t i = 0; i < dense.numel(); ++i) {
+    TORCH_CHECK_VALUE(quant_zero_valid(v[i]), op, ": argument '", name, "' must hold values in [-128, 127], got ",
+                      num(v[i]), " at flat index ", num(i));
+  }
+}
+
+QuantizeResult quantize_impl(const at::Tensor& x, QuantDtype dtype, QuantGranularity granularity,
+                             const std::optional<at::Tensor>& scale, const at::Tensor& smooth, bool overlap,
+                             const AsymmetricArgs& asym) {
   const int64_t m = x.size(0), k = x.size(1);
 
   at::Tensor q = at::empty({m, k}, x.options().dtype(at::kChar));
@@ -171,20 +182,28 @@ std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x, QuantDtype
                          m <= kStaticOneBlockRows && k >= kStaticOneBlockMinK && m * k <= kStaticOneBlockElems;
   const at::TensorOptions f32 = x.options().dtype(at::kFloat);
   at::Tensor scale_out;
+  at::Tensor zero_out;  // asymmetric only
   if (!scale.has_value()) {
     scale_out = at::empty(scale_shape(granularity, m, k), f32);
+    if (asym.enabled) zero_out = at::empty(scale_out.sizes(), x.options().dtype(at::kInt));
   } else if (by_kernel) {
     scale_out = at::empty(scale->sizes(), f32);
+    if (asym.enabled) zero_out = at::empty(asym.zero_point->sizes(), x.options().dtype(at::kInt));
   } else {
     scale_out = scale->clone(at::MemoryFormat::Contiguous);
+    if (asym.enabled) zero_out = asym.zero_point->clone(at::MemoryFormat::Contiguous);
   }
   if (m == 0 || k == 0) {
-    if (!scale.has_value()) scale_out.fill_(1.f);  // amax of nothing is 0, whose scale is 1
-    return {q, scale_out};
+    if (!scale.has_value()) {
+      scale_out.fill_(1.f);  // the range of nothing is 0, whose scale is 1
+      if (asym.enabled) zero_out.fill_(-128);  // quant_asym_zero(0, 1)
+    }
+    return {q, scale_out, zero_out};
   }
   // The kernels index the given scales densely; they read these and write scale_out.
   const at::Tensor scale_in = scale.has_value() ? scale->contiguous() : at::Tensor();
   const at::Tensor channel_mul = smooth.defined() ? smooth.contiguous() : at::Tensor();
+  const at::Tensor zero_in = asym.enabled && asym.zero_point.has_value() ? asym.zero_point->contiguous() : at::Tensor();
 
   QuantizeParams p;
   // x is read in place with any strides (a zero stride included: an expand-ed x is never
@@ -201,29 +220,71 @@ std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x, QuantDtype
   p.scale_out_by_kernel = by_kernel;
   if (scale.has_value()) p.scale_in = scale_in.const_data_ptr<float>();
   if (channel_mul.defined()) p.channel_mul = channel_mul.const_data_ptr<float>();
+  if (asym.enabled) {
+    p.asymmetric = true;
+    p.zero_out = zero_out.data_ptr<int32_t>();
+    if (zero_in.defined()) p.zero_in = zero_in.const_data_ptr<int32_t>();
+  }
   if (x.is_cuda()) {
     run_cuda(p, x, overlap);
   } else {
     run_cpu(p);
   }
-  return {q, scale_out};
+  return {q, scale_out, zero_out};
 }
 
 std::tuple<at::Tensor, at::Tensor> quantize(const at::Tensor& x, std::string_view granularity_arg,
                                             const std::optional<at::Tensor>& scale,
                                             const std::optional<at::Tensor>& smooth) {
-  const QuantDtype dtype = check_x(x);
+  const QuantDtype dtype = check_x(kOp, x);
   const QuantGranularity granularity = parse_granularity(granularity_arg);
-  if (scale.has_value()) check_scale(*scale, x, granularity);
+  if (scale.has_value()) check_scale(kOp, *scale, "scale", at::kFloat, x, granularity);
   if (smooth.has_value()) check_smooth(kOp, *smooth, x);
   TORCH_CHECK_VALUE(x.is_cpu() || x.is_cuda(), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ",
                     x.device().str());
   if (scale.has_value() && x.is_cpu()) check_static_scale_values(kOp, "scale", *scale);
-  return quantize_impl(x, dtype, granularity, scale, smooth.value_or(at::Tensor()), /*overlap=*/false);
+  QuantizeResult r = quantize_impl(x, dtype, granularity, scale, smooth.value_or(at::Tensor()), /*overlap=*/false);
+  return {r.q, r.scale};
 }
 
-TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { m.impl("quantize", &quantize); }
+// Asymmetric: dynamic per token, or static ("token" or "tensor") with both scale and zero_point.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_asym(const at::Tensor& x, std::string_view granularity_arg,
+                                                             const std::optional<at::Tensor>& scale,
+                                                             const std::optional<at::Tensor>& zero_point,
+                                                             const std::optional<at::Tensor>& smooth) {
+  const QuantDtype dtype = check_x(kOpAsym, x);
+  TORCH_CHECK_VALUE(granularity_arg == "token" || granularity_arg == "tensor", kOpAsym,
+                    ": argument 'granularity' must be 'token' or 'tensor'; got '", std::string(granularity_arg), "'");
+  const QuantGranularity granularity = parse_granularity(granularity_arg);
+  TORCH_CHECK_VALUE(scale.has_value() == zero_point.has_value(), kOpAsym,
+                    ": arguments 'scale' and 'zero_point' must be given together (static) or both be None (dynamic)");
+  TORCH_CHECK_VALUE(scale.has_value() || granularity == QuantGranularity::kToken, kOpAsym,
+                    ": granularity 'tensor' needs a static 'scale' and 'zero_point' (dynamic asymmetric "
+                    "quantization is per token)");
+  if (scale.has_value()) {
+    check_scale(kOpAsym, *scale, "scale", at::kFloat, x, granularity);
+    check_scale(kOpAsym, *zero_point, "zero_point", at::kInt, x, granularity);
+  }
+  if (smooth.has_value()) check_smooth(kOpAsym, *smooth, x);
+  TORCH_CHECK_VALUE(x.is_cpu() || x.is_cuda(), kOpAsym, ": argument 'x' must be a CPU or CUDA tensor, got ",
+                    x.device().str());
+  if (scale.has_value() && x.is_cpu()) {
+    check_static_scale_values(kOpAsym, "scale", *scale);
+    check_static_zero_point_values(kOpAsym, "zero_point", *zero_point);
+  }
+  QuantizeResult r = quantize_impl(x, dtype, granularity, scale, smooth.value_or(at::Tensor()), /*overlap=*/false,
+                                   AsymmetricArgs{true, zero_point});
+  return {r.q, r.scale, r.zero_point};
+}
 
-TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) { m.impl("quantize", &quantize); }
+TORCH_LIBRARY_IMPL(tcgemm, CPU, m) {
+  m.impl("quantize", &quantize);
+  m.impl("quantize_asym", &quantize_asym);
+}
+
+TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) {
+  m.impl("quantize", &quantize);
+  m.impl("quantize_asym", &quantize_asym);
+}
 
 }  // namespace tcgemm

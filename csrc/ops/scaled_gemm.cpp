@@ -103,6 +103,37 @@ ScaleTensor scale_tensor(const at::Tensor& s) {
   return t;
 }
 
+ZeroPointOperand checked_zero_point(const char* op, const at::Tensor& z, const char* name, int64_t m,
+                                    const at::Tensor& ref, const char* ref_name) {
+  TORCH_CHECK_TYPE(z.scalar_type() == at::kInt, op, ": argument '", name, "' must have dtype torch.int32, got ",
+                   dtype_name(z.scalar_type()));
+  check_same_device(op, z, name, ref, ref_name);
+  const bool per_tensor = z.numel() == 1 && z.dim() <= 2;
+  TORCH_CHECK_VALUE(per_tensor || (z.dim() == 2 && z.size(0) == m && z.size(1) == 1), op, ": argument '", name,
+                    "' must have shape [] or [1] (per-tensor) or [M, 1] = [", num(m), ", 1] (per-token), got ",
+                    shape_str(z.sizes()));
+  ZeroPointOperand zp;
+  zp.ptr = z.const_data_ptr<int32_t>();
+  zp.stride_row = per_tensor || m == 1 ? 0 : z.stride(0);
+  return zp;
+}
+
+at::Tensor checked_colsum(const char* op, const std::optional<at::Tensor>& colsum, const char* name, int64_t n,
+                          const at::Tensor& ref, const char* ref_name) {
+  if (!colsum.has_value()) return at::Tensor();
+  TORCH_CHECK_TYPE(colsum->scalar_type() == at::kInt, op, ": argument '", name, "' must have dtype torch.int32, got ",
+                   dtype_name(colsum->scalar_type()));
+  check_same_device(op, *colsum, name, ref, ref_name);
+  TORCH_CHECK_VALUE(colsum->dim() == 1 && colsum->size(0) == n, op, ": argument '", name, "' must have shape [N] = [",
+                    num(n), "], got ", shape_str(colsum->sizes()));
+  return colsum->contiguous();
+}
+
+void check_asymmetric_k(const char* op, int64_t k, const char* zero_name) {
+  TORCH_CHECK_VALUE(k <= kMaxAsymmetricK, op, ": K = ", num(k), " > ", num(kMaxAsymmetricK),
+                    " could overflow the int32 sums with zero points (argument '", zero_name, "')");
+}
+
 at::Tensor checked_bias_f32(const char* op, const std::optional<at::Tensor>& bias, int64_t n, const at::Tensor& ref,
                             const char* ref_name) {
   if (!bias.has_value()) return at::Tensor();
@@ -116,9 +147,10 @@ at::Tensor checked_bias_f32(const char* op, const std::optional<at::Tensor>& bia
 
 at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
                             ScaledEpilogueParams e, const at::Tensor& bias_f32, at::ScalarType out_dtype,
-                            bool overlap) {
+                            bool overlap, const at::Tensor& colsum_i32) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   e.bias = bias_f32.defined() ? bias_f32.const_data_ptr<float>() : nullptr;
+  e.b_colsum = colsum_i32.defined() ? colsum_i32.const_data_ptr<int32_t>() : nullptr;
   at::Tensor out = at::empty({m, n}, a.options().dtype(out_dtype));
   if (m == 0 || n == 0) return out;
   if (k == 0) {  // every sum is zero: out = bias
@@ -141,7 +173,8 @@ at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor&
 
 at::Tensor scaled_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
                        const std::optional<at::Tensor>& bias, std::optional<at::ScalarType> out_dtype,
-                       std::string_view backend_arg) {
+                       std::string_view backend_arg, const std::optional<at::Tensor>& zero_point_a,
+                       const std::optional<at::Tensor>& colsum_b) {
   const Backend requested = parse_backend_arg(kOp, backend_arg);
   check_operand(kOp, a, "a", "[M, K]", /*signed_only=*/true);
   check_operand(kOp, b, "b", "[K, N]", /*signed_only=*/true);
@@ -157,10 +190,21 @@ at::Tensor scaled_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tenso
   e.a = describe_scale_a(scale_a, m, kb);
   e.b = describe_scale_b(scale_b, n, kb);
   const at::Tensor bias_f32 = checked_bias_f32(kOp, bias, n, a, "a");
+  if (zero_point_a.has_value()) e.a_zero = checked_zero_point(kOp, *zero_point_a, "zero_point_a", m, a, "a");
+  TORCH_CHECK_VALUE(zero_point_a.has_value() || !colsum_b.has_value(), kOp,
+                    ": argument 'colsum_b' is used only with 'zero_point_a'");
+  at::Tensor colsum = checked_colsum(kOp, colsum_b, "colsum_b", n, a, "a");
+  TORCH_CHECK_VALUE(!e.asymmetric() || !e.per_block(), kOp,
+                    ": argument 'zero_point_a' needs scales that do not change along K (scale_a per tensor or per "
+                    "token, scale_b per tensor or per channel)");
   TORCH_CHECK_VALUE(e.per_block() || k <= kMaxUnblockedK, kOp, ": K = ", num(k), " > ", num(kMaxUnblockedK),
                     " could overflow the int32 accumulator without per-block scales; pass scale_a as [M, ceil(K/128)]"
                     " (per-block 1x128)");
-  return scaled_gemm_impl(kOp, requested, a, b, e, bias_f32, dtype, /*overlap=*/false);
+  if (e.asymmetric()) {
+    check_asymmetric_k(kOp, k, "zero_point_a");
+    if (!colsum.defined()) colsum = at::sum(b, {0}, /*keepdim=*/false, at::kInt);  // sum_k B[k, n]
+  }
+  return scaled_gemm_impl(kOp, requested, a, b, e, bias_f32, dtype, /*overlap=*/false, colsum);
 }
 
 TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { m.impl("scaled_gemm", &scaled_gemm); }

@@ -18,7 +18,7 @@ python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>
 echo "build: $(( $(date +%s) - start )) s, $(grep -ci "warning" "$OUT/build.log") lines with 'warning'"
 grep -i "warning" "$OUT/build.log" | head -5
 
-timeout 420 python3 -m pytest -q tests > "$OUT/pytest.log" 2>&1
+timeout 480 python3 -m pytest -q tests > "$OUT/pytest.log" 2>&1
 rc=$?; echo "pytest rc=$rc"; tail -3 "$OUT/pytest.log"; [ $rc = 0 ] || failed=1
 grep -E "FAILED|Error" "$OUT/pytest.log" | head -10
 

@@ -56,15 +56,47 @@ float amax_of(const float* x, int64_t n) {
   return m;
 }
 
-// Quantizes n values with one scale. Static (`mark` non-null): a non-finite x, or an invalid
-// scale, sets *mark to NaN.
-void quantize_span(const float* x, int8_t* q, int64_t n, float scale, float* mark) {
-  bool bad = mark != nullptr && !quant_scale_valid(scale);
+// The asymmetric range of n values.
+QuantRange<true> range_of(const float* x, int64_t n) {
+  QuantRange<true> r;
+  for (int64_t i = 0; i < n; ++i) r.fold(x[i]);
+  return r;
+}
+
+// Quantizes n values with one scale (and zero point, when asymmetric). Static (`mark`
+// non-null): a non-finite x, an invalid scale or a zero point outside [-128, 127] sets *mark to NaN.
+void quantize_span(const float* x, int8_t* q, int64_t n, float scale, float* mark, bool asymmetric = false,
+                   int32_t zero = 0) {
+  bool bad = mark != nullptr && (!quant_scale_valid(scale) || (asymmetric && !quant_zero_valid(zero)));
   for (int64_t i = 0; i < n; ++i) {
-    q[i] = quant_value(x[i], scale);
+    q[i] = asymmetric ? quant_value_asym(x[i], scale, zero) : quant_value(x[i], scale);
     bad = bad || (mark != nullptr && !quant_finite(x[i]));
   }
   if (bad) *mark = std::numeric_limits<float>::quiet_NaN();
+}
+
+// Asymmetric rows (static, or dynamic per token).
+bool quantize_rows_asymmetric(const QuantizeParams& p, int64_t m_begin, int64_t m_end) {
+  const bool is_static = p.scale_in != nullptr;
+  const bool per_row = p.granularity == QuantGranularity::kToken;
+  std::vector<float> buf;
+  float tensor_mark = 0.f;
+  for (int64_t row = m_begin; row < m_end; ++row) {
+    const float* x_row = row_of(p, row, buf);
+    const int64_t at = per_row ? row : 0;
+    if (is_static) {
+      quantize_span(x_row, p.q + row * p.k, p.k, p.scale_in[at], per_row ? p.scale_out + row : &tensor_mark, true,
+                    p.zero_in[at]);
+      continue;
+    }
+    const QuantRange<true> r = range_of(x_row, p.k);
+    const float scale = r.scale();
+    const int32_t zero = r.zero(scale);
+    p.scale_out[row] = scale;
+    p.zero_out[row] = zero;
+    quantize_span(x_row, p.q + row * p.k, p.k, scale, nullptr, true, zero);
+  }
+  return tensor_mark != tensor_mark;
 }
 
 }  // namespace
@@ -80,6 +112,7 @@ float quantize_amax_rows(const QuantizeParams& p, int64_t m_begin, int64_t m_end
 }
 
 bool quantize_rows(const QuantizeParams& p, int64_t m_begin, int64_t m_end, float tensor_scale) {
+  if (p.asymmetric) return quantize_rows_asymmetric(p, m_begin, m_end);
   const bool is_static = p.scale_in != nullptr;
   const int64_t groups = p.groups();
   std::vector<float> buf;

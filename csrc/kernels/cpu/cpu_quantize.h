@@ -21,7 +21,8 @@ float quantize_amax_rows(const QuantizeParams& p, int64_t m_begin, int64_t m_end
 // scale the function returns true instead (the caller folds the rows' answers: no shared write).
 // Otherwise token and group scales are computed and written to p.scale_out, and a per-tensor
 // quantization uses `tensor_scale` (the caller derives it from the amax of all rows with
-// quant_scale_from_amax).
+// quant_scale_from_amax). Asymmetric (p.asymmetric): static with p.zero_in (bad groups as above),
+// or dynamic per token, writing the scales and zero points.
 bool quantize_rows(const QuantizeParams& p, int64_t m_begin, int64_t m_end, float tensor_scale = 1.f);
 
 }  // namespace tcgemm::cpu

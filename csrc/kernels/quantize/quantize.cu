@@ -1,4 +1,5 @@
-// Symmetric int8 quantization kernels.
+// int8 quantization kernels: symmetric, and asymmetric (a zero point) per token or with static
+// scales.
 //
 // How the work is split:
 // - Per token (dynamic): a team of threads owns one row. Rows of up to 1024 elements get one
@@ -26,6 +27,11 @@
 // Overlap (QuantizeParams::pdl, tcgemm.quant_linear): every kernel waits for the kernel before it
 // (griddep_wait) before its first access to memory, and then lets the GEMM after it start
 // (griddep_launch_dependents), which streams its weights while this kernel runs.
+//
+// Asymmetric (ASYM, a template flag so that the symmetric kernels are unchanged): the token kernel
+// reduces max x and max -x instead of max |x| (QuantRange) and writes a zero point beside each
+// scale; the static kernel adds the given zero point. The per-group and dynamic per-tensor
+// kernels are symmetric only.
 //
 // Bad data follows common/quantize_params.h: the amax reductions propagate NaN (amax_fold,
 // max_nan), so a group holding a NaN or an inf gets a NaN scale and quantizes to zeros; the
@@ -161,32 +167,65 @@ __device__ __forceinline__ void apply_channel_mul(float (&v)[VEC], const Quantiz
   }
 }
 
-// VEC zeros with one aligned store: the values of a group whose scale is invalid.
+// VEC copies of one value with one aligned store: a group whose scale is invalid holds its zero
+// point (0 when symmetric).
 template <int VEC>
-__device__ __forceinline__ void store_zeros(int8_t* dst) {
-  struct alignas(VEC) Pack {
-    int8_t b[VEC];
-  } pack = {};
-  *reinterpret_cast<Pack*>(dst) = pack;
-}
-
-// Quantizes VEC finite values with a valid scale and stores them with one aligned store of VEC
-// bytes. (Callers branch on the scale's validity once per row or group, outside their loops.)
-template <int VEC>
-__device__ __forceinline__ void store_quantized(int8_t* dst, const float (&v)[VEC], const QuantDivisor& scale) {
+__device__ __forceinline__ void store_fill(int8_t* dst, int8_t value) {
   struct alignas(VEC) Pack {
     int8_t b[VEC];
   } pack;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) pack.b[i] = value;
+  *reinterpret_cast<Pack*>(dst) = pack;
+}
+
+// How a row or group is quantized: its divisor, and the zero point when ASYM. Built once per scale.
+template <bool ASYM>
+struct Quantizer {
+  QuantDivisor divisor;
+  int32_t zero;
+  __device__ __forceinline__ Quantizer(float scale, int32_t z) : divisor(scale, ASYM ? 255.f : 127.f), zero(z) {}
+  __device__ __forceinline__ bool valid() const { return divisor.valid; }
+  // What a group with an invalid scale holds.
+  __device__ __forceinline__ int8_t fill() const { return ASYM ? quant_clamp_int8(zero) : int8_t{0}; }
+};
+
+// Quantizes VEC finite values with a valid scale and stores them with one aligned store of VEC
+// bytes. (Callers branch on the scale's validity once per row or group, outside their loops.)
+template <int VEC, bool ASYM>
+__device__ __forceinline__ void store_quantized(int8_t* dst, const float (&v)[VEC], const Quantizer<ASYM>& qz) {
+  struct alignas(VEC) Pack {
+    int8_t b[VEC];
+  } pack;
+  const QuantDivisor& scale = qz.divisor;
   // The scalar layouts (VEC == 1, the fallback for unaligned rows) keep the plain division:
   // both paths per element would cost them registers (spills on sm_75) for little gain.
   if (VEC > 1 && scale.fast) {
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) pack.b[i] = quant_value_fast(v[i], scale);
+    for (int i = 0; i < VEC; ++i)
+      pack.b[i] = ASYM ? quant_value_asym_fast(v[i], scale, qz.zero) : quant_value_fast(v[i], scale);
   } else {
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) pack.b[i] = quant_value_finite(v[i], scale.scale);
+    for (int i = 0; i < VEC; ++i)
+      pack.b[i] = ASYM ? quant_value_asym_finite(v[i], scale.scale, qz.zero) : quant_value_finite(v[i], scale.scale);
   }
   *reinterpret_cast<Pack*>(dst) = pack;
+}
+
+// Stores VEC values with qz, or its fill where the scale is invalid.
+template <int VEC, bool ASYM>
+__device__ __forceinline__ void store_group(int8_t* dst, const float (&v)[VEC], const Quantizer<ASYM>& qz) {
+  if (qz.valid()) {
+    store_quantized<VEC>(dst, v, qz);
+  } else {
+    store_fill<VEC>(dst, qz.fill());
+  }
+}
+
+template <int VEC, bool ASYM>
+__device__ __forceinline__ void fold_all(QuantRange<ASYM>& r, const float (&v)[VEC]) {
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) r.fold(v[i]);
 }
 
 template <int VEC>
@@ -217,12 +256,35 @@ __device__ __forceinline__ float block_max(float v, float* partials) {
   return v;
 }
 
+// The range of a warp team or a block, every field reduced with block_max / warp_max.
+template <bool ASYM>
+__device__ __forceinline__ QuantRange<ASYM> warp_range(QuantRange<ASYM> r) {
+  if constexpr (ASYM) {
+    r.hi = warp_max(r.hi);
+    r.neg_lo = warp_max(r.neg_lo);
+  } else {
+    r.amax = warp_max(r.amax);
+  }
+  return r;
+}
+
+template <bool ASYM>
+__device__ __forceinline__ QuantRange<ASYM> block_range(QuantRange<ASYM> r, float* partials) {
+  if constexpr (ASYM) {
+    r.hi = block_max(r.hi, partials);
+    r.neg_lo = block_max(r.neg_lo, partials);
+  } else {
+    r.amax = block_max(r.amax, partials);
+  }
+  return r;
+}
+
 // One row per team (a warp when WARP_TEAM, else the block). CACHE vectors per thread are held
 // in registers between the amax reduction and the quantization; CACHE == 0 sweeps the row twice.
 // Needs K % VEC == 0 when VEC > 1 (checked by the launcher).
 // With channel multipliers (MUL) a block team gets twice the registers: their loads and
 // products spill at the 64-register budget of 4 blocks per SM.
-template <typename T, int VEC, int CACHE, bool WARP_TEAM, bool MUL>
+template <typename T, int VEC, int CACHE, bool WARP_TEAM, bool MUL, bool ASYM>
 __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamShape<T, VEC>::kThreads : kMaxTeamThreads,
                                   !WARP_TEAM && CACHE > 0 ? TeamShape<T, VEC>::kBlocksPerSm / (MUL ? 2 : 1) : 1)
     quantize_token_kernel(const QuantizeParams p) {
@@ -239,7 +301,7 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
   for (int64_t row = first_row; row < p.m; row += int64_t{gridDim.x} * teams_per_block) {
     const T* x_row = x + row * p.x_stride_row;
     int8_t* q_row = p.q + row * p.k;
-    float amax = 0.f;
+    QuantRange<ASYM> range;
     RawVec<T, VEC> cached[CACHE > 0 ? CACHE : 1];
     // 32-bit offsets (K < 2^31) where they save registers (the vectorized rows), 64-bit ones
     // where the compiler folds them better (the scalar layouts).
@@ -259,7 +321,7 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
             cached[c] = load_raw<T, VEC>(walk);
             float v[1] = {cached[c].get(0)};
             apply_channel_mul<MUL>(v, p, i);
-            amax = amax_fold(amax, v[0]);
+            range.fold(v[0]);
           }
           walk += walk_step;
         } else {
@@ -273,7 +335,7 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
             float v[VEC];
             to_floats(cached[c], v);
             apply_channel_mul<MUL>(v, p, (int64_t{c} * team + lane) * VEC);
-            amax = abs_max(amax, v);
+            fold_all(range, v);
           }
         }
       }
@@ -282,19 +344,22 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
         float v[VEC];
         load_vec<T, VEC>(x_at<VEC>(x_row, i * VEC, p.x_stride_col), v);
         apply_channel_mul<MUL>(v, p, i * VEC);
-        amax = abs_max(amax, v);
+        fold_all(range, v);
       }
     }
     if constexpr (WARP_TEAM) {
-      amax = warp_max(amax);
+      range = warp_range(range);
     } else {
-      amax = block_max(amax, partials);
+      range = block_range(range, partials);
     }
-    const float scale = quant_scale_from_amax(amax);
-    if (lane == 0) p.scale_out[row] = scale;
-    const QuantDivisor divisor(scale);
-    if (!divisor.valid) {  // a NaN or inf in the row: zeros (team-uniform, no barrier below)
-      for (int64_t i = lane; i < nvec; i += team) store_zeros<VEC>(q_row + i * VEC);
+    const float scale = range.scale();
+    const Quantizer<ASYM> qz(scale, range.zero(scale));
+    if (lane == 0) {
+      p.scale_out[row] = scale;
+      if constexpr (ASYM) p.zero_out[row] = qz.zero;
+    }
+    if (!qz.valid()) {  // a NaN or inf in the row: zeros (team-uniform, no barrier below)
+      for (int64_t i = lane; i < nvec; i += team) store_fill<VEC>(q_row + i * VEC, qz.fill());
       continue;
     }
     if constexpr (CACHE > 0) {
@@ -305,7 +370,7 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
           float v[VEC];
           to_floats(cached[c], v);
           apply_channel_mul<MUL>(v, p, int64_t{i} * VEC);
-          store_quantized<VEC>(q_row + i * VEC, v, divisor);
+          store_quantized<VEC>(q_row + i * VEC, v, qz);
         }
       }
     } else {
@@ -313,7 +378,7 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
         float v[VEC];
         load_vec<T, VEC>(x_at<VEC>(x_row, i * VEC, p.x_stride_col), v);  // second sweep: the row was just read
         apply_channel_mul<MUL>(v, p, i * VEC);
-        store_quantized<VEC>(q_row + i * VEC, v, divisor);
+        store_quantized<VEC>(q_row + i * VEC, v, qz);
       }
     }
   }
@@ -359,16 +424,11 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_group_kernel(const Qua
     const float scale = quant_scale_from_amax(amax);
     if (!valid) continue;
     if (sub == 0) p.scale_out[gid] = scale;  // [M, G] contiguous: index row * G + group
-    const QuantDivisor divisor(scale);
+    const Quantizer<false> qz(scale, 0);
 #pragma unroll
     for (int j = 0; j < PER_LANE; ++j) {
       const int64_t col = col0 + (int64_t{j} * LANES + sub) * VEC;
-      if (col >= p.k) continue;
-      if (divisor.valid) {
-        store_quantized<VEC>(p.q + row * p.k + col, v[j], divisor);
-      } else {
-        store_zeros<VEC>(p.q + row * p.k + col);
-      }
+      if (col < p.k) store_group<VEC>(p.q + row * p.k + col, v[j], qz);
     }
   }
 }
@@ -401,11 +461,14 @@ __global__ void __launch_bounds__(kBlockThreads) amax_kernel(const QuantizeParam
 // per-tensor quantization the scale derived from the amax in the workspace (also written out).
 // Static: a non-finite x quantizes to 0, and its group's returned scale becomes NaN, as does
 // that of a group whose scale is invalid (several threads may write the same NaN).
-template <typename T, int VEC, bool MUL>
+// ASYM (static only): the given zero point of the element's group is added; one outside
+// [-128, 127] marks the group bad like an invalid scale, and a bad group holds its zero point.
+template <typename T, int VEC, bool MUL, bool ASYM>
 __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const QuantizeParams p) {
   start_after_previous_kernel();
   const bool per_tensor = p.granularity == QuantGranularity::kTensor;
   float scale = 0.f;
+  int32_t zero = ASYM ? p.zero_in[0] : 0;
   if (per_tensor) {
     scale = p.scale_in != nullptr
                 ? p.scale_in[0]
@@ -418,7 +481,10 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const Qu
   bool any_bad = false;  // this thread's values (scale_out_by_kernel)
   for (int64_t row = blockIdx.y; row < p.m; row += gridDim.y) {
     const T* x_row = x + row * p.x_stride_row;
-    if (p.granularity == QuantGranularity::kToken) scale = p.scale_in[row];
+    if (p.granularity == QuantGranularity::kToken) {
+      scale = p.scale_in[row];
+      if constexpr (ASYM) zero = p.zero_in[row];
+    }
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < nvec; i += int64_t{gridDim.x} * blockDim.x) {
       // A vector never straddles two groups: 128 is a multiple of VEC.
       const int64_t group = i * VEC / kScaleBlock;
@@ -427,7 +493,7 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const Qu
       load_vec<T, VEC>(x_at<VEC>(x_row, i * VEC, p.x_stride_col), v);
       apply_channel_mul<MUL>(v, p, i * VEC);
       if (p.scale_in != nullptr) {
-        bool bad = !quant_scale_valid(scale);
+        bool bad = !quant_scale_valid(scale) || (ASYM && !quant_zero_valid(zero));
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           if (!quant_finite(v[e])) {
@@ -443,17 +509,15 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const Qu
           p.scale_out[at] = __int_as_float(0x7fffffff);
         }
       }
-      const QuantDivisor divisor(scale);
-      if (divisor.valid) {
-        store_quantized<VEC>(p.q + row * p.k + i * VEC, v, divisor);
-      } else {
-        store_zeros<VEC>(p.q + row * p.k + i * VEC);
-      }
+      store_group<VEC>(p.q + row * p.k + i * VEC, v, Quantizer<ASYM>(scale, zero));
     }
   }
   if (p.scale_out_by_kernel) {  // one block over all of x (block-uniform): the whole group is seen here
-    const bool bad = __syncthreads_or(any_bad || !quant_scale_valid(scale));
-    if (threadIdx.x == 0) *p.scale_out = bad ? __int_as_float(0x7fffffff) : scale;
+    const bool bad = __syncthreads_or(any_bad || !quant_scale_valid(scale) || (ASYM && !quant_zero_valid(zero)));
+    if (threadIdx.x == 0) {
+      *p.scale_out = bad ? __int_as_float(0x7fffffff) : scale;
+      if constexpr (ASYM) *p.zero_out = zero;
+    }
   }
 }
 
@@ -465,7 +529,7 @@ dim3 elementwise_grid(int64_t m, int64_t nvec) {
   return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
 }
 
-template <typename T, int VEC, bool MUL>
+template <typename T, int VEC, bool MUL, bool ASYM>
 void launch_token(const QuantizeParams& p) {
   constexpr int kWarpCache = kCacheElems / VEC;
   using Team = TeamShape<T, VEC>;
@@ -473,18 +537,21 @@ void launch_token(const QuantizeParams& p) {
   if (nvec <= int64_t{kWarp} * kWarpCache) {
     constexpr int64_t rows_per_block = kBlockThreads / kWarp;
     const int64_t blocks = std::min(ceil_div(p.m, rows_per_block), kMaxBlocks);
-    launch_kernel(quantize_token_kernel<T, VEC, kWarpCache, true, MUL>, dim3(static_cast<unsigned>(blocks)), kBlockThreads,
-                  0, p.stream, p.pdl, p);
+    launch_kernel(quantize_token_kernel<T, VEC, kWarpCache, true, MUL, ASYM>, dim3(static_cast<unsigned>(blocks)),
+                  kBlockThreads, 0, p.stream, p.pdl, p);
     return;
   }
   const unsigned blocks = static_cast<unsigned>(std::min(p.m, kMaxBlocks));
   const int64_t threads = round_up<int64_t>(ceil_div<int64_t>(nvec, Team::kCache), kWarp);
-  if (threads <= Team::kThreads) {
-    launch_kernel(quantize_token_kernel<T, VEC, Team::kCache, false, MUL>, blocks, static_cast<unsigned>(threads), 0,
-                  p.stream, p.pdl, p);
-  } else {
-    launch_kernel(quantize_token_kernel<T, VEC, 0, false, MUL>, blocks, kMaxTeamThreads, 0, p.stream, p.pdl, p);
+  // Scalar rows with multipliers and zero points spill when cached: they are swept twice.
+  if constexpr (!(VEC == 1 && MUL && ASYM)) {
+    if (threads <= Team::kThreads) {
+      launch_kernel(quantize_token_kernel<T, VEC, Team::kCache, false, MUL, ASYM>, blocks,
+                    static_cast<unsigned>(threads), 0, p.stream, p.pdl, p);
+      return;
+    }
   }
+  launch_kernel(quantize_token_kernel<T, VEC, 0, false, MUL, ASYM>, blocks, kMaxTeamThreads, 0, p.stream, p.pdl, p);
 }
 
 template <typename T, int VEC, bool MUL>
@@ -496,24 +563,32 @@ void launch_group(const QuantizeParams& p) {
                 p);
 }
 
-template <typename T, int VEC, bool MUL>
+template <typename T, int VEC, bool MUL, bool ASYM>
 void launch_scaled(const QuantizeParams& p, bool overlap) {
   const dim3 grid = p.scale_out_by_kernel ? dim3(1, 1) : elementwise_grid(p.m, p.k / VEC);
-  launch_kernel(quantize_scaled_kernel<T, VEC, MUL>, grid, kBlockThreads, 0, p.stream, overlap, p);
+  launch_kernel(quantize_scaled_kernel<T, VEC, MUL, ASYM>, grid, kBlockThreads, 0, p.stream, overlap, p);
+}
+
+// Asymmetric: static (any granularity the op allows) or dynamic per token.
+template <typename T, int VEC, bool MUL>
+void launch_asymmetric(const QuantizeParams& p) {
+  if (p.scale_in != nullptr) return launch_scaled<T, VEC, MUL, true>(p, p.pdl);
+  launch_token<T, VEC, MUL, true>(p);
 }
 
 template <typename T, int VEC, bool MUL>
 void launch(const QuantizeParams& p) {
-  if (p.scale_in != nullptr) return launch_scaled<T, VEC, MUL>(p, p.pdl);
+  if (p.asymmetric) return launch_asymmetric<T, VEC, MUL>(p);
+  if (p.scale_in != nullptr) return launch_scaled<T, VEC, MUL, false>(p, p.pdl);
   switch (p.granularity) {
     case QuantGranularity::kTensor:
       TCGEMM_CUDA_CHECK(cudaMemsetAsync(p.workspace, 0, sizeof(unsigned int), p.stream));
       // A memset is not a kernel that could trigger an overlapped launch: plain launches here.
       amax_kernel<T, VEC, MUL><<<elementwise_grid(p.m, p.k / VEC), kBlockThreads, 0, p.stream>>>(p);
       TCGEMM_CHECK_LAUNCH();
-      return launch_scaled<T, VEC, MUL>(p, /*overlap=*/false);
+      return launch_scaled<T, VEC, MUL, false>(p, /*overlap=*/false);
     case QuantGranularity::kToken:
-      return launch_token<T, VEC, MUL>(p);
+      return launch_token<T, VEC, MUL, false>(p);
     case QuantGranularity::kGroup:
       return launch_group<T, VEC, MUL>(p);
   }
