@@ -132,7 +132,7 @@ def test_quantize_bad_data(device, rng):
     q_ref, s_ref, z_ref = quantize_asym_reference(x, "token")
     check_equal(q, q_ref, "q")
     check_equal(z, z_ref, "zero_point")
-    assert torch.equal(s.isnan().cpu(), s_ref.isnan()) and s[1].isnan() and s[3].isnan()
+    assert torch.equal(s.isnan().cpu(), s_ref.isnan().cpu()) and s[1].isnan() and s[3].isnan()
     assert q[1].eq(0).all() and z[1] == 0
     s_given = torch.full((6, 1), 0.1, device=device)
     z_given = torch.full((6, 1), 10, dtype=torch.int32, device=device)
@@ -142,7 +142,7 @@ def test_quantize_bad_data(device, rng):
     q_ref, s_ref, z_ref = quantize_asym_reference(x, "token", scale=s_given, zero_point=z_given)
     check_equal(q, q_ref, "static q")
     check_equal(z, z_ref, "static zero_point")
-    assert torch.equal(s.isnan().cpu(), s_ref.isnan())
+    assert torch.equal(s.isnan().cpu(), s_ref.isnan().cpu())
     assert s[1].isnan() and s[3].isnan() and q[1, 5] == 10 and (device == "cpu" or bool(s[4].isnan()))
 
 
@@ -180,7 +180,7 @@ def test_quantize_opcheck(rng):
 def _backends(device):
     if device == "cpu":
         return ["auto"]
-    return ["auto", *tcgemm.available_backends(device)]
+    return ["auto", *(b for b in tcgemm.available_backends(device) if b in ("sm90", "sm80", "skinny"))]
 
 
 def _assert_close_to_reference(got, ref64, out_dtype, a, b, sa, sb, za, context):
