@@ -451,10 +451,14 @@ class QuantLinear(nn.Module):
             x2d = x.unsqueeze(0) if x.dim() == 1 else x.flatten(0, -2)
             return _QuantLinearFunction.apply(x2d, bias, self).reshape(*x.shape[:-1], self.out_features)
         # One op (tcgemm.quant_linear): quantize and GEMM behind one dispatch, [..., K] in place.
-        return _quant_linear_op()(
-            x, weight, weight_scale, bias, self.activation_granularity, input_scale, smooth, "auto", self.asymmetric,
-            input_zero_point, weight_colsum,
-        )
+        # A symmetric layer leaves the trailing arguments to their defaults (each argument the
+        # dispatcher parses is host time).
+        if self.asymmetric:
+            return _quant_linear_op()(
+                x, weight, weight_scale, bias, self.activation_granularity, input_scale, smooth, "auto", True,
+                input_zero_point, weight_colsum,
+            )
+        return _quant_linear_op()(x, weight, weight_scale, bias, self.activation_granularity, input_scale, smooth)
 
     def _apply(self, fn, recurse=True):
         # Module.half() / .to(torch.bfloat16) convert every floating buffer; the kernels want fp32

@@ -74,9 +74,15 @@ def test_matches_quantize_then_scaled_gemm(lead, n, k, bias, weight, activation,
 def test_strided_and_broadcast_inputs(device):
     q, s, b = make_layer(64, 256, "channel", torch.float32, device)
     base = torch.randn(6, 512, generator=_gen(3)).to(device)
+    # Leading dimensions that collapse into one row stride are read in place; the others (a
+    # transposed batch, an expand-ed batch) are reshaped first: the same bits either way.
+    batch = base.view(2, 3, 512)
     for x in (base[:, ::2], base[:, :256].t().contiguous().t(), base[:1, :256].expand(6, 256),
-              base.view(2, 3, 512)[..., 100:356]):
-        assert torch.equal(tcgemm.quant_linear(x, q, s, b), unfused(x.contiguous(), q, s, b, "token"))
+              batch[..., 100:356], batch[..., :256].transpose(0, 1), batch[:1, :, :256].expand(4, 3, 256),
+              base[:3, None, :256].expand(3, 2, 256), batch[:, :1, :256], base[2, :256]):
+        got = tcgemm.quant_linear(x, q, s, b)
+        assert got.shape == (*x.shape[:-1], 64)
+        assert torch.equal(got, unfused(x.contiguous(), q, s, b, "token"))
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -42,18 +42,35 @@ struct QuantizeResult {
   at::Tensor zero_point;  // asymmetric only
 };
 
-// tcgemm.quantize / quantize_asym on a validated 2-D x; `smooth` (validated) or undefined (quantize.cpp).
-QuantizeResult quantize_impl(const at::Tensor& x, QuantDtype dtype, QuantGranularity granularity,
+// x [..., K] seen as m rows of k values, read in place: element (r, c) at r * stride_row +
+// c * stride_col (quantize.cpp).
+struct Rows {
+  int64_t m = 0, k = 0, stride_row = 0, stride_col = 1;
+};
+// The rows of x (at least 1-D) without a view, or nullopt where its leading dimensions do not
+// collapse into one stride (the caller reshapes then).
+std::optional<Rows> rows_of(const at::Tensor& x);
+
+// tcgemm.quantize / quantize_asym on the validated rows `r` of x; `smooth` (validated) or
+// undefined (quantize.cpp).
+QuantizeResult quantize_impl(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
                              const std::optional<at::Tensor>& scale, const at::Tensor& smooth, bool overlap,
                              const AsymmetricArgs& asym = {});
 
+// How scaled_gemm_impl is called, besides its operands.
+struct ScaledGemmCall {
+  bool overlap = false;       // programmatic dependent launch where the device has it
+  bool b_rows = false;        // b is given as its [N, K] rows (an nn.Linear weight), not as [K, N]
+  at::IntArrayRef out_shape;  // the output's shape ([..., N], M rows in all); empty: [M, N]
+  at::Tensor colsum_i32;      // B's int32 contiguous [N] column sums (with zero points), or undefined
+};
+
 // tcgemm.scaled_gemm on validated operands whose scales are decoded into e.a / e.b (and zero
-// points into e.a_zero); `bias_f32` is an fp32 contiguous [N] tensor or undefined, `colsum_i32`
-// B's int32 contiguous [N] column sums (with zero points) or undefined. Errors name `op`
-// (scaled_gemm.cpp).
+// points into e.a_zero); `bias_f32` is an fp32 contiguous [N] tensor or undefined. Errors name
+// `op` (scaled_gemm.cpp).
 at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
                             ScaledEpilogueParams e, const at::Tensor& bias_f32, at::ScalarType out_dtype,
-                            bool overlap, const at::Tensor& colsum_i32 = at::Tensor());
+                            const ScaledGemmCall& call = {});
 
 // Checks the int32 zero points `name` of the M rows of an activation (one element per tensor, or
 // [M, 1] per token) on the device of `ref` and describes them (scaled_gemm.cpp).

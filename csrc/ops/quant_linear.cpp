@@ -127,39 +127,45 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at:
 
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end() - 1);
   out_shape.push_back(n);
-  // [..., K] as rows (a view wherever the strides allow one; quantize reads any strides).
-  const at::Tensor x2d = x.dim() == 1 ? x.unsqueeze(0) : x.dim() == 2 ? x : x.flatten(0, -2);
-  const int64_t m = x2d.size(0);
+  // [..., K] as rows, read in place (no view: a decode step's host time counts); a reshaped copy
+  // only where the leading dimensions do not collapse into one stride.
+  at::Tensor x_rows = x;
+  std::optional<Rows> rows = rows_of(x);
+  if (!rows.has_value()) {
+    x_rows = x.reshape({-1, k});
+    rows = rows_of(x_rows);
+  }
+  const int64_t m = rows->m;
   if (m == 0 || n == 0 || k == 0) {  // nothing to quantize; with K = 0 every sum is zero: out = bias
-    at::Tensor out = at::empty({m, n}, x.options());
+    at::Tensor out = at::empty(out_shape, x.options());
     if (bias_f32.defined()) {
-      out.copy_(bias_f32.unsqueeze(0).expand({m, n}));
+      out.copy_(bias_f32.expand(out.sizes()));
     } else {
       out.zero_();
     }
-    return out.view(out_shape);
+    return out;
   }
   if (x.is_cpu()) {  // before the quantization, not after it
     check_cpu_backend(kOp, requested);
     if (input_scale.has_value()) check_static_scale_values(kOp, "input_scale", *input_scale);
     if (input_zero_point.has_value()) check_static_zero_point_values(kOp, "input_zero_point", *input_zero_point);
   }
-  const bool overlap = x.is_cuda();
-  // Static: one scale for every row; the per-tensor form scaled_gemm reads ([1]).
-  const std::optional<at::Tensor> static_scale =
-      input_scale.has_value() ? std::optional<at::Tensor>(input_scale->reshape({1})) : std::nullopt;
+  ScaledGemmCall call;
+  call.overlap = x.is_cuda();
+  call.b_rows = true;  // the weight [N, K] as it is
+  call.out_shape = out_shape;
+  // Static: one scale (and zero point) for every row, in any one-element shape scaled_gemm reads.
   AsymmetricArgs asym;
   if (asymmetric) {
     asym.enabled = true;
-    if (input_zero_point.has_value()) asym.zero_point = input_zero_point->reshape({1});
-    if (!colsum.defined()) colsum = at::sum(weight, {1}, /*keepdim=*/false, at::kInt);  // sum_k W[n, k]
+    asym.zero_point = input_zero_point;
+    call.colsum_i32 = colsum.defined() ? colsum : at::sum(weight, {1}, /*keepdim=*/false, at::kInt);  // sum_k W[n, k]
   }
-  const QuantizeResult qx =
-      quantize_impl(x2d, *dtype, granularity, static_scale, smooth.value_or(at::Tensor()), overlap, asym);
+  const QuantizeResult qx = quantize_impl(x_rows, *rows, *dtype, granularity, input_scale,
+                                          smooth.value_or(at::Tensor()), call.overlap, asym);
   e.a = *decode_scale_a(scale_tensor(qx.scale), m, scale_blocks(k));
   if (asymmetric) e.a_zero = checked_zero_point(kOp, qx.zero_point, "input_zero_point", m, x, "x");
-  return scaled_gemm_impl(kOp, requested, qx.q, weight.t(), e, bias_f32, x.scalar_type(), overlap, colsum)
-      .view(out_shape);
+  return scaled_gemm_impl(kOp, requested, qx.q, weight, e, bias_f32, x.scalar_type(), call);
 }
 
 TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { m.impl("quant_linear", &quant_linear); }

@@ -167,10 +167,32 @@ void check_static_zero_point_values(const char* op, const char* name, const at::
   }
 }
 
-QuantizeResult quantize_impl(const at::Tensor& x, QuantDtype dtype, QuantGranularity granularity,
+std::optional<Rows> rows_of(const at::Tensor& x) {
+  const int64_t d = x.dim();
+  Rows r;
+  r.m = 1;
+  r.k = x.size(d - 1);
+  r.stride_col = x.stride(d - 1);
+  r.stride_row = r.k;  // a single row is never stepped over
+  // The leading dimensions (size-1 ones aside) collapse into one when each one's stride is the
+  // stride of the rows inside it times their number.
+  for (int64_t i = d - 2; i >= 0; --i) {
+    const int64_t size = x.size(i);
+    if (size == 1) continue;
+    if (r.m == 1) {
+      r.stride_row = x.stride(i);
+    } else if (x.stride(i) != r.stride_row * r.m) {
+      return std::nullopt;
+    }
+    r.m *= size;
+  }
+  return r;
+}
+
+QuantizeResult quantize_impl(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
                              const std::optional<at::Tensor>& scale, const at::Tensor& smooth, bool overlap,
                              const AsymmetricArgs& asym) {
-  const int64_t m = x.size(0), k = x.size(1);
+  const int64_t m = r.m, k = r.k;
 
   at::Tensor q = at::empty({m, k}, x.options().dtype(at::kChar));
   // Static: the op returns a copy of the given scales (an output may not alias an input under
@@ -209,8 +231,8 @@ QuantizeResult quantize_impl(const at::Tensor& x, QuantDtype dtype, QuantGranula
   // x is read in place with any strides (a zero stride included: an expand-ed x is never
   // materialised); the GPU kernels take 16-byte vectors only where its K stride is 1.
   p.x = x.const_data_ptr();
-  p.x_stride_row = x.stride(0);
-  p.x_stride_col = x.stride(1);
+  p.x_stride_row = r.stride_row;
+  p.x_stride_col = r.stride_col;
   p.m = m;
   p.k = k;
   p.dtype = dtype;
@@ -243,7 +265,8 @@ std::tuple<at::Tensor, at::Tensor> quantize(const at::Tensor& x, std::string_vie
   TORCH_CHECK_VALUE(x.is_cpu() || x.is_cuda(), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ",
                     x.device().str());
   if (scale.has_value() && x.is_cpu()) check_static_scale_values(kOp, "scale", *scale);
-  QuantizeResult r = quantize_impl(x, dtype, granularity, scale, smooth.value_or(at::Tensor()), /*overlap=*/false);
+  const QuantizeResult r =
+      quantize_impl(x, *rows_of(x), dtype, granularity, scale, smooth.value_or(at::Tensor()), /*overlap=*/false);
   return {r.q, r.scale};
 }
 
@@ -272,8 +295,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_asym(const at::Tensor& x
     check_static_scale_values(kOpAsym, "scale", *scale);
     check_static_zero_point_values(kOpAsym, "zero_point", *zero_point);
   }
-  QuantizeResult r = quantize_impl(x, dtype, granularity, scale, smooth.value_or(at::Tensor()), /*overlap=*/false,
-                                   AsymmetricArgs{true, zero_point});
+  const QuantizeResult r = quantize_impl(x, *rows_of(x), dtype, granularity, scale, smooth.value_or(at::Tensor()),
+                                         /*overlap=*/false, AsymmetricArgs{true, zero_point});
   return {r.q, r.scale, r.zero_point};
 }
 

@@ -61,26 +61,26 @@ OutType out_type_of(at::ScalarType t) {
 }
 
 void run_cuda(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b, GemmProblem& p,
-              const ScaledEpilogueParams& e, bool overlap) {
+              const ScaledEpilogueParams& e, const ScaledGemmCall& call) {
   const c10::cuda::CUDAGuard guard(a.device());
   const DeviceInfo dev = device_info(a.device());
   Backend backend = Backend::kAuto;
   const std::string why_not = resolve_gpu_backend(requested, dev, e, &backend);
   TORCH_CHECK_VALUE(why_not.empty(), op, ": ", why_not, " (argument 'backend')");
-  const OperandCopies copies = fit_operands(backend, a, b, p);  // alive until the launch is enqueued
+  const OperandCopies copies = fit_operands(backend, a, b, p, call.b_rows);  // alive until the launch is enqueued
   p.stream = at::cuda::getCurrentCUDAStream(a.device().index()).stream();
   // An operand copy is a kernel between the quantize and the GEMM that writes what the GEMM
   // reads before its griddep_wait: no overlap then.
-  p.pdl = overlap && has_pdl(dev) && !copies.a.defined() && !copies.b.defined();
+  p.pdl = call.overlap && has_pdl(dev) && !copies.a.defined() && !copies.b.defined();
   run_gpu(backend, p, e, dev);
 }
 
 void run_on_cpu(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b, GemmProblem& p,
-                const ScaledEpilogueParams& e, at::Tensor& out) {
-  const OperandCopies k_major = cpu_k_major_operands(op, requested, a, b, p);
+                const ScaledEpilogueParams& e, at::Tensor& out, bool b_rows) {
+  const OperandCopies k_major = cpu_k_major_operands(op, requested, a, b, p, b_rows);
   // fp32 results, rounded once to the output dtype by torch (round to nearest even).
   at::Tensor f32 = out.scalar_type() == at::kFloat ? out : at::empty(out.sizes(), out.options().dtype(at::kFloat));
-  p.d = Output{f32.data_ptr<float>(), f32.stride(0), OutType::kFp32};
+  p.d = Output{f32.data_ptr<float>(), p.n, OutType::kFp32};
   cpu_parallel_for(p.m, cpu_row_grain(p), [&](int64_t begin, int64_t end) { run_cpu(p, e, begin, end); });
   if (!f32.is_same(out)) out.copy_(f32);
 }
@@ -147,26 +147,28 @@ at::Tensor checked_bias_f32(const char* op, const std::optional<at::Tensor>& bia
 
 at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
                             ScaledEpilogueParams e, const at::Tensor& bias_f32, at::ScalarType out_dtype,
-                            bool overlap, const at::Tensor& colsum_i32) {
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+                            const ScaledGemmCall& call) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(call.b_rows ? 0 : 1);
   e.bias = bias_f32.defined() ? bias_f32.const_data_ptr<float>() : nullptr;
-  e.b_colsum = colsum_i32.defined() ? colsum_i32.const_data_ptr<int32_t>() : nullptr;
-  at::Tensor out = at::empty({m, n}, a.options().dtype(out_dtype));
+  e.b_colsum = call.colsum_i32.defined() ? call.colsum_i32.const_data_ptr<int32_t>() : nullptr;
+  // Contiguous in the caller's shape: its M rows of N are the kernels' [M, N] with row stride N.
+  at::Tensor out = call.out_shape.empty() ? at::empty({m, n}, a.options().dtype(out_dtype))
+                                          : at::empty(call.out_shape, a.options().dtype(out_dtype));
   if (m == 0 || n == 0) return out;
   if (k == 0) {  // every sum is zero: out = bias
     if (bias_f32.defined()) {
-      out.copy_(bias_f32.unsqueeze(0).expand({m, n}));
+      out.copy_(bias_f32.expand(out.sizes()));
     } else {
       out.zero_();
     }
     return out;
   }
-  GemmProblem p = gemm_problem(a, b, out.data_ptr(), n, out_type_of(out_dtype));
+  GemmProblem p = gemm_problem(a, b, out.data_ptr(), n, out_type_of(out_dtype), call.b_rows);
   if (a.is_cuda()) {
-    run_cuda(op, requested, a, b, p, e, overlap);
+    run_cuda(op, requested, a, b, p, e, call);
   } else {
     TORCH_CHECK_VALUE(a.is_cpu(), op, ": argument 'a' must be a CPU or CUDA tensor, got ", a.device().str());
-    run_on_cpu(op, requested, a, b, p, e, out);
+    run_on_cpu(op, requested, a, b, p, e, out, call.b_rows);
   }
   return out;
 }
@@ -200,11 +202,12 @@ at::Tensor scaled_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tenso
   TORCH_CHECK_VALUE(e.per_block() || k <= kMaxUnblockedK, kOp, ": K = ", num(k), " > ", num(kMaxUnblockedK),
                     " could overflow the int32 accumulator without per-block scales; pass scale_a as [M, ceil(K/128)]"
                     " (per-block 1x128)");
+  ScaledGemmCall call;
   if (e.asymmetric()) {
     check_asymmetric_k(kOp, k, "zero_point_a");
-    if (!colsum.defined()) colsum = at::sum(b, {0}, /*keepdim=*/false, at::kInt);  // sum_k B[k, n]
+    call.colsum_i32 = colsum.defined() ? colsum : at::sum(b, {0}, /*keepdim=*/false, at::kInt);  // sum_k B[k, n]
   }
-  return scaled_gemm_impl(kOp, requested, a, b, e, bias_f32, dtype, /*overlap=*/false, colsum);
+  return scaled_gemm_impl(kOp, requested, a, b, e, bias_f32, dtype, call);
 }
 
 TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { m.impl("scaled_gemm", &scaled_gemm); }

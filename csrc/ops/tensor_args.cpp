@@ -66,13 +66,14 @@ Operand describe(const at::Tensor& t, bool transpose) {
   return op;
 }
 
-GemmProblem gemm_problem(const at::Tensor& a, const at::Tensor& b, void* d, int64_t ldd, OutType type) {
+GemmProblem gemm_problem(const at::Tensor& a, const at::Tensor& b, void* d, int64_t ldd, OutType type,
+                         bool b_rows) {
   GemmProblem p;
   p.m = static_cast<int>(a.size(0));
-  p.n = static_cast<int>(b.size(1));
+  p.n = static_cast<int>(b.size(b_rows ? 0 : 1));
   p.k = static_cast<int>(a.size(1));
   p.a = describe(a, false);
-  p.b = describe(b, true);
+  p.b = describe(b, !b_rows);
   p.d = Output{d, ldd, type};
   return p;
 }
@@ -97,7 +98,8 @@ DeviceInfo device_info(const at::Device& device) {
   return dev;
 }
 
-OperandCopies fit_operands(Backend backend, const at::Tensor& a, const at::Tensor& b, GemmProblem& p) {
+OperandCopies fit_operands(Backend backend, const at::Tensor& a, const at::Tensor& b, GemmProblem& p,
+                           bool b_rows) {
   OperandCopies copies;
   if (p.k == 0) return copies;  // no kernel reads them
   if (!operand_fits(backend, p.a, p.m, p.k)) {
@@ -105,7 +107,7 @@ OperandCopies fit_operands(Backend backend, const at::Tensor& a, const at::Tenso
     p.a = describe(copies.a, false);
   }
   if (!operand_fits(backend, p.b, p.n, p.k)) {
-    copies.b = k_major_copy(b, true);
+    copies.b = k_major_copy(b, !b_rows);
     p.b = describe(copies.b, false);
   }
   return copies;
@@ -117,13 +119,17 @@ void check_cpu_backend(const char* op, Backend requested) {
 }
 
 OperandCopies cpu_k_major_operands(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
-                                   GemmProblem& p) {
+                                   GemmProblem& p, bool b_rows) {
   check_cpu_backend(op, requested);
   OperandCopies k_major;
   k_major.a = p.a.k_major() ? a : a.contiguous();
-  k_major.b = p.b.k_major() ? b : b.t().contiguous().t();
+  if (b_rows) {
+    k_major.b = p.b.k_major() ? b : b.contiguous();
+  } else {
+    k_major.b = p.b.k_major() ? b : b.t().contiguous().t();
+  }
   p.a = describe(k_major.a, false);
-  p.b = describe(k_major.b, true);
+  p.b = describe(k_major.b, !b_rows);
   return k_major;
 }
 

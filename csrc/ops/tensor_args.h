@@ -36,8 +36,10 @@ Backend parse_backend_arg(const char* op, std::string_view name);
 // The [rows, K] view of an operand: A as given, B transposed (transpose = true).
 Operand describe(const at::Tensor& t, bool transpose);
 
-// The problem A [M, K] @ B [K, N] -> d (its data, row stride and element type).
-GemmProblem gemm_problem(const at::Tensor& a, const at::Tensor& b, void* d, int64_t ldd, OutType type);
+// The problem A [M, K] @ B [K, N] -> d (its data, row stride and element type). b_rows: `b` is
+// given as its [N, K] rows (an nn.Linear weight), not as [K, N] (no transposed view is made).
+GemmProblem gemm_problem(const at::Tensor& a, const at::Tensor& b, void* d, int64_t ldd, OutType type,
+                         bool b_rows = false);
 
 // A K-major copy of the [rows, K] view (A, or B transposed) whose rows are padded to 16 bytes:
 // the layout every GPU kernel reads directly. Returns the [rows, K] view of the padded buffer.
@@ -50,7 +52,8 @@ DeviceInfo device_info(const at::Device& device);
 struct OperandCopies {
   at::Tensor a, b;
 };
-OperandCopies fit_operands(Backend backend, const at::Tensor& a, const at::Tensor& b, GemmProblem& p);
+OperandCopies fit_operands(Backend backend, const at::Tensor& a, const at::Tensor& b, GemmProblem& p,
+                           bool b_rows = false);
 
 // CPU tensors take the backends "auto" and "cpu" only.
 void check_cpu_backend(const char* op, Backend requested);
@@ -59,7 +62,7 @@ void check_cpu_backend(const char* op, Backend requested);
 // K-major (a contiguous copy of one that is not) and describes them in p; the returned tensors
 // must outlive the computation.
 OperandCopies cpu_k_major_operands(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
-                                   GemmProblem& p);
+                                   GemmProblem& p, bool b_rows = false);
 
 // Rows of D per CPU task (ops/cpu_parallel.h): about 2M multiply-adds each, which outweighs
 // starting a thread.

@@ -1,6 +1,6 @@
 """Where a decode-sized QuantLinear call spends its time (GPU): the parts timed alone, in graphs.
 
-    python3 -m scripts.dev.decode_anatomy [--json PATH]
+    python3 -m scripts.dev.decode_anatomy [--json PATH] [--host-only]
 
 Per layer shape and row count, in one CUDA graph of rotated weight copies (as bench_decode):
 bf16 F.linear; tcgemm.quantize alone; scaled_gemm on pre-quantized rows per backend (skinny,
@@ -49,11 +49,12 @@ def layer_fns(k, n, m, device):
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--json", default=None)
+    p.add_argument("--host-only", action="store_true", help="only the host times and profiles")
     args = p.parse_args()
     device = torch.device("cuda")
     out = {"graph_us": [], "host_us": {}}
     with torch.no_grad():
-        for k, n in SHAPES:
+        for k, n in [] if args.host_only else SHAPES:
             for m in (1, 4, 8, 16):
                 fns, n_sets = layer_fns(k, n, m, device)
                 t = time_methods(fns, n_sets, graphs=True)
@@ -70,6 +71,8 @@ def main() -> int:
         x = torch.randn(1, 256, device=device, dtype=torch.bfloat16)
         q, s = tcgemm.quantize(x, "token")
         wt = qlin.weight.t()
+        wt_bf16 = lin.weight.t()
+        x3 = x.reshape(1, 1, 256)
         cases = {
             "add_ (one tiny kernel)": lambda: one.add_(1),
             "F.linear": lambda: F.linear(x, lin.weight, lin.bias),
@@ -81,6 +84,13 @@ def main() -> int:
                 x, qlin.weight, qlin.weight_scale, qlin.bias, "token", None, None, "auto"),
             "tcgemm.quant_linear": lambda: tcgemm.quant_linear(x, qlin.weight, qlin.weight_scale, qlin.bias),
             "QuantLinear": lambda: qlin(x),
+            "QuantLinear [1, 1, K]": lambda: qlin(x3),
+            # The parts: the torch.ops call path against a native binding, allocations, a view.
+            "torch.mm": lambda: torch.mm(x, lin.weight.t()),
+            "op aten.mm": lambda: torch.ops.aten.mm.default(x, wt_bf16),
+            "3 x torch.empty": lambda: (torch.empty(1, 256, dtype=torch.int8, device=device),
+                                        torch.empty(1, 1, device=device), torch.empty(1, 256, device=device)),
+            "weight.t()": lambda: qlin.weight.t(),
         }
         best = {}
         for _ in range(3):

@@ -1,5 +1,7 @@
 #include "kernels/sm90/sm90_tensor_map.h"
 
+#include <array>
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -34,10 +36,53 @@ int64_t row_stride_bytes(const Operand& op, int64_t rows, int64_t k) {
   return rows == 1 ? round_up<int64_t>(k, 16) : op.stride_row;
 }
 
+// Everything a descriptor is encoded from: equal keys give equal descriptors.
+struct MapKey {
+  const void* ptr;
+  int64_t cols, rows, stride_bytes;
+  int box_cols, box_rows;
+  CUtensorMapDataType type;
+  CUtensorMapL2promotion promotion;
+  bool operator==(const MapKey& o) const {
+    return ptr == o.ptr && cols == o.cols && rows == o.rows && stride_bytes == o.stride_bytes &&
+           box_cols == o.box_cols && box_rows == o.box_rows && type == o.type && promotion == o.promotion;
+  }
+};
+
+// The last descriptors this thread encoded. A descriptor is a pure function of its key (nothing
+// of the memory it describes is read), so a hit is exactly what encoding would give; it saves the
+// driver call (about a microsecond of host time) for the weights a layer reuses on every call
+// and the activation and output buffers the caching allocator hands out again.
+class MapCache {
+ public:
+  const CUtensorMap* find(const MapKey& key) const {
+    for (int i = 0; i < used_; ++i)
+      if (keys_[i] == key) return &maps_[i];
+    return nullptr;
+  }
+  void insert(const MapKey& key, const CUtensorMap& map) {
+    keys_[next_] = key;
+    maps_[next_] = map;
+    next_ = (next_ + 1) % kEntries;
+    used_ = used_ < kEntries ? used_ + 1 : kEntries;
+  }
+
+ private:
+  static constexpr int kEntries = 32;
+  std::array<MapKey, kEntries> keys_{};
+  std::array<CUtensorMap, kEntries> maps_{};
+  int used_ = 0;
+  int next_ = 0;
+};
+
 // A 2-D row-major tensor [rows, cols] (cols contiguous) read or written in [box_rows, box_cols]
-// boxes with 128-byte swizzle. Throws std::runtime_error naming `what` if the driver refuses.
+// boxes with 128-byte swizzle. Throws std::runtime_error naming the operand (`operand`, or the
+// output where null) if the driver refuses.
 CUtensorMap encode_2d(CUtensorMapDataType type, const void* ptr, int64_t cols, int64_t rows, int64_t stride_bytes,
-                      int box_cols, int box_rows, CUtensorMapL2promotion promotion, const std::string& what) {
+                      int box_cols, int box_rows, CUtensorMapL2promotion promotion, const char* operand) {
+  thread_local MapCache cache;
+  const MapKey key{ptr, cols, rows, stride_bytes, box_cols, box_rows, type, promotion};
+  if (const CUtensorMap* hit = cache.find(key)) return *hit;
   CUtensorMap map{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride_bytes)};
@@ -47,11 +92,13 @@ CUtensorMap encode_2d(CUtensorMapDataType type, const void* ptr, int64_t cols, i
       encode_tiled()(&map, type, 2, const_cast<void*>(ptr), dims, strides, box, element_strides,
                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (status != CUDA_SUCCESS) {
+    const std::string what = operand != nullptr ? std::string("operand '") + operand + "'" : std::string("output");
     throw std::runtime_error(std::string("tcgemm: cuTensorMapEncodeTiled failed (CUresult ") +
                              std::to_string(static_cast<int>(status)) + ") for " + what + " [" + std::to_string(rows) +
                              ", " + std::to_string(cols) + "] with row stride " + std::to_string(stride_bytes) +
                              " bytes");
   }
+  cache.insert(key, map);
   return map;
 }
 
@@ -65,7 +112,7 @@ bool tma_describable(const Operand& op, int64_t rows, int64_t k) {
 
 CUtensorMap make_operand_tensor_map(const Operand& op, int64_t rows, int64_t k, int box_rows, const char* name) {
   return encode_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, op.ptr, k, rows, row_stride_bytes(op, rows, k), 128, box_rows,
-                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, std::string("operand '") + name + "'");
+                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, name);
 }
 
 bool tma_storable(const void* d, size_t element_bytes, int64_t m, int64_t ldd) {
@@ -83,7 +130,7 @@ CUtensorMap make_output_tensor_map(void* d, OutType type, int64_t m, int64_t n, 
     case OutType::kFp16: tma_type = CU_TENSOR_MAP_DATA_TYPE_FLOAT16; bytes = 2; break;
   }
   const int64_t stride = m == 1 ? round_up<int64_t>(n * bytes, 16) : ldd * bytes;  // one row: any legal stride
-  return encode_2d(tma_type, d, n, m, stride, box_cols, box_rows, CU_TENSOR_MAP_L2_PROMOTION_NONE, "output");
+  return encode_2d(tma_type, d, n, m, stride, box_cols, box_rows, CU_TENSOR_MAP_L2_PROMOTION_NONE, nullptr);
 }
 
 }  // namespace tcgemm::sm90
