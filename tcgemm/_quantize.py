@@ -88,8 +88,8 @@ def quantize(
 
     out = _quantize_2d(x.reshape(m, k), granularity, rows(scale), smooth, symmetric, rows(zero_point))
     q, rest = out[0].reshape(x.shape), out[1:]
-    if scale is not None:
-        return (q, *(t.reshape(scale.shape) for t in rest))
+    if scale is not None:  # static: each returned tensor in the shape it was given
+        return (q, *(t.reshape(given.shape) for t, given in zip(rest, (scale, zero_point))))
     if granularity != "tensor":
         rest = tuple(t.reshape(*lead, t.shape[-1]) for t in rest)
     return (q, *rest)

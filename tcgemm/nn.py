@@ -156,17 +156,22 @@ def asymmetric_scale(lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, 
     rule of ``tcgemm.quantize(..., symmetric=False)`` for one row.
 
     Returns:
-        fp32 [] scale and int32 [] zero point, on ``lo``'s device.
+        fp32 [] scale and int32 [] zero point, on ``lo``'s device; NaN and 0 for a range that is
+        not finite.
 
     Example:
         >>> s, z = asymmetric_scale(torch.tensor(-1.0), torch.tensor(3.0))   # s = 4 / 255, z = -64
     """
     lo = lo.detach().float().clamp_max(0)
     hi = hi.detach().float().clamp_min(0)
+    finite = lo.isfinite() & hi.isfinite()
     scale = ((hi.double() - lo.double()) / 255).float()
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-    zero = (torch.round(-lo / scale).clamp(0, 255) - 128).to(torch.int32)
-    return scale, zero
+    zero = torch.where(finite, torch.round(-lo / scale).clamp(0, 255) - 128, 0.0).to(torch.int32)
+    # A range holding NaN or inf gives the scale NaN and the zero point 0, the rule of
+    # tcgemm.quantize for such a group (the CPU refuses the NaN static scale; a GPU makes the
+    # layer's outputs NaN).
+    return torch.where(finite, scale, torch.full_like(scale, float("nan"))), zero
 
 
 class Calibration(dict):
@@ -305,10 +310,12 @@ class QuantLinear(nn.Module):
             self.register_load_state_dict_post_hook(_refresh_colsum_after_load)
 
     def refresh_weight_colsum(self) -> None:
-        """Recomputes ``weight_colsum`` from ``weight`` (asymmetric layers; a no-op otherwise).
-        Loading a state dict does it; call it after writing ``weight`` in place yourself."""
+        """Recomputes ``weight_colsum`` from ``weight`` (asymmetric layers; a no-op otherwise), on
+        ``weight``'s device. Loading a state dict does it (``assign=True`` included); call it after
+        writing ``weight`` yourself. ``torch.func.functional_call`` with a replacement ``weight``
+        must pass the matching ``weight_colsum`` (``weight.sum(1, dtype=torch.int32)``) too."""
         if self.weight_colsum is not None:
-            self.weight_colsum.copy_(self.weight.sum(dim=1, dtype=torch.int32))
+            self._buffers["weight_colsum"] = self.weight.detach().sum(dim=1, dtype=torch.int32)
 
     @classmethod
     def from_linear(
@@ -459,6 +466,13 @@ class QuantLinear(nn.Module):
                 input_zero_point, weight_colsum,
             )
         return _quant_linear_op()(x, weight, weight_scale, bias, self.activation_granularity, input_scale, smooth)
+
+    def __setstate__(self, state):
+        # A layer pickled whole by a version without asymmetric activations lacks these.
+        super().__setstate__(state)
+        self.__dict__.setdefault("asymmetric", False)
+        for name in ("input_zero_point", "weight_colsum"):
+            self._buffers.setdefault(name, None)
 
     def _apply(self, fn, recurse=True):
         # Module.half() / .to(torch.bfloat16) convert every floating buffer; the kernels want fp32

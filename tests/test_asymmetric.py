@@ -446,3 +446,55 @@ def test_cpu_refuses_zero_points_outside_int8(case):
             tcgemm.quant_linear(x, torch.ones(8, 64, dtype=torch.int8), torch.ones(8), activation="static",
                                 asymmetric=True, input_scale=torch.tensor(0.1),
                                 input_zero_point=torch.tensor(-129, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scaled_gemm_zero_points_outside_int8(device, rng):
+    """A zero point outside [-128, 127] would void the exactness of the int32 correction: the CPU
+    refuses it, a GPU (where checking would synchronise) makes its row NaN."""
+    a = torch.randint(-128, 128, (3, 64), generator=rng, dtype=torch.int8).to(device)
+    b = torch.randint(-128, 128, (64, 8), generator=rng, dtype=torch.int8).to(device)
+    za = torch.tensor([[0], [2**30], [-129]], dtype=torch.int32, device=device)
+    ones = (torch.ones(3, 1, device=device), torch.ones(8, device=device))
+    if device == "cpu":
+        with pytest.raises(ValueError, match=r"argument 'zero_point_a' must hold values in \[-128, 127\], got 1073741824"):
+            tcgemm.scaled_gemm(a, b, *ones, zero_point_a=za)
+        return
+    y = tcgemm.scaled_gemm(a, b, *ones, out_dtype=torch.float32, zero_point_a=za)
+    assert y[0].isfinite().all() and y[1:].isnan().all()
+
+
+def test_quantize_static_shapes_follow_the_given_ones(rng):
+    x = skewed_x(6, 64, torch.float32, rng).reshape(2, 3, 64)
+    q, s, z = tcgemm.quantize(x, "tensor", symmetric=False, scale=torch.ones(1, 1), zero_point=torch.zeros(1, dtype=torch.int32))
+    q2, s2, z2 = tcgemm.quantize(x.reshape(6, 64), "tensor", symmetric=False, scale=torch.ones(1, 1),
+                                 zero_point=torch.zeros(1, dtype=torch.int32))
+    assert s.shape == s2.shape == (1, 1) and z.shape == z2.shape == (1,)
+
+
+def test_asymmetric_scale_of_a_range_that_is_not_finite():
+    for lo, hi in [(math.nan, 1.0), (-math.inf, 1.0), (-1.0, math.inf)]:
+        s, z = tcgemm.nn.asymmetric_scale(torch.tensor(lo), torch.tensor(hi))
+        assert s.isnan() and int(z) == 0
+    s, z = tcgemm.nn.asymmetric_scale(torch.tensor(0.0), torch.tensor(0.0))
+    assert float(s) == 1.0 and int(z) == -128
+
+
+def test_quantlinear_colsum_follows_the_weight_on_load(rng):
+    """Loading with assign=True into a layer built on the meta device puts the column sums where
+    the weight is; an old pickled layer (before asymmetric layers) still runs."""
+    layer = tcgemm.QuantLinear.from_linear(_trained_linear(rng), asymmetric=True)
+    with torch.device("meta"):
+        fresh = tcgemm.QuantLinear(256, 128, asymmetric=True)
+    fresh.load_state_dict(layer.state_dict(), assign=True)
+    assert fresh.weight_colsum.device.type == "cpu" and torch.equal(fresh.weight_colsum, layer.weight_colsum)
+    x = torch.randn(2, 256, generator=rng)
+    assert torch.equal(fresh(x), layer(x))
+    old = tcgemm.QuantLinear.from_linear(_trained_linear(rng))
+    state = old.__getstate__() if hasattr(old, "__getstate__") else old.__dict__
+    state = dict(state)
+    state.pop("asymmetric")
+    state["_buffers"] = {k: v for k, v in state["_buffers"].items() if k not in ("input_zero_point", "weight_colsum")}
+    revived = tcgemm.QuantLinear.__new__(tcgemm.QuantLinear)
+    revived.__setstate__(state)
+    assert torch.equal(revived(x), old(x))

@@ -92,6 +92,8 @@ def test_empty_problems(device):
     assert tcgemm.quant_linear(x, q, s, b).shape == (0, 8)
     y = tcgemm.quant_linear(torch.randn(2, 3, 0, device=device), q[:, :0], s, b)  # K = 0: out = bias
     assert torch.equal(y, b.expand(2, 3, 8))
+    y = tcgemm.quant_linear(torch.empty(3, 2, 0, device=device).transpose(0, 1), q[:, :0], s, b)  # rows not a view
+    assert torch.equal(y, b.expand(2, 3, 8))
     assert torch.equal(tcgemm.quant_linear(torch.randn(4, 0, device=device), q[:, :0], s), torch.zeros(4, 8, device=device))
     assert tcgemm.quant_linear(torch.randn(4, 64, device=device), q[:0], s[:0]).shape == (4, 0)
 

@@ -7,7 +7,8 @@
 // Asymmetric A (activations quantized with a zero point za, x = sa * (q - za)): the correction
 // by B's column sums colsum(n) = sum_k B[k, n] is taken in int32 before the conversion, so
 // acc - za * colsum = sum_k (q - za) * B is exact (two's-complement wrap-around of the products
-// cancels whenever that true sum fits int32: K <= kMaxAsymmetricK). Not with per-block scales.
+// cancels whenever that true sum fits int32: K <= kMaxAsymmetricK, za in [-128, 127]; a row
+// with a zero point outside that range is NaN). Not with per-block scales.
 // For per-block scales the main loop promotes each 128-wide K block's exact int32 partial sum
 // into fp32 accumulators (epilogue/block_scales.h); the epilogue then only applies what does not
 // depend on the K block (a per-channel weight scale, the bias) and converts.
@@ -15,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include <cuda_bf16.h>
@@ -108,7 +110,11 @@ struct ScaledEpilogue {
   TCGEMM_HD Row row(int64_t m) const {
     const float scale = PerBlock ? 1.0f : p.a.at(m, 0);
     if constexpr (Asymmetric) {
-      return Row{scale, p.a_zero.at(m)};
+      // A zero point outside the int8 range breaks the exactness argument above: its row is NaN
+      // (the ops refuse such values on the CPU, where checking needs no synchronisation).
+      const int32_t zero = p.a_zero.at(m);
+      const bool valid = zero >= -128 && zero <= 127;
+      return Row{valid ? scale : std::numeric_limits<float>::quiet_NaN(), zero};
     } else {
       return Row{scale};
     }

@@ -132,7 +132,7 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   at::Tensor x_rows = x;
   std::optional<Rows> rows = rows_of(x);
   if (!rows.has_value()) {
-    x_rows = x.reshape({-1, k});
+    x_rows = x.flatten(0, -2);  // a copy (K = 0 included: reshape cannot infer -1 then)
     rows = rows_of(x_rows);
   }
   const int64_t m = rows->m;

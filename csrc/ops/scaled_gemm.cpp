@@ -192,7 +192,10 @@ at::Tensor scaled_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tenso
   e.a = describe_scale_a(scale_a, m, kb);
   e.b = describe_scale_b(scale_b, n, kb);
   const at::Tensor bias_f32 = checked_bias_f32(kOp, bias, n, a, "a");
-  if (zero_point_a.has_value()) e.a_zero = checked_zero_point(kOp, *zero_point_a, "zero_point_a", m, a, "a");
+  if (zero_point_a.has_value()) {
+    e.a_zero = checked_zero_point(kOp, *zero_point_a, "zero_point_a", m, a, "a");
+    if (a.is_cpu()) check_static_zero_point_values(kOp, "zero_point_a", *zero_point_a);
+  }
   TORCH_CHECK_VALUE(zero_point_a.has_value() || !colsum_b.has_value(), kOp,
                     ": argument 'colsum_b' is used only with 'zero_point_a'");
   at::Tensor colsum = checked_colsum(kOp, colsum_b, "colsum_b", n, a, "a");

@@ -462,7 +462,9 @@ __global__ void __launch_bounds__(kBlockThreads) amax_kernel(const QuantizeParam
 // Static: a non-finite x quantizes to 0, and its group's returned scale becomes NaN, as does
 // that of a group whose scale is invalid (several threads may write the same NaN).
 // ASYM (static only): the given zero point of the element's group is added; one outside
-// [-128, 127] marks the group bad like an invalid scale, and a bad group holds its zero point.
+// [-128, 127] marks the group bad like an invalid scale (its values are still
+// clamp(round(x / scale) + zero)); a group with an invalid scale, and a non-finite x, hold the
+// zero point.
 template <typename T, int VEC, bool MUL, bool ASYM>
 __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const QuantizeParams p) {
   start_after_previous_kernel();
