@@ -42,7 +42,8 @@ struct QuantizeParams {
   int64_t x_stride_col = 1;  // elements between consecutive values of a row (0: a broadcast row)
   QuantDtype dtype = QuantDtype::kFloat32;
   QuantGranularity granularity = QuantGranularity::kToken;
-  int8_t* q = nullptr;       // [M, K], contiguous
+  int8_t* q = nullptr;       // [M, K], rows q_stride_row bytes apart (a multiple of 16 when > K)
+  int64_t q_stride_row = 0;
   // The returned scales ([] / [M, 1] / [M, G], contiguous). Dynamic: computed and written here.
   // Static: a copy of the given ones, where the kernels write NaN for every group that holds a
   // non-finite x or has an invalid scale (see "Bad data" below).

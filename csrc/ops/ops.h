@@ -51,8 +51,29 @@ struct Rows {
 // collapse into one stride (the caller reshapes then).
 std::optional<Rows> rows_of(const at::Tensor& x);
 
-// tcgemm.quantize / quantize_asym on the validated rows `r` of x; `smooth` (validated) or
-// undefined (quantize.cpp).
+// Where a quantization writes: q (rows q_stride_row bytes apart), the scales and zero points
+// (contiguous, shaped as tcgemm.quantize returns them). Static scales (and zero points) must
+// already hold a copy of the given ones, except when by_kernel: one block over a small x writes
+// them itself (static_by_one_block).
+struct QuantizeTargets {
+  int8_t* q = nullptr;
+  int64_t q_stride_row = 0;
+  float* scale_out = nullptr;
+  int32_t* zero_out = nullptr;
+  bool by_kernel = false;
+};
+
+// Whether a static quantization of x's rows is one block that writes the returned scale.
+bool static_by_one_block(const at::Tensor& x, const Rows& r, QuantGranularity granularity, bool is_static);
+
+// Quantizes the validated rows `r` of x into `t` (nothing for an empty x); `smooth` (validated)
+// or undefined (quantize.cpp).
+void quantize_to(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
+                 const std::optional<at::Tensor>& scale, const at::Tensor& smooth, bool overlap,
+                 const AsymmetricArgs& asym, const QuantizeTargets& t);
+
+// tcgemm.quantize / quantize_asym on the validated rows `r` of x, into new tensors; `smooth`
+// (validated) or undefined (quantize.cpp).
 QuantizeResult quantize_impl(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
                              const std::optional<at::Tensor>& scale, const at::Tensor& smooth, bool overlap,
                              const AsymmetricArgs& asym = {});
@@ -63,6 +84,11 @@ struct ScaledGemmCall {
   bool b_rows = false;        // b is given as its [N, K] rows (an nn.Linear weight), not as [K, N]
   at::IntArrayRef out_shape;  // the output's shape ([..., N], M rows in all); empty: [M, N]
   at::Tensor colsum_i32;      // B's int32 contiguous [N] column sums (with zero points), or undefined
+  // A's m rows of k described directly (quant_linear's quantized rows in its scratch buffer:
+  // K-major and 16-byte aligned, which every backend reads in place); `a` then only owns that
+  // memory and gives the device.
+  const Operand* a_rows = nullptr;
+  int64_t m = 0, k = 0;
 };
 
 // tcgemm.scaled_gemm on validated operands whose scales are decoded into e.a / e.b (and zero

@@ -7,6 +7,8 @@
 // launches (common/launch_kernel.cuh): the few-rows GEMM streams its weights while the
 // activations are quantized (docs/design/decode.md).
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include <optional>
@@ -14,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/math.h"
 #include "common/scale_layout.h"
 #include "ops/ops.h"
 #include "ops/tensor_args.h"
@@ -77,6 +80,19 @@ void check_asymmetric(bool asymmetric, std::string_view activation, const Scaled
                       ": argument 'input_zero_point' must have one element (shape [], [1] or [1, 1]), got shape ",
                       shape_str(input_zero_point->sizes()));
     check_same_device(kOp, *input_zero_point, "input_zero_point", x, "x");
+  }
+}
+
+// Copies the one element of a validated static scale or zero point `src` (on x's device) to
+// `dst`, on x's stream: the start of the returned copy that the quantize kernel marks.
+template <class T>
+void copy_one_element(const at::Tensor& src, T* dst, const at::Tensor& x) {
+  if (x.is_cuda()) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
+    C10_CUDA_CHECK(cudaMemcpyAsync(dst, src.const_data_ptr<T>(), sizeof(T), cudaMemcpyDeviceToDevice, stream));
+  } else {
+    *dst = *src.const_data_ptr<T>();
   }
 }
 
@@ -154,18 +170,59 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   call.overlap = x.is_cuda();
   call.b_rows = true;  // the weight [N, K] as it is
   call.out_shape = out_shape;
-  // Static: one scale (and zero point) for every row, in any one-element shape scaled_gemm reads.
   AsymmetricArgs asym;
   if (asymmetric) {
     asym.enabled = true;
     asym.zero_point = input_zero_point;
     call.colsum_i32 = colsum.defined() ? colsum : at::sum(weight, {1}, /*keepdim=*/false, at::kInt);  // sum_k W[n, k]
   }
-  const QuantizeResult qx = quantize_impl(x_rows, *rows, *dtype, granularity, input_scale,
-                                          smooth.value_or(at::Tensor()), call.overlap, asym);
-  e.a = *decode_scale_a(scale_tensor(qx.scale), m, scale_blocks(k));
-  if (asymmetric) e.a_zero = checked_zero_point(kOp, qx.zero_point, "input_zero_point", m, x, "x");
-  return scaled_gemm_impl(kOp, requested, qx.q, weight, e, bias_f32, x.scalar_type(), call);
+  // The quantized rows, their scales and zero points share one scratch allocation (each
+  // allocation is host time at decode): rows of round_up(K, 16) bytes, which every backend reads in
+  // place, then the scales, then the zero points, each 16-byte aligned. Static: one scale (and zero
+  // point) for every row, which starts as a copy of the given one unless one block writes it.
+  const bool is_static = input_scale.has_value();
+  const int64_t kb = scale_blocks(k);
+  const int64_t q_stride = round_up<int64_t>(k, 16);
+  const int64_t scales = is_static ? 1 : granularity == QuantGranularity::kGroup ? m * kb : m;
+  const int64_t scale_at = round_up<int64_t>(m * q_stride, 16);
+  const int64_t zero_at = round_up<int64_t>(scale_at + 4 * scales, 16);
+  const at::Tensor scratch = at::empty({zero_at + (asymmetric ? 4 * scales : 0)}, x.options().dtype(at::kByte));
+  uint8_t* base = scratch.data_ptr<uint8_t>();
+  QuantizeTargets t;
+  t.q = reinterpret_cast<int8_t*>(base);
+  t.q_stride_row = q_stride;
+  t.scale_out = reinterpret_cast<float*>(base + scale_at);
+  t.zero_out = asymmetric ? reinterpret_cast<int32_t*>(base + zero_at) : nullptr;
+  t.by_kernel = static_by_one_block(x_rows, *rows, granularity, is_static);
+  if (is_static && !t.by_kernel) {
+    copy_one_element(*input_scale, t.scale_out, x);
+    if (asymmetric) copy_one_element(*input_zero_point, t.zero_out, x);
+  }
+  quantize_to(x_rows, *rows, *dtype, granularity, input_scale, smooth.value_or(at::Tensor()), call.overlap, asym, t);
+
+  // The scaled GEMM reads them where they are: scales of one shape tcgemm.quantize returns.
+  ScaleTensor st;
+  st.ptr = t.scale_out;
+  if (!is_static) {
+    st.dim = 2;
+    st.sizes[0] = m;
+    st.sizes[1] = granularity == QuantGranularity::kGroup ? kb : 1;
+    st.strides[0] = st.sizes[1];
+    st.strides[1] = 1;
+  }
+  e.a = *decode_scale_a(st, m, kb);
+  if (asymmetric) {
+    e.a_zero.ptr = t.zero_out;
+    e.a_zero.stride_row = is_static ? 0 : 1;
+  }
+  Operand q_rows;
+  q_rows.ptr = t.q;
+  q_rows.stride_row = q_stride;
+  q_rows.stride_k = 1;
+  call.a_rows = &q_rows;
+  call.m = m;
+  call.k = k;
+  return scaled_gemm_impl(kOp, requested, scratch, weight, e, bias_f32, x.scalar_type(), call);
 }
 
 TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { m.impl("quant_linear", &quant_linear); }

@@ -189,19 +189,59 @@ std::optional<Rows> rows_of(const at::Tensor& x) {
   return r;
 }
 
+bool static_by_one_block(const at::Tensor& x, const Rows& r, QuantGranularity granularity, bool is_static) {
+  // A few long rows on the GPU with one static scale (a decode step): one block, which writes the
+  // returned scale itself. Its threads sweep one row at a time, so short or many rows keep the grid.
+  return is_static && x.is_cuda() && granularity == QuantGranularity::kTensor && r.m > 0 &&
+         r.m <= kStaticOneBlockRows && r.k >= kStaticOneBlockMinK && r.m * r.k <= kStaticOneBlockElems;
+}
+
+void quantize_to(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
+                 const std::optional<at::Tensor>& scale, const at::Tensor& smooth, bool overlap,
+                 const AsymmetricArgs& asym, const QuantizeTargets& t) {
+  if (r.m == 0 || r.k == 0) return;
+  // The kernels index the given scales densely; they read these and write the targets.
+  const at::Tensor scale_in = scale.has_value() ? scale->contiguous() : at::Tensor();
+  const at::Tensor channel_mul = smooth.defined() ? smooth.contiguous() : at::Tensor();
+  const at::Tensor zero_in = asym.enabled && asym.zero_point.has_value() ? asym.zero_point->contiguous() : at::Tensor();
+
+  QuantizeParams p;
+  // x is read in place with any strides (a zero stride included: an expand-ed x is never
+  // materialised); the GPU kernels take 16-byte vectors only where its K stride is 1.
+  p.x = x.const_data_ptr();
+  p.x_stride_row = r.stride_row;
+  p.x_stride_col = r.stride_col;
+  p.m = r.m;
+  p.k = r.k;
+  p.dtype = dtype;
+  p.granularity = granularity;
+  p.q = t.q;
+  p.q_stride_row = t.q_stride_row;
+  p.scale_out = t.scale_out;
+  p.scale_out_by_kernel = t.by_kernel;
+  if (scale.has_value()) p.scale_in = scale_in.const_data_ptr<float>();
+  if (channel_mul.defined()) p.channel_mul = channel_mul.const_data_ptr<float>();
+  if (asym.enabled) {
+    p.asymmetric = true;
+    p.zero_out = t.zero_out;
+    if (zero_in.defined()) p.zero_in = zero_in.const_data_ptr<int32_t>();
+  }
+  if (x.is_cuda()) {
+    run_cuda(p, x, overlap);
+  } else {
+    run_cpu(p);
+  }
+}
+
 QuantizeResult quantize_impl(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
                              const std::optional<at::Tensor>& scale, const at::Tensor& smooth, bool overlap,
                              const AsymmetricArgs& asym) {
   const int64_t m = r.m, k = r.k;
-
   at::Tensor q = at::empty({m, k}, x.options().dtype(at::kChar));
   // Static: the op returns a copy of the given scales (an output may not alias an input under
   // this schema: opcheck, functionalization and torch.compile rely on it), contiguous, with NaN
   // for the groups that held a non-finite x or had an invalid scale.
-  // A few long rows on the GPU with one static scale (a decode step): one block, which writes the
-  // returned scale itself. Its threads sweep one row at a time, so short or many rows keep the grid.
-  const bool by_kernel = scale.has_value() && x.is_cuda() && granularity == QuantGranularity::kTensor && m > 0 &&
-                         m <= kStaticOneBlockRows && k >= kStaticOneBlockMinK && m * k <= kStaticOneBlockElems;
+  const bool by_kernel = static_by_one_block(x, r, granularity, scale.has_value());
   const at::TensorOptions f32 = x.options().dtype(at::kFloat);
   at::Tensor scale_out;
   at::Tensor zero_out;  // asymmetric only
@@ -222,36 +262,13 @@ QuantizeResult quantize_impl(const at::Tensor& x, const Rows& r, QuantDtype dtyp
     }
     return {q, scale_out, zero_out};
   }
-  // The kernels index the given scales densely; they read these and write scale_out.
-  const at::Tensor scale_in = scale.has_value() ? scale->contiguous() : at::Tensor();
-  const at::Tensor channel_mul = smooth.defined() ? smooth.contiguous() : at::Tensor();
-  const at::Tensor zero_in = asym.enabled && asym.zero_point.has_value() ? asym.zero_point->contiguous() : at::Tensor();
-
-  QuantizeParams p;
-  // x is read in place with any strides (a zero stride included: an expand-ed x is never
-  // materialised); the GPU kernels take 16-byte vectors only where its K stride is 1.
-  p.x = x.const_data_ptr();
-  p.x_stride_row = r.stride_row;
-  p.x_stride_col = r.stride_col;
-  p.m = m;
-  p.k = k;
-  p.dtype = dtype;
-  p.granularity = granularity;
-  p.q = q.data_ptr<int8_t>();
-  p.scale_out = scale_out.data_ptr<float>();
-  p.scale_out_by_kernel = by_kernel;
-  if (scale.has_value()) p.scale_in = scale_in.const_data_ptr<float>();
-  if (channel_mul.defined()) p.channel_mul = channel_mul.const_data_ptr<float>();
-  if (asym.enabled) {
-    p.asymmetric = true;
-    p.zero_out = zero_out.data_ptr<int32_t>();
-    if (zero_in.defined()) p.zero_in = zero_in.const_data_ptr<int32_t>();
-  }
-  if (x.is_cuda()) {
-    run_cuda(p, x, overlap);
-  } else {
-    run_cpu(p);
-  }
+  QuantizeTargets t;
+  t.q = q.data_ptr<int8_t>();
+  t.q_stride_row = k;
+  t.scale_out = scale_out.data_ptr<float>();
+  t.zero_out = asym.enabled ? zero_out.data_ptr<int32_t>() : nullptr;
+  t.by_kernel = by_kernel;
+  quantize_to(x, r, dtype, granularity, scale, smooth, overlap, asym, t);
   return {q, scale_out, zero_out};
 }
 

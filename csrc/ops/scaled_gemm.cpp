@@ -148,7 +148,9 @@ at::Tensor checked_bias_f32(const char* op, const std::optional<at::Tensor>& bia
 at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
                             ScaledEpilogueParams e, const at::Tensor& bias_f32, at::ScalarType out_dtype,
                             const ScaledGemmCall& call) {
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(call.b_rows ? 0 : 1);
+  const bool described = call.a_rows != nullptr;
+  const int64_t m = described ? call.m : a.size(0), k = described ? call.k : a.size(1);
+  const int64_t n = b.size(call.b_rows ? 0 : 1);
   e.bias = bias_f32.defined() ? bias_f32.const_data_ptr<float>() : nullptr;
   e.b_colsum = call.colsum_i32.defined() ? call.colsum_i32.const_data_ptr<int32_t>() : nullptr;
   // Contiguous in the caller's shape: its M rows of N are the kernels' [M, N] with row stride N.
@@ -163,7 +165,8 @@ at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor&
     }
     return out;
   }
-  GemmProblem p = gemm_problem(a, b, out.data_ptr(), n, out_type_of(out_dtype), call.b_rows);
+  GemmProblem p = described ? gemm_problem(*call.a_rows, m, k, b, out.data_ptr(), n, out_type_of(out_dtype), call.b_rows)
+                            : gemm_problem(a, b, out.data_ptr(), n, out_type_of(out_dtype), call.b_rows);
   if (a.is_cuda()) {
     run_cuda(op, requested, a, b, p, e, call);
   } else {

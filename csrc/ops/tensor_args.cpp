@@ -68,11 +68,16 @@ Operand describe(const at::Tensor& t, bool transpose) {
 
 GemmProblem gemm_problem(const at::Tensor& a, const at::Tensor& b, void* d, int64_t ldd, OutType type,
                          bool b_rows) {
+  return gemm_problem(describe(a, false), a.size(0), a.size(1), b, d, ldd, type, b_rows);
+}
+
+GemmProblem gemm_problem(const Operand& a, int64_t m, int64_t k, const at::Tensor& b, void* d, int64_t ldd,
+                         OutType type, bool b_rows) {
   GemmProblem p;
-  p.m = static_cast<int>(a.size(0));
+  p.m = static_cast<int>(m);
   p.n = static_cast<int>(b.size(b_rows ? 0 : 1));
-  p.k = static_cast<int>(a.size(1));
-  p.a = describe(a, false);
+  p.k = static_cast<int>(k);
+  p.a = a;
   p.b = describe(b, !b_rows);
   p.d = Output{d, ldd, type};
   return p;
@@ -103,6 +108,7 @@ OperandCopies fit_operands(Backend backend, const at::Tensor& a, const at::Tenso
   OperandCopies copies;
   if (p.k == 0) return copies;  // no kernel reads them
   if (!operand_fits(backend, p.a, p.m, p.k)) {
+    TORCH_INTERNAL_ASSERT(a.dim() == 2, "tcgemm: an A operand described without its tensor needs a copy");
     copies.a = k_major_copy(a, false);
     p.a = describe(copies.a, false);
   }
@@ -122,14 +128,15 @@ OperandCopies cpu_k_major_operands(const char* op, Backend requested, const at::
                                    GemmProblem& p, bool b_rows) {
   check_cpu_backend(op, requested);
   OperandCopies k_major;
-  k_major.a = p.a.k_major() ? a : a.contiguous();
-  if (b_rows) {
-    k_major.b = p.b.k_major() ? b : b.contiguous();
-  } else {
-    k_major.b = p.b.k_major() ? b : b.t().contiguous().t();
+  if (!p.a.k_major()) {
+    TORCH_INTERNAL_ASSERT(a.dim() == 2, "tcgemm: an A operand described without its tensor needs a copy");
+    k_major.a = a.contiguous();
+    p.a = describe(k_major.a, false);
   }
-  p.a = describe(k_major.a, false);
-  p.b = describe(k_major.b, !b_rows);
+  if (!p.b.k_major()) {
+    k_major.b = b_rows ? b.contiguous() : b.t().contiguous().t();
+    p.b = describe(k_major.b, !b_rows);
+  }
   return k_major;
 }
 

@@ -40,6 +40,9 @@ Operand describe(const at::Tensor& t, bool transpose);
 // given as its [N, K] rows (an nn.Linear weight), not as [K, N] (no transposed view is made).
 GemmProblem gemm_problem(const at::Tensor& a, const at::Tensor& b, void* d, int64_t ldd, OutType type,
                          bool b_rows = false);
+// The same with A described directly: m rows of k.
+GemmProblem gemm_problem(const Operand& a, int64_t m, int64_t k, const at::Tensor& b, void* d, int64_t ldd,
+                         OutType type, bool b_rows);
 
 // A K-major copy of the [rows, K] view (A, or B transposed) whose rows are padded to 16 bytes:
 // the layout every GPU kernel reads directly. Returns the [rows, K] view of the padded buffer.
@@ -48,7 +51,8 @@ at::Tensor k_major_copy(const at::Tensor& t, bool transpose);
 DeviceInfo device_info(const at::Device& device);
 
 // Gives p.a / p.b a K-major padded copy when `backend` cannot read them in place; the copies
-// are returned so they outlive the launch (the caching allocator keeps them stream-ordered).
+// are returned so they outlive the launch (the caching allocator keeps them stream-ordered). An
+// A described without its 2-D tensor (quant_linear's scratch) must fit every backend.
 struct OperandCopies {
   at::Tensor a, b;
 };

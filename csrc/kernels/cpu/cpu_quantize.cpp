@@ -85,7 +85,7 @@ bool quantize_rows_asymmetric(const QuantizeParams& p, int64_t m_begin, int64_t 
     const float* x_row = row_of(p, row, buf);
     const int64_t at = per_row ? row : 0;
     if (is_static) {
-      quantize_span(x_row, p.q + row * p.k, p.k, p.scale_in[at], per_row ? p.scale_out + row : &tensor_mark, true,
+      quantize_span(x_row, p.q + row * p.q_stride_row, p.k, p.scale_in[at], per_row ? p.scale_out + row : &tensor_mark, true,
                     p.zero_in[at]);
       continue;
     }
@@ -94,7 +94,7 @@ bool quantize_rows_asymmetric(const QuantizeParams& p, int64_t m_begin, int64_t 
     const int32_t zero = r.zero(scale);
     p.scale_out[row] = scale;
     p.zero_out[row] = zero;
-    quantize_span(x_row, p.q + row * p.k, p.k, scale, nullptr, true, zero);
+    quantize_span(x_row, p.q + row * p.q_stride_row, p.k, scale, nullptr, true, zero);
   }
   return tensor_mark != tensor_mark;
 }
@@ -119,7 +119,7 @@ bool quantize_rows(const QuantizeParams& p, int64_t m_begin, int64_t m_end, floa
   float tensor_mark = 0.f;  // static per tensor: NaN once a row was bad
   for (int64_t row = m_begin; row < m_end; ++row) {
     const float* x_row = row_of(p, row, buf);
-    int8_t* q_row = p.q + row * p.k;
+    int8_t* q_row = p.q + row * p.q_stride_row;
     switch (p.granularity) {
       case QuantGranularity::kTensor:
         quantize_span(x_row, q_row, p.k, is_static ? p.scale_in[0] : tensor_scale, is_static ? &tensor_mark : nullptr);

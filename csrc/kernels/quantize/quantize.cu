@@ -300,7 +300,7 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamSh
   // The loop bound is uniform over the team, as the shuffles and barriers need.
   for (int64_t row = first_row; row < p.m; row += int64_t{gridDim.x} * teams_per_block) {
     const T* x_row = x + row * p.x_stride_row;
-    int8_t* q_row = p.q + row * p.k;
+    int8_t* q_row = p.q + row * p.q_stride_row;
     QuantRange<ASYM> range;
     RawVec<T, VEC> cached[CACHE > 0 ? CACHE : 1];
     // 32-bit offsets (K < 2^31) where they save registers (the vectorized rows), 64-bit ones
@@ -428,7 +428,7 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_group_kernel(const Qua
 #pragma unroll
     for (int j = 0; j < PER_LANE; ++j) {
       const int64_t col = col0 + (int64_t{j} * LANES + sub) * VEC;
-      if (col < p.k) store_group<VEC>(p.q + row * p.k + col, v[j], qz);
+      if (col < p.k) store_group<VEC>(p.q + row * p.q_stride_row + col, v[j], qz);
     }
   }
 }
@@ -511,7 +511,7 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const Qu
           p.scale_out[at] = __int_as_float(0x7fffffff);
         }
       }
-      store_group<VEC>(p.q + row * p.k + i * VEC, v, Quantizer<ASYM>(scale, zero));
+      store_group<VEC>(p.q + row * p.q_stride_row + i * VEC, v, Quantizer<ASYM>(scale, zero));
     }
   }
   if (p.scale_out_by_kernel) {  // one block over all of x (block-uniform): the whole group is seen here
@@ -597,12 +597,13 @@ void launch(const QuantizeParams& p) {
 }
 
 // 16-byte loads need an aligned base and row stride; K % VEC == 0 keeps every vector inside the
-// row and the VEC-byte stores of q aligned (q is contiguous [M, K]).
+// row and the VEC-byte stores of q aligned (with its row stride).
 template <typename T>
 void launch_typed(const QuantizeParams& p) {
   constexpr int kVec = 16 / sizeof(T);
   const bool vectorized = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_stride_row % kVec == 0 &&
-                          p.x_stride_col == 1 && p.k % kVec == 0 && reinterpret_cast<uintptr_t>(p.q) % kVec == 0;
+                          p.x_stride_col == 1 && p.k % kVec == 0 && reinterpret_cast<uintptr_t>(p.q) % kVec == 0 &&
+                          p.q_stride_row % kVec == 0;
   const bool mul = p.channel_mul != nullptr;
   if (vectorized) return mul ? launch<T, kVec, true>(p) : launch<T, kVec, false>(p);
   mul ? launch<T, 1, true>(p) : launch<T, 1, false>(p);
