@@ -63,6 +63,10 @@ struct QuantizeTargets {
   bool by_kernel = false;
 };
 
+// The contiguous scales tcgemm.quantize writes for m rows of k at `ptr` ([] per tensor, [M, 1]
+// per token, [M, ceil(K/128)] per group), as scaled_gemm's scale decoder reads them.
+ScaleTensor quantize_scales(QuantGranularity granularity, float* ptr, int64_t m, int64_t k);
+
 // Whether a static quantization of x's rows is one block that writes the returned scale.
 bool static_by_one_block(const at::Tensor& x, const Rows& r, QuantGranularity granularity, bool is_static);
 
@@ -97,11 +101,6 @@ struct ScaledGemmCall {
 at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
                             ScaledEpilogueParams e, const at::Tensor& bias_f32, at::ScalarType out_dtype,
                             const ScaledGemmCall& call = {});
-
-// Checks the int32 zero points `name` of the M rows of an activation (one element per tensor, or
-// [M, 1] per token) on the device of `ref` and describes them (scaled_gemm.cpp).
-ZeroPointOperand checked_zero_point(const char* op, const at::Tensor& z, const char* name, int64_t m,
-                                    const at::Tensor& ref, const char* ref_name);
 
 // Checks optional int32 [N] column sums of a weight and returns them contiguous, or undefined.
 at::Tensor checked_colsum(const char* op, const std::optional<at::Tensor>& colsum, const char* name, int64_t n,

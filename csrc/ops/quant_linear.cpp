@@ -181,9 +181,9 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   // place, then the scales, then the zero points, each 16-byte aligned. Static: one scale (and zero
   // point) for every row, which starts as a copy of the given one unless one block writes it.
   const bool is_static = input_scale.has_value();
-  const int64_t kb = scale_blocks(k);
   const int64_t q_stride = round_up<int64_t>(k, 16);
-  const int64_t scales = is_static ? 1 : granularity == QuantGranularity::kGroup ? m * kb : m;
+  ScaleTensor st = quantize_scales(granularity, nullptr, m, k);  // static is per tensor: one scale
+  const int64_t scales = st.numel();
   const int64_t scale_at = round_up<int64_t>(m * q_stride, 16);
   const int64_t zero_at = round_up<int64_t>(scale_at + 4 * scales, 16);
   const at::Tensor scratch = at::empty({zero_at + (asymmetric ? 4 * scales : 0)}, x.options().dtype(at::kByte));
@@ -200,17 +200,9 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   }
   quantize_to(x_rows, *rows, *dtype, granularity, input_scale, smooth.value_or(at::Tensor()), call.overlap, asym, t);
 
-  // The scaled GEMM reads them where they are: scales of one shape tcgemm.quantize returns.
-  ScaleTensor st;
+  // The scaled GEMM reads them where they are, in the shape tcgemm.quantize returns them.
   st.ptr = t.scale_out;
-  if (!is_static) {
-    st.dim = 2;
-    st.sizes[0] = m;
-    st.sizes[1] = granularity == QuantGranularity::kGroup ? kb : 1;
-    st.strides[0] = st.sizes[1];
-    st.strides[1] = 1;
-  }
-  e.a = *decode_scale_a(st, m, kb);
+  e.a = *decode_scale_a(st, m, scale_blocks(k));
   if (asymmetric) {
     e.a_zero.ptr = t.zero_out;
     e.a_zero.stride_row = is_static ? 0 : 1;

@@ -137,16 +137,28 @@ std::optional<QuantDtype> quant_dtype_of(at::ScalarType t) {
   }
 }
 
-// A static scale must be a positive finite number. Checked where that needs no device
-// synchronisation (CPU tensors); on a GPU an invalid scale quantizes its group to zeros and
-// returns NaN for it (common/quantize_params.h).
-void check_static_scale_values(const char* op, const char* name, const at::Tensor& s) {
-  const at::Tensor dense = s.contiguous();
-  const float* v = dense.const_data_ptr<float>();
+// Every value of a static argument passes `valid`, else an error naming the argument, what it
+// must hold and its first bad value. Checked where that needs no device synchronisation (CPU
+// tensors); on a GPU a bad value marks its group NaN (common/quantize_params.h).
+template <class T, class Valid, class Show>
+void check_static_values(const char* op, const char* name, const at::Tensor& t, Valid valid, const char* must_hold,
+                         Show show) {
+  const at::Tensor dense = t.contiguous();
+  const T* v = dense.const_data_ptr<T>();
   for (int64_t i = 0; i < dense.numel(); ++i) {
-    TORCH_CHECK_VALUE(quant_scale_valid(v[i]), op, ": argument '", name, "' must hold positive finite numbers, got ",
-                      num_float(v[i]), " at flat index ", num(i));
+    TORCH_CHECK_VALUE(valid(v[i]), op, ": argument '", name, "' must hold ", must_hold, ", got ", show(v[i]),
+                      " at flat index ", num(i));
   }
+}
+
+void check_static_scale_values(const char* op, const char* name, const at::Tensor& s) {
+  check_static_values<float>(op, name, s, quant_scale_valid, "positive finite numbers",
+                             [](float v) { return num_float(v); });
+}
+
+void check_static_zero_point_values(const char* op, const char* name, const at::Tensor& z) {
+  check_static_values<int32_t>(op, name, z, quant_zero_valid, "values in [-128, 127]",
+                               [](int32_t v) { return num(v); });
 }
 
 void check_smooth(const char* op, const at::Tensor& s, const at::Tensor& x) {
@@ -158,13 +170,17 @@ void check_smooth(const char* op, const at::Tensor& s, const at::Tensor& x) {
                     x.device().str(), "), got ", s.device().str());
 }
 
-void check_static_zero_point_values(const char* op, const char* name, const at::Tensor& z) {
-  const at::Tensor dense = z.contiguous();
-  const int32_t* v = dense.const_data_ptr<int32_t>();
-  for (int64_t i = 0; i < dense.numel(); ++i) {
-    TORCH_CHECK_VALUE(quant_zero_valid(v[i]), op, ": argument '", name, "' must hold values in [-128, 127], got ",
-                      num(v[i]), " at flat index ", num(i));
+ScaleTensor quantize_scales(QuantGranularity granularity, float* ptr, int64_t m, int64_t k) {
+  const std::vector<int64_t> shape = scale_shape(granularity, m, k);
+  ScaleTensor s;
+  s.ptr = ptr;
+  s.dim = static_cast<int>(shape.size());
+  for (int i = 0; i < s.dim; ++i) s.sizes[i] = shape[i];
+  if (s.dim == 2) {  // contiguous
+    s.strides[0] = s.sizes[1];
+    s.strides[1] = 1;
   }
+  return s;
 }
 
 std::optional<Rows> rows_of(const at::Tensor& x) {

@@ -46,6 +46,22 @@ ScaleOperand describe_scale_b(const at::Tensor& s, int64_t n, int64_t kb) {
   return *op;
 }
 
+// The int32 zero points `name` of the M rows of A: one element (per tensor) or [M, 1].
+ZeroPointOperand checked_zero_point(const char* op, const at::Tensor& z, const char* name, int64_t m,
+                                    const at::Tensor& ref, const char* ref_name) {
+  TORCH_CHECK_TYPE(z.scalar_type() == at::kInt, op, ": argument '", name, "' must have dtype torch.int32, got ",
+                   dtype_name(z.scalar_type()));
+  check_same_device(op, z, name, ref, ref_name);
+  const bool per_tensor = z.numel() == 1 && z.dim() <= 2;
+  TORCH_CHECK_VALUE(per_tensor || (z.dim() == 2 && z.size(0) == m && z.size(1) == 1), op, ": argument '", name,
+                    "' must have shape [] or [1] (per-tensor) or [M, 1] = [", num(m), ", 1] (per-token), got ",
+                    shape_str(z.sizes()));
+  ZeroPointOperand zp;
+  zp.ptr = z.const_data_ptr<int32_t>();
+  zp.stride_row = per_tensor || m == 1 ? 0 : z.stride(0);
+  return zp;
+}
+
 at::ScalarType check_out_dtype(const std::optional<at::ScalarType>& out_dtype) {
   const at::ScalarType t = out_dtype.value_or(at::kBFloat16);
   TORCH_CHECK_TYPE(t == at::kBFloat16 || t == at::kHalf || t == at::kFloat, kOp,
@@ -103,20 +119,6 @@ ScaleTensor scale_tensor(const at::Tensor& s) {
   return t;
 }
 
-ZeroPointOperand checked_zero_point(const char* op, const at::Tensor& z, const char* name, int64_t m,
-                                    const at::Tensor& ref, const char* ref_name) {
-  TORCH_CHECK_TYPE(z.scalar_type() == at::kInt, op, ": argument '", name, "' must have dtype torch.int32, got ",
-                   dtype_name(z.scalar_type()));
-  check_same_device(op, z, name, ref, ref_name);
-  const bool per_tensor = z.numel() == 1 && z.dim() <= 2;
-  TORCH_CHECK_VALUE(per_tensor || (z.dim() == 2 && z.size(0) == m && z.size(1) == 1), op, ": argument '", name,
-                    "' must have shape [] or [1] (per-tensor) or [M, 1] = [", num(m), ", 1] (per-token), got ",
-                    shape_str(z.sizes()));
-  ZeroPointOperand zp;
-  zp.ptr = z.const_data_ptr<int32_t>();
-  zp.stride_row = per_tensor || m == 1 ? 0 : z.stride(0);
-  return zp;
-}
 
 at::Tensor checked_colsum(const char* op, const std::optional<at::Tensor>& colsum, const char* name, int64_t n,
                           const at::Tensor& ref, const char* ref_name) {
