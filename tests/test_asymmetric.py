@@ -417,6 +417,11 @@ def test_quantlinear_asymmetric_errors(rng):
         tcgemm.QuantLinear(256, 128, activation="block", asymmetric=True)
     with pytest.raises(ValueError, match="needs input_range"):
         tcgemm.QuantLinear.from_linear(_trained_linear(rng), activation="static", asymmetric=True)
+    with pytest.raises(ValueError, match=r"input_range must be two tensors of shape \[in_features\] = \[256\]"):
+        tcgemm.QuantLinear.from_linear(_trained_linear(rng), activation="static", asymmetric=True,
+                                       input_range=(torch.zeros(255), torch.ones(255)))
+    with pytest.raises(TypeError, match="tcgemm.quant_linear: argument 'asymmetric' must be a bool, got int"):
+        tcgemm.quant_linear(torch.ones(2, 64), torch.ones(8, 64, dtype=torch.int8), torch.ones(8), asymmetric=1)
     model = nn.Sequential(_trained_linear(rng))
     with pytest.raises(ValueError, match="needs the input ranges of a Calibration"):
         tcgemm.quantize_model(nn.Sequential(model), activation="static", asymmetric=True,
