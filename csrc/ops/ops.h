@@ -37,10 +37,6 @@ struct AsymmetricArgs {
   std::optional<at::Tensor> zero_point;
 };
 
-struct QuantizeResult {
-  at::Tensor q, scale;
-  at::Tensor zero_point;  // asymmetric only
-};
 
 // x [..., K] seen as m rows of k values, read in place: element (r, c) at r * stride_row +
 // c * stride_col (quantize.cpp).
@@ -76,11 +72,6 @@ void quantize_to(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGran
                  const std::optional<at::Tensor>& scale, const at::Tensor& smooth, bool overlap,
                  const AsymmetricArgs& asym, const QuantizeTargets& t);
 
-// tcgemm.quantize / quantize_asym on the validated rows `r` of x, into new tensors; `smooth`
-// (validated) or undefined (quantize.cpp).
-QuantizeResult quantize_impl(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
-                             const std::optional<at::Tensor>& scale, const at::Tensor& smooth, bool overlap,
-                             const AsymmetricArgs& asym = {});
 
 // How scaled_gemm_impl is called, besides its operands.
 struct ScaledGemmCall {

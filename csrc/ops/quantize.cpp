@@ -249,9 +249,18 @@ void quantize_to(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGran
   }
 }
 
+namespace {
+
+struct QuantizeResult {
+  at::Tensor q, scale;
+  at::Tensor zero_point;  // asymmetric only
+};
+
+// tcgemm.quantize / quantize_asym on the validated rows `r` of x, into new tensors; `smooth`
+// (validated) or undefined.
 QuantizeResult quantize_impl(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
                              const std::optional<at::Tensor>& scale, const at::Tensor& smooth, bool overlap,
-                             const AsymmetricArgs& asym) {
+                             const AsymmetricArgs& asym = {}) {
   const int64_t m = r.m, k = r.k;
   at::Tensor q = at::empty({m, k}, x.options().dtype(at::kChar));
   // Static: the op returns a copy of the given scales (an output may not alias an input under
@@ -287,6 +296,8 @@ QuantizeResult quantize_impl(const at::Tensor& x, const Rows& r, QuantDtype dtyp
   quantize_to(x, r, dtype, granularity, scale, smooth, overlap, asym, t);
   return {q, scale_out, zero_out};
 }
+
+}  // namespace
 
 std::tuple<at::Tensor, at::Tensor> quantize(const at::Tensor& x, std::string_view granularity_arg,
                                             const std::optional<at::Tensor>& scale,
