@@ -53,6 +53,9 @@ def unfused(x, q, s, b, activation, backend="auto"):
 
 
 WEIGHTS = ["channel", "block", "row_block"]
+# The skinny kernel quantizes x itself up to this many 16-byte vectors of x per thread of its 256
+# (csrc/kernels/skinny/configs.h, kQuantizeVecs).
+FUSED_VECTORS_PER_THREAD = 4
 BIASES = [None, torch.float32, torch.bfloat16]
 
 
@@ -176,16 +179,17 @@ def _nan_equal(a, b):
 
 @needs_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("activation", ["token", "static"])
+@pytest.mark.parametrize("activation", ["token", "block", "static"])
 @pytest.mark.parametrize("weight", WEIGHTS)
 def test_gpu_few_rows_static_smooth_and_bad_data(weight, activation, dtype):
-    """The few-rows path (overlapped launches on sm_90): tcgemm.quantize followed by
-    tcgemm.scaled_gemm, bit for bit, for every row count up to 16, a K tail (K % 128 != 0),
-    SmoothQuant multipliers, bias, rows holding NaN or inf, and invalid static scales."""
+    """The few-rows paths (one kernel that quantizes x itself at up to 4 rows; overlapped
+    launches of two on sm_90 beyond): tcgemm.quantize followed by tcgemm.scaled_gemm, bit for bit,
+    for every row count up to 16, a K tail (K % 128 != 0), SmoothQuant multipliers, bias, rows
+    holding NaN or inf, and invalid static scales."""
     n, k = 4096, 1000
     q, s, b = make_layer(n, k, weight, torch.float32, "cuda", seed=k)
     smooth = (0.25 + torch.rand(k, generator=_gen(5))).cuda()
-    granularity = {"token": "token", "static": "tensor"}[activation]
+    granularity = {"token": "token", "block": "group", "static": "tensor"}[activation]
     for m in range(1, 17):
         x = (torch.randn(m, k, generator=_gen(m)) * 3).to(device="cuda", dtype=dtype)
         for mul in (None, smooth):
@@ -202,6 +206,46 @@ def test_gpu_few_rows_static_smooth_and_bad_data(weight, activation, dtype):
                 qx, sx = tcgemm.quantize(xv, granularity, scale=in_scale, smooth=mul)
                 expected = tcgemm.scaled_gemm(qx, q.t(), sx, s, b, out_dtype=dtype)
                 assert _nan_equal(got, expected), f"m={m} smooth={mul is not None} scale={given}"
+
+
+def _cuda_kernels(fn):
+    """The names of the CUDA kernels fn() launches (torch profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()  # warm: first-call set-up (descriptor caches, lazy module loads) is not profiled
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("activation", ["token", "block"])
+@pytest.mark.parametrize("m,k,row_stride", [(1, 4096, None), (2, 1008, None), (4, 2048, None), (1, 8192, None),
+                                            (4, 4096, None), (1, 16384, None), (5, 1024, None), (3, 1008, 1010)],
+                         ids=str)
+def test_gpu_one_kernel_at_a_few_rows(m, k, row_stride, activation, dtype):
+    """Up to 4 rows of x, read as 16-byte vectors, a few per thread of the GEMM's 256, dynamic
+    symmetric scales: the skinny GEMM quantizes x itself, one kernel for the layer, with the bits
+    of the two ops. Beyond those limits, or with rows whose stride is not a multiple of the
+    vector, two kernels and the same bits."""
+    n = 4096
+    vec = 16 // dtype.itemsize
+    if activation == "token":  # each of the 256 threads holds FUSED_VECTORS_PER_THREAD // m vectors of each row
+        fits = -(-k // vec // 256) <= FUSED_VECTORS_PER_THREAD // m
+    else:  # a group of 128 values takes 128 / vec lanes
+        fits = m * -(-k // 128) * (128 // vec) <= FUSED_VECTORS_PER_THREAD * 256
+    one_kernel = m <= 4 and fits and row_stride is None
+    q, s, b = make_layer(n, k, "channel" if activation == "token" else "block", torch.float32, "cuda", seed=k)
+    base = (torch.randn(m, row_stride or k, generator=_gen(m + k)) * 2).to(device="cuda", dtype=dtype)
+    x = base[:, :k]
+    got = tcgemm.quant_linear(x, q, s, b, activation)
+    assert torch.equal(got, unfused(x, q, s, b, activation))
+    kernels = _cuda_kernels(lambda: tcgemm.quant_linear(x, q, s, b, activation))
+    assert len(kernels) == (1 if one_kernel else 2), kernels
+    assert ("quantize" in kernels[0]) != one_kernel, kernels  # the quantize kernel comes first when there are two
 
 
 @needs_cuda

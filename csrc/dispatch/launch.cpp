@@ -93,6 +93,32 @@ void run_gpu(Backend b, const GemmProblem& p, const EpilogueArgs& epilogue, cons
   throw std::logic_error(std::string("tcgemm: run_gpu got non-GPU backend ") + backend_name(b));
 }
 
+bool runs_on_skinny(Backend b, int m, int n, int k, const DeviceInfo& dev) {
+  switch (b) {
+    case Backend::kSkinny: return true;
+    case Backend::kSm80: return use_skinny(m, n, k, dev.sm_count, /*vs_sm90=*/false);
+    case Backend::kSm90: return use_skinny(m, n, k, dev.sm_count, /*vs_sm90=*/true);
+    default: return false;
+  }
+}
+
+void run_skinny_quantizing(const GemmProblem& p, const ScaledEpilogueParams& e, const QuantizeParams& xq,
+                           const DeviceInfo& dev) {
+  if (e.asymmetric()) throw std::logic_error("tcgemm: the skinny kernel quantizes A symmetrically only");
+  auto launch = [&](auto out_tag) {
+    using Out = decltype(out_tag);
+    if (e.per_block()) return skinny::launch_quantizing<skinny::Rows16Cols16>(p, ScaledEpilogue<Out, true>{e}, xq, dev.sm_count);
+    skinny::launch_quantizing<skinny::Rows16Cols16>(p, ScaledEpilogue<Out, false>{e}, xq, dev.sm_count);
+  };
+  switch (p.d.type) {
+    case OutType::kBf16: return launch(__nv_bfloat16{});
+    case OutType::kFp16: return launch(__half{});
+    case OutType::kFp32: return launch(float{});
+    case OutType::kInt32: break;
+  }
+  throw std::logic_error("tcgemm: the skinny kernel quantizes A for the scaled epilogue only");
+}
+
 void run_cpu(const GemmProblem& p, const EpilogueArgs& epilogue, int64_t m_begin, int64_t m_end) {
   cpu::gemm_rows(p, epilogue, m_begin, m_end);
 }

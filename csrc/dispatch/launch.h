@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "common/problem.h"
+#include "common/quantize_params.h"
 #include "dispatch/backends.h"
 #include "epilogue/epilogues.h"
 
@@ -12,6 +13,15 @@ namespace tcgemm {
 // Launches the GEMM on p.stream with a resolved GPU backend. p.k may be 0 for the int32
 // epilogue (D = epilogue(0)). The caller has validated shapes, layouts and offsets.
 void run_gpu(Backend b, const GemmProblem& p, const EpilogueArgs& epilogue, const DeviceInfo& dev);
+
+// Whether resolved GPU backend b runs an M x N x K GEMM on the skinny kernel (its own route, or
+// the few-rows route of sm80 / sm90).
+bool runs_on_skinny(Backend b, int m, int n, int k, const DeviceInfo& dev);
+
+// The scaled GEMM p (a symmetric epilogue, D of x's dtype) on the skinny kernel, which quantizes
+// A from the float rows xq describes itself (skinny::quantizes_in_kernel(xq)); p.a is not read.
+void run_skinny_quantizing(const GemmProblem& p, const ScaledEpilogueParams& e, const QuantizeParams& xq,
+                           const DeviceInfo& dev);
 
 // The plain C++ path for rows [m_begin, m_end) of D; both operands K-major. The scaled epilogue
 // writes fp32 (p.d.type == kFp32), which the caller rounds to the output dtype.

@@ -14,6 +14,8 @@
 //   epi.row(m), epi.col(n)     what one row / column contributes, loaded once and reused
 //   epi.apply(acc, row, col)   the stored value (its finish pass aside)
 //   epi.full(acc, row, col, m, n)  the whole epilogue of one element
+//   epi.with_a_scales(ptr)     (scaled epilogues only) a copy reading A's scales at ptr, for a
+//                              kernel that quantizes A itself
 // Adding an epilogue: a functor with these members, an entry in EpilogueArgs and in
 // with_epilogue() below, and one in epilogue_types and TCGEMM_FOR_EACH_EPILOGUE; no kernel changes.
 #pragma once

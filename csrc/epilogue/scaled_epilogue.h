@@ -87,6 +87,14 @@ struct ScaledEpilogue {
     return p.b.per_block() ? BlockScales{p.b.row_ptr(n), p.b.stride_kb} : BlockScales{nullptr, 0};
   }
 
+  // The same epilogue reading A's scales at `a_scales`, in the layout p.a describes: the skinny
+  // kernel that quantizes A itself keeps them in shared memory (kernels/skinny/skinny_quantize.cuh).
+  TCGEMM_HD ScaledEpilogue with_a_scales(const float* a_scales) const {
+    ScaledEpilogue e = *this;
+    e.p.a.ptr = a_scales;
+    return e;
+  }
+
   struct RowSym {
     float scale;  // sa(m), or 1 when the per-block main loop applied it
   };

@@ -66,6 +66,10 @@ ScaleTensor quantize_scales(QuantGranularity granularity, float* ptr, int64_t m,
 // Whether a static quantization of x's rows is one block that writes the returned scale.
 bool static_by_one_block(const at::Tensor& x, const Rows& r, QuantGranularity granularity, bool is_static);
 
+// The quantize kernels' description of the rows `r` of x (x, its strides, m, k, dtype,
+// granularity); targets, static scales and multipliers are the caller's (quantize.cpp).
+QuantizeParams quantize_params(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity);
+
 // Quantizes the validated rows `r` of x into `t` (nothing for an empty x); `smooth` (validated)
 // or undefined (quantize.cpp).
 void quantize_to(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
@@ -84,7 +88,16 @@ struct ScaledGemmCall {
   // memory and gives the device.
   const Operand* a_rows = nullptr;
   int64_t m = 0, k = 0;
+  // Or A quantized by the GEMM kernel itself from the float rows xq describes (quant_linear at a
+  // few rows, where gemm_quantizes_a said so; m and k as above): one kernel for the layer.
+  const QuantizeParams* quantize_a = nullptr;
 };
+
+// Whether scaled_gemm_impl can take A as ScaledGemmCall::quantize_a = &xq: the `requested`
+// backend resolves to the skinny kernel for this shape, which then quantizes x itself
+// (skinny::quantizes_in_kernel) and reads `weight` [N, K] in place (scaled_gemm.cpp).
+bool gemm_quantizes_a(Backend requested, const at::Tensor& weight, const ScaledEpilogueParams& e,
+                      const QuantizeParams& xq);
 
 // tcgemm.scaled_gemm on validated operands whose scales are decoded into e.a / e.b (and zero
 // points into e.a_zero); `bias_f32` is an fp32 contiguous [N] tensor or undefined. Errors name

@@ -1,11 +1,12 @@
 // tcgemm::quant_linear: the W8A8 linear layer (QuantLinear.forward) as one op. The float input
 // (times the SmoothQuant multipliers, if any) is quantized per token or per 1x128 block, or with
 // a calibrated per-tensor scale, symmetric or with a zero point (asymmetric: per token or static
-// per tensor, with the weight's column sums correcting the GEMM's epilogue), and multiplied by the int8 weight with the scales and
-// bias fused into the GEMM: the kernels of tcgemm.quantize and tcgemm.scaled_gemm, the same bits,
-// behind one dispatch and one set of checks. On sm_90+ the two kernels are programmatic dependent
-// launches (common/launch_kernel.cuh): the few-rows GEMM streams its weights while the
-// activations are quantized (docs/design/decode.md).
+// per tensor, with the weight's column sums correcting the GEMM's epilogue), and multiplied by
+// the int8 weight with the scales and bias fused into the GEMM: the kernels of tcgemm.quantize
+// and tcgemm.scaled_gemm, the same bits, behind one dispatch and one set of checks. At a few rows
+// with dynamic symmetric scales the skinny GEMM kernel quantizes x itself (one kernel); otherwise,
+// on sm_90+, the two kernels are programmatic dependent launches (common/launch_kernel.cuh): the
+// few-rows GEMM streams its weights while the activations are quantized (docs/design/decode.md).
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -170,6 +171,20 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   call.overlap = x.is_cuda();
   call.b_rows = true;  // the weight [N, K] as it is
   call.out_shape = out_shape;
+  call.m = m;
+  call.k = k;
+  // A few rows on the GPU: where the GEMM runs on the skinny kernel, that kernel quantizes x
+  // itself (dynamic symmetric scales): one kernel for the layer, no scratch.
+  if (x.is_cuda() && !asymmetric && !input_scale.has_value()) {
+    QuantizeParams xq = quantize_params(x_rows, *rows, *dtype, granularity);
+    const at::Tensor channel_mul = smooth.has_value() ? smooth->contiguous() : at::Tensor();
+    if (channel_mul.defined()) xq.channel_mul = channel_mul.const_data_ptr<float>();
+    e.a = *decode_scale_a(quantize_scales(granularity, nullptr, m, k), m, scale_blocks(k));
+    if (gemm_quantizes_a(requested, weight, e, xq)) {
+      call.quantize_a = &xq;
+      return scaled_gemm_impl(kOp, requested, x, weight, e, bias_f32, x.scalar_type(), call);
+    }
+  }
   AsymmetricArgs asym;
   if (asymmetric) {
     asym.enabled = true;
@@ -212,8 +227,6 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   q_rows.stride_row = q_stride;
   q_rows.stride_k = 1;
   call.a_rows = &q_rows;
-  call.m = m;
-  call.k = k;
   return scaled_gemm_impl(kOp, requested, scratch, weight, e, bias_f32, x.scalar_type(), call);
 }
 

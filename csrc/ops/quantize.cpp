@@ -212,15 +212,7 @@ bool static_by_one_block(const at::Tensor& x, const Rows& r, QuantGranularity gr
          r.m <= kStaticOneBlockRows && r.k >= kStaticOneBlockMinK && r.m * r.k <= kStaticOneBlockElems;
 }
 
-void quantize_to(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
-                 const std::optional<at::Tensor>& scale, const at::Tensor& smooth, bool overlap,
-                 const AsymmetricArgs& asym, const QuantizeTargets& t) {
-  if (r.m == 0 || r.k == 0) return;
-  // The kernels index the given scales densely; they read these and write the targets.
-  const at::Tensor scale_in = scale.has_value() ? scale->contiguous() : at::Tensor();
-  const at::Tensor channel_mul = smooth.defined() ? smooth.contiguous() : at::Tensor();
-  const at::Tensor zero_in = asym.enabled && asym.zero_point.has_value() ? asym.zero_point->contiguous() : at::Tensor();
-
+QuantizeParams quantize_params(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity) {
   QuantizeParams p;
   // x is read in place with any strides (a zero stride included: an expand-ed x is never
   // materialised); the GPU kernels take 16-byte vectors only where its K stride is 1.
@@ -231,6 +223,19 @@ void quantize_to(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGran
   p.k = r.k;
   p.dtype = dtype;
   p.granularity = granularity;
+  return p;
+}
+
+void quantize_to(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
+                 const std::optional<at::Tensor>& scale, const at::Tensor& smooth, bool overlap,
+                 const AsymmetricArgs& asym, const QuantizeTargets& t) {
+  if (r.m == 0 || r.k == 0) return;
+  // The kernels index the given scales densely; they read these and write the targets.
+  const at::Tensor scale_in = scale.has_value() ? scale->contiguous() : at::Tensor();
+  const at::Tensor channel_mul = smooth.defined() ? smooth.contiguous() : at::Tensor();
+  const at::Tensor zero_in = asym.enabled && asym.zero_point.has_value() ? asym.zero_point->contiguous() : at::Tensor();
+
+  QuantizeParams p = quantize_params(x, r, dtype, granularity);
   p.q = t.q;
   p.q_stride_row = t.q_stride_row;
   p.scale_out = t.scale_out;

@@ -15,6 +15,7 @@
 #include "dispatch/backends.h"
 #include "dispatch/launch.h"
 #include "epilogue/scaled_epilogue.h"
+#include "kernels/skinny/skinny_gemm.h"
 #include "ops/cpu_parallel.h"
 #include "ops/ops.h"
 #include "ops/tensor_args.h"
@@ -80,6 +81,12 @@ void run_cuda(const char* op, Backend requested, const at::Tensor& a, const at::
               const ScaledEpilogueParams& e, const ScaledGemmCall& call) {
   const c10::cuda::CUDAGuard guard(a.device());
   const DeviceInfo dev = device_info(a.device());
+  if (call.quantize_a != nullptr) {  // gemm_quantizes_a chose the skinny kernel, which reads B in place
+    p.stream = at::cuda::getCurrentCUDAStream(a.device().index()).stream();
+    p.pdl = call.overlap && has_pdl(dev);
+    run_skinny_quantizing(p, e, *call.quantize_a, dev);
+    return;
+  }
   Backend backend = Backend::kAuto;
   const std::string why_not = resolve_gpu_backend(requested, dev, e, &backend);
   TORCH_CHECK_VALUE(why_not.empty(), op, ": ", why_not, " (argument 'backend')");
@@ -150,7 +157,11 @@ at::Tensor checked_bias_f32(const char* op, const std::optional<at::Tensor>& bia
 at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
                             ScaledEpilogueParams e, const at::Tensor& bias_f32, at::ScalarType out_dtype,
                             const ScaledGemmCall& call) {
-  const bool described = call.a_rows != nullptr;
+  // A quantized in the kernel is never read as int8: an empty K-major description stands for it.
+  Operand in_kernel;
+  in_kernel.stride_k = 1;
+  const Operand* a_rows = call.quantize_a != nullptr ? &in_kernel : call.a_rows;
+  const bool described = a_rows != nullptr;
   const int64_t m = described ? call.m : a.size(0), k = described ? call.k : a.size(1);
   const int64_t n = b.size(call.b_rows ? 0 : 1);
   e.bias = bias_f32.defined() ? bias_f32.const_data_ptr<float>() : nullptr;
@@ -167,7 +178,7 @@ at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor&
     }
     return out;
   }
-  GemmProblem p = described ? gemm_problem(*call.a_rows, m, k, b, out.data_ptr(), n, out_type_of(out_dtype), call.b_rows)
+  GemmProblem p = described ? gemm_problem(*a_rows, m, k, b, out.data_ptr(), n, out_type_of(out_dtype), call.b_rows)
                             : gemm_problem(a, b, out.data_ptr(), n, out_type_of(out_dtype), call.b_rows);
   if (a.is_cuda()) {
     run_cuda(op, requested, a, b, p, e, call);
@@ -176,6 +187,17 @@ at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor&
     run_on_cpu(op, requested, a, b, p, e, out, call.b_rows);
   }
   return out;
+}
+
+bool gemm_quantizes_a(Backend requested, const at::Tensor& weight, const ScaledEpilogueParams& e,
+                      const QuantizeParams& xq) {
+  if (!weight.is_cuda() || e.asymmetric() || !skinny::quantizes_in_kernel(xq)) return false;
+  const DeviceInfo dev = device_info(weight.device());
+  Backend backend = Backend::kAuto;
+  if (!resolve_gpu_backend(requested, dev, e, &backend).empty()) return false;  // the plain path names the error
+  const int64_t n = weight.size(0);
+  return runs_on_skinny(backend, static_cast<int>(xq.m), static_cast<int>(n), static_cast<int>(xq.k), dev) &&
+         operand_fits(Backend::kSkinny, describe(weight, false), n, xq.k);
 }
 
 at::Tensor scaled_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,

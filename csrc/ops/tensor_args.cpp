@@ -4,7 +4,9 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
+#include <mutex>
 #include <optional>
 
 #include "common/math.h"
@@ -91,7 +93,9 @@ at::Tensor k_major_copy(const at::Tensor& t, bool transpose) {
   return rows_by_k;
 }
 
-DeviceInfo device_info(const at::Device& device) {
+namespace {
+
+DeviceInfo read_device_info(const at::Device& device) {
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device.index());
   DeviceInfo dev;
   dev.major = prop->major;
@@ -101,6 +105,19 @@ DeviceInfo device_info(const at::Device& device) {
   const c10::cuda::CUDAGuard guard(device);
   dev.sm90_kernels = sm90_kernels_available();
   return dev;
+}
+
+}  // namespace
+
+DeviceInfo device_info(const at::Device& device) {
+  // What a device is does not change: read once per device (every GPU call asks, at decode too).
+  constexpr int kDevices = 64;
+  static std::array<std::once_flag, kDevices> once;
+  static std::array<DeviceInfo, kDevices> known;
+  const int i = device.index();
+  if (i < 0 || i >= kDevices) return read_device_info(device);
+  std::call_once(once[i], [&] { known[i] = read_device_info(device); });
+  return known[i];
 }
 
 OperandCopies fit_operands(Backend backend, const at::Tensor& a, const at::Tensor& b, GemmProblem& p,

@@ -25,6 +25,7 @@
 //     After its main loop a block lets the next kernel be scheduled.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <type_traits>
@@ -39,6 +40,7 @@
 #include "epilogue/epilogues.h"
 #include "kernels/skinny/configs.h"
 #include "kernels/skinny/skinny_gemm.h"
+#include "kernels/skinny/skinny_quantize.cuh"
 #include "common/launch_kernel.cuh"
 #include "ptx/cache_policy.cuh"
 #include "ptx/griddep.cuh"
@@ -49,17 +51,23 @@
 
 namespace tcgemm::skinny {
 
+// Where an operand row is read from: B streams past L1 (read once), A goes through L1 (every
+// block reads it) or, quantized by the block itself, lies in shared memory.
+enum class From { kStream, kCached, kShared };
+
 // Bytes k0 .. k0 + 31 of one operand row as 8 little-endian words. Masked: bytes at or past k
-// read as zero (and are not touched).
-template <bool Stream, bool Masked>
+// read as zero (and are not touched). Rows in shared memory are padded to whole K blocks.
+template <From Src, bool Masked>
 __device__ __forceinline__ void load_row32(uint32_t (&r)[8], const uint8_t* row, int64_t k0, int64_t k,
                                            uint64_t policy) {
 #pragma unroll
   for (int v = 0; v < 2; ++v) {
     const int64_t kv = k0 + 16 * v;
     uint4 x;
-    if (!Masked || kv + 16 <= k) {
-      x = Stream ? ptx::ld_global_stream_v4(row + kv, policy) : ptx::ld_global_nc_v4(row + kv);
+    if (Src == From::kShared) {
+      x = *reinterpret_cast<const uint4*>(row + kv);
+    } else if (!Masked || kv + 16 <= k) {
+      x = Src == From::kStream ? ptx::ld_global_stream_v4(row + kv, policy) : ptx::ld_global_nc_v4(row + kv);
     } else {
       uint32_t w[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -80,10 +88,13 @@ __device__ __forceinline__ int64_t row_offset(int row, int64_t stride) {
   return static_cast<int64_t>(static_cast<uint32_t>(row)) * stride;
 }
 
-// RowTiles, ColTiles: those of the config (TileConfig<RowTiles, ColTiles>).
-template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, class Epi>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_gemm_kernel(const GemmProblem p, const Epi epi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// Tile `tile` of D, after griddep_wait: A's rows lie at a_base, a_stride bytes apart, in global
+// memory (ASrc == From::kCached) or in shared memory (From::kShared, quantized by the block).
+// Ends with the block's threads reading the shared sums: a block that goes on to another tile
+// must pass a barrier first.
+template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, From ASrc, class Epi>
+__device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi, const uint8_t* a_base,
+                                            int64_t a_stride, int tile) {
   using Cfg = TileConfig<RowTiles, ColTiles>;
   using Acc = typename Epi::Acc;  // int32, or fp32 when per-block scales are promoted
   constexpr bool kPerBlock = Epi::kPromotes;
@@ -94,19 +105,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_gemm_kernel(con
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int col_blocks = ceil_div(p.n, kCols);
-  const int m0 = static_cast<int>(blockIdx.x / col_blocks) * 16 * RowTiles;
-  const int n0 = static_cast<int>(blockIdx.x % col_blocks) * kCols;
-  // The block's first round of B into L2, a row per thread: only in the first wave, the blocks
-  // that can run beside the kernel before this one (later blocks find it finished, and their
-  // prefetch only added L2 traffic: docs/design/decode.md).
-  if (p.pdl && threadIdx.x < kCols && blockIdx.x < kBlocksPerSm * ptx::nsmid()) {
-    const int bytes = min(p.k, kWarps * kAhead * kBK) & ~15;
-    const int row = min(n0 + static_cast<int>(threadIdx.x), p.n - 1);
-    if (bytes > 0)
-      ptx::prefetch_l2_bulk(static_cast<const uint8_t*>(p.b.ptr) + row_offset(row, p.b.stride_row),
-                            static_cast<uint32_t>(bytes));
-  }
-  ptx::griddep_wait();  // A, the scales and D belong to the kernels before this one
+  const int m0 = tile / col_blocks * 16 * RowTiles;
+  const int n0 = tile % col_blocks * kCols;
 
   // This lane's rows (rows past the edges of A and B clamp: their results are computed and not
   // stored); of each K block it reads bytes 32t .. 32t + 31.
@@ -115,8 +115,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_gemm_kernel(con
 #pragma unroll
   for (int mt = 0; mt < RowTiles; ++mt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      a_row[mt][h] = static_cast<const uint8_t*>(p.a.ptr) + row_offset(min(m0 + 16 * mt + g + 8 * h, p.m - 1), p.a.stride_row);
+    for (int h = 0; h < 2; ++h) a_row[mt][h] = a_base + row_offset(min(m0 + 16 * mt + g + 8 * h, p.m - 1), a_stride);
 #pragma unroll
   for (int nt = 0; nt < ColTiles; ++nt)
     b_row[nt] = static_cast<const uint8_t*>(p.b.ptr) + row_offset(min(n0 + 8 * nt + g, p.n - 1), p.b.stride_row);
@@ -145,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_gemm_kernel(con
     for (int mt = 0; mt < RowTiles; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        load_row32<false, decltype(masked)::value>(a[mt][h], a_row[mt][h], int64_t{kb} * kBK + 32 * t, p.k, 0);
+        load_row32<ASrc, decltype(masked)::value>(a[mt][h], a_row[mt][h], int64_t{kb} * kBK + 32 * t, p.k, 0);
     if constexpr (kPerBlock) each_acc([&](int mt, int nt, int j) { acc[mt][nt][j] = 0; });
 #pragma unroll
     for (int s = 0; s < kBK / 32; ++s)
@@ -175,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_gemm_kernel(con
       if (kb < full_blocks) {
 #pragma unroll
         for (int nt = 0; nt < ColTiles; ++nt)
-          load_row32<true, false>(b[d][nt], b_row[nt], int64_t{kb} * kBK + 32 * t, p.k, stream);
+          load_row32<From::kStream, false>(b[d][nt], b_row[nt], int64_t{kb} * kBK + 32 * t, p.k, stream);
       }
     }
 #pragma unroll
@@ -188,7 +187,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_gemm_kernel(con
     uint32_t b[ColTiles][8];
 #pragma unroll
     for (int nt = 0; nt < ColTiles; ++nt)
-      load_row32<true, true>(b[nt], b_row[nt], int64_t{full_blocks} * kBK + 32 * t, p.k, stream);
+      load_row32<From::kStream, true>(b[nt], b_row[nt], int64_t{full_blocks} * kBK + 32 * t, p.k, stream);
     compute(b, full_blocks, std::true_type{});
   }
   ptx::griddep_launch_dependents();
@@ -220,23 +219,76 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_gemm_kernel(con
     const int col = n0 + 8 * nt + 2 * (l % 4) + j % 2;
     if (row < p.m && col < p.n) d[static_cast<int64_t>(row) * p.d.ld + col] = epi.full(sum, epi.row(row), epi.col(col), row, col);
   }
+}
+
+// RowTiles, ColTiles: those of the config (TileConfig<RowTiles, ColTiles>). XT: void for int8 A
+// as given (p.a), one block per tile; else the element type of the float x that each block
+// quantizes itself (xq, skinny_quantize.cuh; dynamic shared memory of QuantizedA's layout) before
+// it takes tiles blockIdx.x, + gridDim.x, ... (a persistent grid: x is quantized once per block).
+template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, class Epi, class XT>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    skinny_gemm_kernel(const GemmProblem p, const Epi epi, const QuantizeParams xq) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using Cfg = TileConfig<RowTiles, ColTiles>;
+  constexpr bool kQuantizes = !std::is_void_v<XT>;
+  extern __shared__ __align__(16) uint8_t quantized[];  // kQuantizes: x quantized by the block (QuantizedA)
+  // The block's first round of B into L2, a row per thread. With an overlapped launch, before
+  // griddep_wait and only in the first wave, the blocks that can run beside the kernel before
+  // this one (later blocks find it finished, and their prefetch only added L2 traffic:
+  // docs/design/decode.md). A block that quantizes x prefetches right after it has issued its
+  // loads of x instead: issued first, they would queue behind the prefetch.
+  auto prefetch_first_round = [&] {
+    if (threadIdx.x >= Cfg::kCols) return;
+    const int n0 = static_cast<int>(blockIdx.x % ceil_div(p.n, Cfg::kCols)) * Cfg::kCols;
+    const int bytes = min(p.k, kWarps * Cfg::kDepth * kBK) & ~15;
+    const int row = min(n0 + static_cast<int>(threadIdx.x), p.n - 1);
+    if (bytes > 0)
+      ptx::prefetch_l2_bulk(static_cast<const uint8_t*>(p.b.ptr) + row_offset(row, p.b.stride_row),
+                            static_cast<uint32_t>(bytes));
+  };
+  if (!kQuantizes && p.pdl && blockIdx.x < kBlocksPerSm * ptx::nsmid()) prefetch_first_round();
+  ptx::griddep_wait();  // A (or x), the scales and D belong to the kernels before this one
+  if constexpr (!kQuantizes) {
+    skinny_tile<RowTiles, ColTiles, ASigned, BSigned, From::kCached>(p, epi, static_cast<const uint8_t*>(p.a.ptr),
+                                                                     p.a.stride_row, static_cast<int>(blockIdx.x));
+  } else {
+    const QuantizedA layout = QuantizedA::layout(p.m, p.k, xq.granularity);
+    quantize_a_to_shared<XT>(xq, quantized, layout, prefetch_first_round);
+    const Epi in_block = epi.with_a_scales(reinterpret_cast<const float*>(quantized + layout.scales_at));
+    const int tiles = ceil_div(p.m, Cfg::kRows) * ceil_div(p.n, Cfg::kCols);
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      if (tile != static_cast<int>(blockIdx.x)) __syncthreads();  // the last tile's sums have been read
+      skinny_tile<RowTiles, ColTiles, ASigned, BSigned, From::kShared>(p, in_block, quantized, layout.row_stride, tile);
+    }
+  }
 #endif
 }
 
-template <class Cfg, class Epi, bool ASigned, bool BSigned>
-void launch_kernel(const GemmProblem& p, const Epi& epi) {
-  const int64_t blocks = static_cast<int64_t>(ceil_div(p.m, Cfg::kRows)) * ceil_div(p.n, Cfg::kCols);
-  if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("tcgemm: the skinny GEMM's grid exceeds 2^31 blocks");
-  launch_kernel(skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi>,
-                dim3(static_cast<unsigned>(blocks)), kThreads, 0, p.stream, p.pdl, p, epi);
+// A grid of at most blocks_most blocks over the tiles of D (flattened into gridDim.x).
+template <class Cfg, class Epi, bool ASigned, bool BSigned, class XT>
+void launch_grid(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int64_t blocks_most, int smem_bytes) {
+  const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, Cfg::kRows)) * ceil_div(p.n, Cfg::kCols);
+  if (tiles >= (int64_t{1} << 31)) throw std::invalid_argument("tcgemm: the skinny GEMM's grid exceeds 2^31 blocks");
+  tcgemm::launch_kernel(skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi, XT>,
+                        dim3(static_cast<unsigned>(std::min(tiles, blocks_most))), kThreads,
+                        static_cast<size_t>(smem_bytes), p.stream, p.pdl, p, epi, xq);
 }
 
-// One block per tile of D, flattened into gridDim.x.
 template <class Cfg, class Epi>
 void launch(const GemmProblem& p, const Epi& epi) {
   with_operand_signs<Epi>(p, [&](auto a_signed, auto b_signed) {
-    launch_kernel<Cfg, Epi, decltype(a_signed)::value, decltype(b_signed)::value>(p, epi);
+    launch_grid<Cfg, Epi, decltype(a_signed)::value, decltype(b_signed)::value, void>(p, epi, QuantizeParams{},
+                                                                                      int64_t{1} << 31, 0);
   });
+}
+
+template <class Cfg, class Epi>
+void launch_quantizing(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count) {
+  using XT = typename Epi::OutT;  // tcgemm.quant_linear returns x's dtype
+  const int smem = QuantizedA::layout(p.m, p.k, xq.granularity).bytes;
+  if (!quantizes_in_kernel(xq) || xq.m != p.m || xq.k != p.k || smem > 48 * 1024)
+    throw std::logic_error("tcgemm: the skinny kernel cannot quantize this x itself");
+  launch_grid<Cfg, Epi, true, true, XT>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count, smem);
 }
 
 }  // namespace tcgemm::skinny
@@ -244,3 +296,7 @@ void launch(const GemmProblem& p, const Epi& epi) {
 // The launchers of one tile config for every epilogue (one translation unit per config).
 #define TCGEMM_SKINNY_INSTANTIATE_ONE(Epi, Cfg) \
   template void tcgemm::skinny::launch<Cfg, Epi>(const tcgemm::GemmProblem&, const Epi&);
+// The launchers that quantize x in the kernel (symmetric scaled epilogues, x of the output's dtype).
+#define TCGEMM_SKINNY_INSTANTIATE_QUANTIZING(Epi, Cfg)                                              \
+  template void tcgemm::skinny::launch_quantizing<Cfg, Epi>(const tcgemm::GemmProblem&, const Epi&, \
+                                                            const tcgemm::QuantizeParams&, int);

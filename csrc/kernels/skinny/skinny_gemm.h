@@ -3,7 +3,12 @@
 // per tile config (configs.h) in skinny_<config>.cu for every epilogue.
 #pragma once
 
+#include <cstdint>
+
 #include "common/problem.h"
+#include "common/quantize_params.h"
+#include "common/scale_layout.h"
+#include "kernels/skinny/configs.h"
 
 namespace tcgemm::skinny {
 
@@ -11,5 +16,28 @@ namespace tcgemm::skinny {
 // than one row); any M, N, K >= 1; no split-K.
 template <class Cfg, class Epi>
 void launch(const GemmProblem& p, const Epi& epi);
+
+// Whether the kernel can quantize x itself (xq describes x; its targets are not used): dynamic
+// symmetric per token or per 1x128 group, at most kQuantizeRows rows, x read as 16-byte vectors
+// (an aligned base and row stride, a unit K stride, K a multiple of the vector) of which each
+// thread holds at most kQuantizeVecs (per token: kQuantizeVecs / M of each row; per group, each
+// group of 128 values takes a whole group's lanes).
+inline bool quantizes_in_kernel(const QuantizeParams& xq) {
+  const int64_t vec = xq.dtype == QuantDtype::kFloat32 ? 4 : 8;
+  if (xq.asymmetric || xq.scale_in != nullptr || xq.m < 1 || xq.m > kQuantizeRows || xq.k < 1) return false;
+  if (reinterpret_cast<uintptr_t>(xq.x) % 16 != 0 || xq.x_stride_col != 1 || xq.k % vec != 0 ||
+      (xq.m > 1 && xq.x_stride_row % vec != 0))
+    return false;
+  if (xq.granularity == QuantGranularity::kToken) return (xq.k / vec + kThreads - 1) / kThreads <= kQuantizeVecs / xq.m;
+  return xq.granularity == QuantGranularity::kGroup &&
+         xq.m * scale_blocks(xq.k) * (kScaleBlock / vec) <= int64_t{kQuantizeVecs} * kThreads;
+}
+
+// The launcher that quantizes x (xq, quantizes_in_kernel) in the kernel instead of reading an
+// int8 A: Epi a symmetric scaled epilogue whose output type is x's; B as for launch(). Only the
+// Rows16Cols16 config is instantiated (M <= kQuantizeRows). The grid is persistent (at most
+// kBlocksPerSm blocks per SM, each taking tiles in turn), so that each block quantizes x once.
+template <class Cfg, class Epi>
+void launch_quantizing(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count);
 
 }  // namespace tcgemm::skinny

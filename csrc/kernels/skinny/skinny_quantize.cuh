@@ -1,0 +1,187 @@
+// The skinny kernel's own activation quantization (tcgemm.quant_linear at a few rows): each block
+// quantizes all M rows of the float input x into shared memory before its main loop, per token or
+// per 1x128 group, and its epilogue reads the scales from there. One kernel per layer instead of a
+// quantize kernel and a GEMM (docs/design/decode.md, "One kernel at a few rows").
+//
+// The bits are tcgemm.quantize's: the same per-vector pieces (kernels/quantize/quantize_vec.cuh)
+// and scalar rules (common/quantize_params.h), and a max does not depend on the order in which the
+// block's threads fold it. Every block repeats the work (M * K values over 256 threads), which is
+// why the route caps M * K (kQuantizeVecs vectors per thread); the kernel is then persistent, so
+// that each block does it once.
+#pragma once
+
+#include <cstdint>
+
+#include "common/math.h"
+#include "common/quantize_params.h"
+#include "common/scale_layout.h"
+#include "kernels/quantize/quantize_vec.cuh"
+#include "kernels/skinny/configs.h"
+
+namespace tcgemm::skinny {
+
+// The shared-memory layout: M rows of int8, each K rounded up to whole K blocks (the bytes past K
+// zero) plus 16 bytes, so that consecutive rows start 4 banks apart; then the scales, contiguous
+// as tcgemm.quantize returns them ([M, 1] per token, [M, ceil(K/128)] per group).
+struct QuantizedA {
+  int row_stride;  // bytes
+  int scales_at;   // byte offset of the scales
+  int bytes;       // in all
+
+  TCGEMM_HD static QuantizedA layout(int m, int k, QuantGranularity g) {
+    QuantizedA s;
+    s.row_stride = round_up(k, kBK) + 16;
+    s.scales_at = m * s.row_stride;
+    const int scales = g == QuantGranularity::kGroup ? m * static_cast<int>(scale_blocks(k)) : m;
+    s.bytes = s.scales_at + 4 * scales;
+    return s;
+  }
+};
+
+#if defined(__CUDACC__)
+namespace quantize_in_block {
+
+using namespace quant;  // NOLINT: the shared per-vector pieces
+
+template <typename T>
+constexpr int kVec = 16 / sizeof(T);
+
+template <typename T>
+__device__ __forceinline__ const T* x_at(const QuantizeParams& q, int r, int col) {
+  return static_cast<const T*>(q.x) + static_cast<int64_t>(r) * q.x_stride_row + col;
+}
+
+__device__ __forceinline__ int8_t* q_at(uint8_t* smem, const QuantizedA& s, int r, int col) {
+  return reinterpret_cast<int8_t*>(smem + r * s.row_stride) + col;
+}
+
+// The values of a loaded vector at column col, times the SmoothQuant multipliers if any.
+template <typename T>
+__device__ __forceinline__ void values(const QuantizeParams& q, const RawVec<T, kVec<T>>& raw, int col,
+                                       float (&v)[kVec<T>]) {
+  to_floats(raw, v);
+  if (q.channel_mul != nullptr) apply_channel_mul<true>(v, q, col);
+}
+
+// Per token, M rows: thread i holds vectors i, i + 256, ... of every row (at most
+// kQuantizeVecs / M of each), all loaded before the first is used.
+template <typename T, int M, class F>
+__device__ __forceinline__ void tokens(const QuantizeParams& q, uint8_t* smem, const QuantizedA& s, F&& after_loads) {
+  constexpr int VEC = kVec<T>;
+  constexpr int kPerRow = kQuantizeVecs / M;
+  __shared__ float partials[kWarps][M];
+  const int nvec = static_cast<int>(q.k) / VEC;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  RawVec<T, VEC> cached[M][kPerRow];
+#pragma unroll
+  for (int r = 0; r < M; ++r)
+#pragma unroll
+    for (int c = 0; c < kPerRow; ++c) {
+      const int i = c * kThreads + static_cast<int>(threadIdx.x);
+      if (i < nvec) cached[r][c] = load_raw<T, VEC>(x_at<T>(q, r, i * VEC));
+    }
+  after_loads();
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    float amax = 0.f;
+#pragma unroll
+    for (int c = 0; c < kPerRow; ++c) {
+      const int i = c * kThreads + static_cast<int>(threadIdx.x);
+      if (i < nvec) {
+        float v[VEC];
+        values<T>(q, cached[r][c], i * VEC, v);
+        amax = abs_max(amax, v);
+      }
+    }
+    amax = warp_max(amax);
+    if (lane == 0) partials[warp][r] = amax;
+  }
+  __syncthreads();
+  float* scales = reinterpret_cast<float*>(smem + s.scales_at);
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    const float scale = quant_scale_from_amax(warp_max(lane < kWarps ? partials[lane][r] : 0.f));
+    if (threadIdx.x == 0) scales[r] = scale;
+    const Quantizer<false> qz(scale, 0);
+#pragma unroll
+    for (int c = 0; c < kPerRow; ++c) {
+      const int i = c * kThreads + static_cast<int>(threadIdx.x);
+      if (i < nvec) {
+        float v[VEC];
+        values<T>(q, cached[r][c], i * VEC, v);
+        store_group<VEC>(q_at(smem, s, r, i * VEC), v, qz);
+      }
+    }
+  }
+}
+
+// Per 1x128 group: 128 / VEC lanes own a group, one vector each, as in the group kernel; pass c
+// takes groups (c * kWarps + warp) * groups-per-warp + lane / (128 / VEC). All passes' loads
+// first.
+template <typename T, class F>
+__device__ __forceinline__ void groups(const QuantizeParams& q, uint8_t* smem, const QuantizedA& s, F&& after_loads) {
+  constexpr int VEC = kVec<T>;
+  constexpr int LANES = kScaleBlock / VEC;
+  constexpr int GROUPS_PER_WARP = kWarp / LANES;
+  const int k = static_cast<int>(q.k), warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, sub = lane % LANES;
+  const int per_row = static_cast<int>(scale_blocks(k)), total = static_cast<int>(q.m) * per_row;
+  float* scales = reinterpret_cast<float*>(smem + s.scales_at);
+  auto where = [&](int c, int& gid, int& r, int& col) {
+    gid = (c * kWarps + warp) * GROUPS_PER_WARP + lane / LANES;
+    r = gid / per_row;
+    col = (gid - r * per_row) * kScaleBlock + sub * VEC;
+    return gid < total && col < k;
+  };
+  RawVec<T, VEC> cached[kQuantizeVecs];
+#pragma unroll
+  for (int c = 0; c < kQuantizeVecs; ++c) {
+    int gid, r, col;
+    if (where(c, gid, r, col)) cached[c] = load_raw<T, VEC>(x_at<T>(q, r, col));
+  }
+  after_loads();
+#pragma unroll
+  for (int c = 0; c < kQuantizeVecs; ++c) {
+    if ((c * kWarps + warp) * GROUPS_PER_WARP >= total) break;  // warp-uniform: every lane shuffles
+    int gid, r, col;
+    const bool here = where(c, gid, r, col);
+    float v[VEC];
+    float amax = 0.f;
+    if (here) {
+      values<T>(q, cached[c], col, v);
+      amax = abs_max(amax, v);
+    }
+    const float scale = quant_scale_from_amax(warp_max<LANES>(amax));
+    if (gid < total && sub == 0) scales[gid] = scale;
+    if (here) store_group<VEC>(q_at(smem, s, r, col), v, Quantizer<false>(scale, 0));
+  }
+}
+
+}  // namespace quantize_in_block
+
+// Quantizes x (q.m rows of q.k values of T, quantizes_in_kernel(q)) into `smem` (QuantizedA's
+// layout). Called by every thread of the block after griddep_wait; ends with a barrier. A
+// thread's share of x is loaded at once and kept in registers from the amax to the
+// quantization: one round trip to L2 per block. after_loads() runs once those loads are issued
+// (the caller's prefetch of B, which then queues behind them).
+template <typename T, class F>
+__device__ __forceinline__ void quantize_a_to_shared(const QuantizeParams& q, uint8_t* smem, const QuantizedA& s,
+                                                     F&& after_loads) {
+  namespace in_block = quantize_in_block;
+  if (q.granularity == QuantGranularity::kToken) {
+    switch (q.m) {  // the row count as a constant: no per-row arrays indexed at run time
+      case 1: in_block::tokens<T, 1>(q, smem, s, after_loads); break;
+      case 2: in_block::tokens<T, 2>(q, smem, s, after_loads); break;
+      case 3: in_block::tokens<T, 3>(q, smem, s, after_loads); break;
+      default: in_block::tokens<T, 4>(q, smem, s, after_loads); break;
+    }
+  } else {
+    in_block::groups<T>(q, smem, s, after_loads);
+  }
+  // The bytes past K of each row's last K block: the main loop reads whole K blocks of A.
+  const int k = static_cast<int>(q.k), pad = round_up(k, kBK) - k;
+  for (int i = threadIdx.x; i < q.m * pad; i += kThreads) in_block::q_at(smem, s, i / pad, k + i % pad)[0] = 0;
+  __syncthreads();
+}
+#endif
+
+}  // namespace tcgemm::skinny
