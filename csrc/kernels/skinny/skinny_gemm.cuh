@@ -100,7 +100,7 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
   constexpr bool kPerBlock = Epi::kPromotes;
   constexpr int kCols = Cfg::kCols;
   constexpr int kRegs = RowTiles * ColTiles * 4;  // accumulators per lane
-  constexpr int kAhead = Cfg::kDepth;
+  constexpr int kAhead = kPerBlock && Cfg::kDepth > 1 ? Cfg::kDepth - 1 : Cfg::kDepth;
   __shared__ Acc partial[kWarps][kRegs][32];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -137,8 +137,11 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
     accf[mt][nt][j] = 0.0f;
   });
 
-  // One K block: A loaded now (L1), B loaded ahead; promotion of its partial sums if per-block.
-  auto compute = [&](const uint32_t (&b)[ColTiles][8], int kb, auto masked) {
+  // One K block: A loaded now (L1), B loaded ahead; promotion of its partial sums if per-block,
+  // with the block's scales, which were loaded with B (a load of its own per K block, waited on
+  // at once, stalled every K block for a trip to L2: docs/design/skinny.md).
+  using Scales = MmaSyncPromotion<RowTiles, ColTiles>;
+  auto compute = [&](const uint32_t (&b)[ColTiles][8], int kb, auto masked, const Scales& scales) {
     uint32_t a[RowTiles][2][8];
 #pragma unroll
     for (int mt = 0; mt < RowTiles; ++mt)
@@ -157,17 +160,14 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
           ptx::mma_m16n8k32<ASigned, BSigned>(acc[mt][nt], af, bf);
         }
       }
-    if constexpr (kPerBlock) {
-      MmaSyncPromotion<RowTiles, ColTiles> scales;
-      scales.load(epi, m0, n0, p.m, p.n, lane, kb);
-      scales.promote_into(accf, acc);
-    }
+    if constexpr (kPerBlock) scales.promote_into(accf, acc);
   };
 
   const int full_blocks = p.k / kBK;
 
   for (int kb0 = warp; kb0 < full_blocks; kb0 += kWarps * kAhead) {
     uint32_t b[kAhead][ColTiles][8];
+    Scales scales[kPerBlock ? kAhead : 1];
 #pragma unroll
     for (int d = 0; d < kAhead; ++d) {
       const int kb = kb0 + kWarps * d;
@@ -175,20 +175,23 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
 #pragma unroll
         for (int nt = 0; nt < ColTiles; ++nt)
           load_row32<From::kStream, false>(b[d][nt], b_row[nt], int64_t{kb} * kBK + 32 * t, p.k, stream);
+        if constexpr (kPerBlock) scales[d].load(epi, m0, n0, p.m, p.n, lane, kb);
       }
     }
 #pragma unroll
     for (int d = 0; d < kAhead; ++d) {
       const int kb = kb0 + kWarps * d;
-      if (kb < full_blocks) compute(b[d], kb, std::false_type{});
+      if (kb < full_blocks) compute(b[d], kb, std::false_type{}, scales[kPerBlock ? d : 0]);
     }
   }
   if (full_blocks * kBK < p.k && warp == full_blocks % kWarps) {
     uint32_t b[ColTiles][8];
+    Scales scales;
 #pragma unroll
     for (int nt = 0; nt < ColTiles; ++nt)
       load_row32<From::kStream, true>(b[nt], b_row[nt], int64_t{full_blocks} * kBK + 32 * t, p.k, stream);
-    compute(b, full_blocks, std::true_type{});
+    if constexpr (kPerBlock) scales.load(epi, m0, n0, p.m, p.n, lane, full_blocks);
+    compute(b, full_blocks, std::true_type{}, scales);
   }
   ptx::griddep_launch_dependents();
 
