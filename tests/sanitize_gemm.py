@@ -117,19 +117,23 @@ def main() -> int:
             ok = torch.equal(y, ref)
             failures += not ok
             print(f"quant_linear {m}x{n}x{k} {act} asymmetric: {'exact' if ok else 'MISMATCH'}")
-    # The one-kernel layer: the skinny GEMM quantizing x itself (a few rows, dynamic scales): its
-    # shared-memory rows and scales, per token and per 1x128 group, with a K tail.
+    # The one-kernel layer: the skinny GEMM quantizing x itself (a few rows, weight rows 16-byte
+    # aligned): its shared-memory rows and scales, per token, per 1x128 group and static, with a
+    # K tail.
     if "skinny" in scaled:
-        for m, n, k in [(1, 300, 1000), (3, 140, 520)]:
+        for m, n, k in [(1, 300, 1008), (3, 140, 528)]:
             x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
             w = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8).cuda()
             ws = torch.rand(n, generator=gen).cuda()
             bias = torch.randn(n, generator=gen).cuda()
             smooth = (torch.rand(k, generator=gen) + 0.5).cuda()
-            for act, granularity in [("token", "token"), ("block", "group")]:
+            static = torch.tensor(0.02).cuda()
+            for act, granularity, in_scale in [("token", "token", None), ("block", "group", None),
+                                               ("static", "tensor", static)]:
                 for sm in (None, smooth):
-                    y = tcgemm.quant_linear(x, w, ws, bias, activation=act, smooth=sm, backend="skinny")
-                    q, s = tcgemm.quantize(x, granularity, smooth=sm)
+                    y = tcgemm.quant_linear(x, w, ws, bias, activation=act, input_scale=in_scale, smooth=sm,
+                                            backend="skinny")
+                    q, s = tcgemm.quantize(x, granularity, scale=in_scale, smooth=sm)
                     ref = tcgemm.scaled_gemm(q, w.t(), s, ws, bias, out_dtype=x.dtype, backend="skinny")
                     ok = torch.equal(y, ref)
                     failures += not ok

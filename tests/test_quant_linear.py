@@ -181,12 +181,14 @@ def _nan_equal(a, b):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("activation", ["token", "block", "static"])
 @pytest.mark.parametrize("weight", WEIGHTS)
-def test_gpu_few_rows_static_smooth_and_bad_data(weight, activation, dtype):
+@pytest.mark.parametrize("k", [1000, 1008])
+def test_gpu_few_rows_static_smooth_and_bad_data(k, weight, activation, dtype):
     """The few-rows paths (one kernel that quantizes x itself at up to 4 rows; overlapped
-    launches of two on sm_90 beyond): tcgemm.quantize followed by tcgemm.scaled_gemm, bit for bit,
-    for every row count up to 16, a K tail (K % 128 != 0), SmoothQuant multipliers, bias, rows
-    holding NaN or inf, and invalid static scales."""
-    n, k = 4096, 1000
+    launches of two on sm_90 beyond; K = 1000 gives a weight whose rows need a padded copy, and
+    two kernels): tcgemm.quantize followed by tcgemm.scaled_gemm, bit for bit, for every row count
+    up to 16, a K tail (K % 128 != 0), SmoothQuant multipliers, bias, rows holding NaN or inf,
+    and invalid static scales."""
+    n = 4096
     q, s, b = make_layer(n, k, weight, torch.float32, "cuda", seed=k)
     smooth = (0.25 + torch.rand(k, generator=_gen(5))).cuda()
     granularity = {"token": "token", "block": "group", "static": "tensor"}[activation]
@@ -217,12 +219,13 @@ def _cuda_kernels(fn):
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return [e.name for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]
 
 
 @needs_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("activation", ["token", "block"])
+@pytest.mark.parametrize("activation", ["token", "block", "static"])
 @pytest.mark.parametrize("m,k,row_stride", [(1, 4096, None), (2, 1008, None), (4, 2048, None), (1, 8192, None),
                                             (4, 4096, None), (1, 16384, None), (5, 1024, None), (3, 1008, 1010)],
                          ids=str)
@@ -233,17 +236,22 @@ def test_gpu_one_kernel_at_a_few_rows(m, k, row_stride, activation, dtype):
     vector, two kernels and the same bits."""
     n = 4096
     vec = 16 // dtype.itemsize
-    if activation == "token":  # each of the 256 threads holds FUSED_VECTORS_PER_THREAD // m vectors of each row
-        fits = -(-k // vec // 256) <= FUSED_VECTORS_PER_THREAD // m
-    else:  # a group of 128 values takes 128 / vec lanes
+    if activation == "block":  # a group of 128 values takes 128 / vec lanes
         fits = m * -(-k // 128) * (128 // vec) <= FUSED_VECTORS_PER_THREAD * 256
+    else:  # each of the 256 threads holds FUSED_VECTORS_PER_THREAD // m vectors of each row
+        fits = -(-k // vec // 256) <= FUSED_VECTORS_PER_THREAD // m
     one_kernel = m <= 4 and fits and row_stride is None
-    q, s, b = make_layer(n, k, "channel" if activation == "token" else "block", torch.float32, "cuda", seed=k)
+    q, s, b = make_layer(n, k, "block" if activation == "block" else "channel", torch.float32, "cuda", seed=k)
     base = (torch.randn(m, row_stride or k, generator=_gen(m + k)) * 2).to(device="cuda", dtype=dtype)
     x = base[:, :k]
-    got = tcgemm.quant_linear(x, q, s, b, activation)
-    assert torch.equal(got, unfused(x, q, s, b, activation))
-    kernels = _cuda_kernels(lambda: tcgemm.quant_linear(x, q, s, b, activation))
+    given = torch.tensor(0.03, device="cuda") if activation == "static" else None
+    got = tcgemm.quant_linear(x, q, s, b, activation, input_scale=given)
+    if activation == "static":
+        qx, sx = tcgemm.quantize(x, "tensor", scale=given)
+        assert torch.equal(got, tcgemm.scaled_gemm(qx, q.t(), sx, s, b, out_dtype=dtype))
+    else:
+        assert torch.equal(got, unfused(x, q, s, b, activation))
+    kernels = _cuda_kernels(lambda: tcgemm.quant_linear(x, q, s, b, activation, input_scale=given))
     assert len(kernels) == (1 if one_kernel else 2), kernels
     assert ("quantize" in kernels[0]) != one_kernel, kernels  # the quantize kernel comes first when there are two
 

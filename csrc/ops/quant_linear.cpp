@@ -174,11 +174,12 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   call.m = m;
   call.k = k;
   // A few rows on the GPU: where the GEMM runs on the skinny kernel, that kernel quantizes x
-  // itself (dynamic symmetric scales): one kernel for the layer, no scratch.
-  if (x.is_cuda() && !asymmetric && !input_scale.has_value()) {
+  // itself (symmetric scales): one kernel for the layer, no scratch.
+  if (x.is_cuda() && !asymmetric) {
     QuantizeParams xq = quantize_params(x_rows, *rows, *dtype, granularity);
     const at::Tensor channel_mul = smooth.has_value() ? smooth->contiguous() : at::Tensor();
     if (channel_mul.defined()) xq.channel_mul = channel_mul.const_data_ptr<float>();
+    if (input_scale.has_value()) xq.scale_in = input_scale->const_data_ptr<float>();  // one element
     e.a = *decode_scale_a(quantize_scales(granularity, nullptr, m, k), m, scale_blocks(k));
     if (gemm_quantizes_a(requested, weight, e, xq)) {
       call.quantize_a = &xq;

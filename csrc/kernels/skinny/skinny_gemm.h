@@ -17,18 +17,20 @@ namespace tcgemm::skinny {
 template <class Cfg, class Epi>
 void launch(const GemmProblem& p, const Epi& epi);
 
-// Whether the kernel can quantize x itself (xq describes x; its targets are not used): dynamic
-// symmetric per token or per 1x128 group, at most kQuantizeRows rows, x read as 16-byte vectors
-// (an aligned base and row stride, a unit K stride, K a multiple of the vector) of which each
-// thread holds at most kQuantizeVecs (per token: kQuantizeVecs / M of each row; per group, each
-// group of 128 values takes a whole group's lanes).
+// Whether the kernel can quantize x itself (xq describes x; its targets are not used): symmetric,
+// dynamic per token or per 1x128 group or static per tensor, at most kQuantizeRows rows, x read
+// as 16-byte vectors (an aligned base and row stride, a unit K stride, K a multiple of the
+// vector) of which each thread holds at most kQuantizeVecs (per token and per tensor:
+// kQuantizeVecs / M of each row; per group, each group of 128 values takes a whole group's lanes).
 inline bool quantizes_in_kernel(const QuantizeParams& xq) {
   const int64_t vec = xq.dtype == QuantDtype::kFloat32 ? 4 : 8;
-  if (xq.asymmetric || xq.scale_in != nullptr || xq.m < 1 || xq.m > kQuantizeRows || xq.k < 1) return false;
+  if (xq.asymmetric || xq.m < 1 || xq.m > kQuantizeRows || xq.k < 1) return false;
   if (reinterpret_cast<uintptr_t>(xq.x) % 16 != 0 || xq.x_stride_col != 1 || xq.k % vec != 0 ||
       (xq.m > 1 && xq.x_stride_row % vec != 0))
     return false;
-  if (xq.granularity == QuantGranularity::kToken) return (xq.k / vec + kThreads - 1) / kThreads <= kQuantizeVecs / xq.m;
+  const bool rows_fit = (xq.k / vec + kThreads - 1) / kThreads <= kQuantizeVecs / xq.m;
+  if (xq.scale_in != nullptr) return xq.granularity == QuantGranularity::kTensor && rows_fit;
+  if (xq.granularity == QuantGranularity::kToken) return rows_fit;
   return xq.granularity == QuantGranularity::kGroup &&
          xq.m * scale_blocks(xq.k) * (kScaleBlock / vec) <= int64_t{kQuantizeVecs} * kThreads;
 }

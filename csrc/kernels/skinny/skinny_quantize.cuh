@@ -1,6 +1,6 @@
 // The skinny kernel's own activation quantization (tcgemm.quant_linear at a few rows): each block
-// quantizes all M rows of the float input x into shared memory before its main loop, per token or
-// per 1x128 group, and its epilogue reads the scales from there. One kernel per layer instead of a
+// quantizes all M rows of the float input x into shared memory before its main loop, per token,
+// per 1x128 group or with a static per-tensor scale, and its epilogue reads the scales from there. One kernel per layer instead of a
 // quantize kernel and a GEMM (docs/design/decode.md, "One kernel at a few rows").
 //
 // The bits are tcgemm.quantize's: the same per-vector pieces (kernels/quantize/quantize_vec.cuh)
@@ -115,6 +115,49 @@ __device__ __forceinline__ void tokens(const QuantizeParams& q, uint8_t* smem, c
   }
 }
 
+// Static per tensor, M rows: the given scale for all of x, no amax; the loads as per token. A
+// non-finite x quantizes to 0 and, like an invalid given scale, makes the scale the epilogue
+// reads NaN: the scale tcgemm.quantize returns for the tensor (the static kernel's rule).
+template <typename T, int M, class F>
+__device__ __forceinline__ void static_tensor(const QuantizeParams& q, uint8_t* smem, const QuantizedA& s,
+                                              F&& after_loads) {
+  constexpr int VEC = kVec<T>;
+  constexpr int kPerRow = kQuantizeVecs / M;
+  const int nvec = static_cast<int>(q.k) / VEC;
+  RawVec<T, VEC> cached[M][kPerRow];
+#pragma unroll
+  for (int r = 0; r < M; ++r)
+#pragma unroll
+    for (int c = 0; c < kPerRow; ++c) {
+      const int i = c * kThreads + static_cast<int>(threadIdx.x);
+      if (i < nvec) cached[r][c] = load_raw<T, VEC>(x_at<T>(q, r, i * VEC));
+    }
+  after_loads();
+  const float given = q.scale_in[0];
+  const Quantizer<false> qz(given, 0);
+  bool bad = !quant_scale_valid(given);
+#pragma unroll
+  for (int r = 0; r < M; ++r)
+#pragma unroll
+    for (int c = 0; c < kPerRow; ++c) {
+      const int i = c * kThreads + static_cast<int>(threadIdx.x);
+      if (i < nvec) {
+        float v[VEC];
+        values<T>(q, cached[r][c], i * VEC, v);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          if (!quant_finite(v[e])) {
+            v[e] = 0.f;
+            bad = true;
+          }
+        }
+        store_group<VEC>(q_at(smem, s, r, i * VEC), v, qz);
+      }
+    }
+  bad = __syncthreads_or(bad);
+  if (threadIdx.x == 0) reinterpret_cast<float*>(smem + s.scales_at)[0] = bad ? __int_as_float(0x7fffffff) : given;
+}
+
 // Per 1x128 group: 128 / VEC lanes own a group, one vector each, as in the group kernel; pass c
 // takes groups (c * kWarps + warp) * groups-per-warp + lane / (128 / VEC). All passes' loads
 // first.
@@ -167,7 +210,14 @@ template <typename T, class F>
 __device__ __forceinline__ void quantize_a_to_shared(const QuantizeParams& q, uint8_t* smem, const QuantizedA& s,
                                                      F&& after_loads) {
   namespace in_block = quantize_in_block;
-  if (q.granularity == QuantGranularity::kToken) {
+  if (q.scale_in != nullptr) {
+    switch (q.m) {
+      case 1: in_block::static_tensor<T, 1>(q, smem, s, after_loads); break;
+      case 2: in_block::static_tensor<T, 2>(q, smem, s, after_loads); break;
+      case 3: in_block::static_tensor<T, 3>(q, smem, s, after_loads); break;
+      default: in_block::static_tensor<T, 4>(q, smem, s, after_loads); break;
+    }
+  } else if (q.granularity == QuantGranularity::kToken) {
     switch (q.m) {  // the row count as a constant: no per-row arrays indexed at run time
       case 1: in_block::tokens<T, 1>(q, smem, s, after_loads); break;
       case 2: in_block::tokens<T, 2>(q, smem, s, after_loads); break;
