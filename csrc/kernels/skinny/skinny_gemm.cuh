@@ -12,7 +12,8 @@
 //     lane % 4) feeds its k-slots 4t.. and 16 + 4t.. with bytes 32t + 8s + {0..3} and
 //     32t + 8s + {4..7} of its row, for A and B alike (ptx/mma.cuh has the fragment layout).
 //   per-block scales: each K block's exact int32 partial sums are promoted into fp32
-//     accumulators with that block's scales.
+//     accumulators with that block's scales, loaded with the block's B (one K block fewer in
+//     flight, so that the registers hold them).
 //   reduction: the warps' sums meet in shared memory and the block's threads add them (int32
 //     wraps, so the total is exact in any order; fp32 in a fixed warp order) and apply the
 //     epilogue functor, one element per thread.
@@ -23,6 +24,9 @@
 //     waits (griddep_wait) before it touches anything else. Only the first wave of blocks
 //     prefetches: a later block starts after the kernel before it has finished.
 //     After its main loop a block lets the next kernel be scheduled.
+//   A quantized in the kernel (tcgemm.quant_linear at up to 4 rows, skinny_quantize.cuh): each
+//     block of a persistent grid quantizes the float rows of x into shared memory once, then
+//     takes its tiles reading A from there; the epilogue reads the block's scales.
 #pragma once
 
 #include <algorithm>
