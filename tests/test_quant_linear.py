@@ -195,11 +195,11 @@ def test_gpu_few_rows_static_smooth_and_bad_data(k, weight, activation, dtype):
     for m in range(1, 17):
         x = (torch.randn(m, k, generator=_gen(m)) * 3).to(device="cuda", dtype=dtype)
         for mul in (None, smooth):
-            cases = [(x, 0.05)]
+            bad = x.clone()
+            bad[m - 1, 5], bad[0, 999] = float("nan"), float("-inf")  # the last and the first row
             if m >= 3:
-                bad = x.clone()
-                bad[1, 5], bad[2, 999] = float("nan"), float("-inf")
-                cases.append((bad, 0.05))
+                bad[1, 7] = float("inf")
+            cases = [(x, 0.05), (bad, 0.05)]
             if activation == "static":
                 cases += [(x, 0.0), (x, float("nan")), (x, 1e-30)]  # two invalid scales, one tiny
             for xv, given in cases:
@@ -226,21 +226,23 @@ def _cuda_kernels(fn):
 @needs_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("activation", ["token", "block", "static"])
-@pytest.mark.parametrize("m,k,row_stride", [(1, 4096, None), (2, 1008, None), (4, 2048, None), (1, 8192, None),
-                                            (4, 4096, None), (1, 16384, None), (5, 1024, None), (3, 1008, 1010)],
-                         ids=str)
-def test_gpu_one_kernel_at_a_few_rows(m, k, row_stride, activation, dtype):
-    """Up to 4 rows of x, read as 16-byte vectors, a few per thread of the GEMM's 256, dynamic
-    symmetric scales: the skinny GEMM quantizes x itself, one kernel for the layer, with the bits
-    of the two ops. Beyond those limits, or with rows whose stride is not a multiple of the
-    vector, two kernels and the same bits."""
-    n = 4096
+@pytest.mark.parametrize("m,k,row_stride,n", [
+    (1, 4096, None, 4096), (2, 1008, None, 4096), (4, 2048, None, 4096), (1, 8192, None, 4096),
+    (3, 1008, 1016, 4096),  # rows of x with a stride, still whole vectors
+    (1, 4096, None, 12288), (3, 1008, 1016, 12288),  # more tiles than blocks: the persistent grid's loop
+    (4, 4096, None, 4096), (1, 16384, None, 4096), (5, 1024, None, 4096), (3, 1008, 1010, 4096)], ids=str)
+def test_gpu_one_kernel_at_a_few_rows(m, k, row_stride, n, activation, dtype):
+    """Up to 4 rows of x, read as 16-byte vectors, a few per thread of the GEMM's 256, symmetric
+    scales (dynamic, or static per tensor): the skinny GEMM quantizes x itself, one kernel for the
+    layer, with the bits of the two ops, also when a block takes several tiles. Beyond those
+    limits, or with rows whose stride is not a multiple of the vector, two kernels and the same
+    bits."""
     vec = 16 // dtype.itemsize
     if activation == "block":  # a group of 128 values takes 128 / vec lanes
         fits = m * -(-k // 128) * (128 // vec) <= FUSED_VECTORS_PER_THREAD * 256
     else:  # each of the 256 threads holds FUSED_VECTORS_PER_THREAD // m vectors of each row
         fits = -(-k // vec // 256) <= FUSED_VECTORS_PER_THREAD // m
-    one_kernel = m <= 4 and fits and row_stride is None
+    one_kernel = m <= 4 and fits and (row_stride is None or row_stride % vec == 0)
     q, s, b = make_layer(n, k, "block" if activation == "block" else "channel", torch.float32, "cuda", seed=k)
     base = (torch.randn(m, row_stride or k, generator=_gen(m + k)) * 2).to(device="cuda", dtype=dtype)
     x = base[:, :k]
@@ -257,12 +259,15 @@ def test_gpu_one_kernel_at_a_few_rows(m, k, row_stride, activation, dtype):
 
 
 @needs_cuda
-def test_weight_written_just_before_the_layer():
-    """The few-rows GEMM reads the weight before it waits for the kernel before it: the quantize
-    kernel in between waits for the write (a copy_ into the weight) before it lets the GEMM start."""
+@pytest.mark.parametrize("m", [1, 8])
+def test_weight_written_just_before_the_layer(m):
+    """A weight written just before the layer (a copy_ into it) is what the layer reads. At 8 rows
+    the few-rows GEMM prefetches the weight before it waits for the kernel before it: the quantize
+    kernel in between waits for the write before it lets the GEMM start. At one row the GEMM
+    quantizes x itself and touches the weight only after its wait."""
     n, k = 8192, 4096
     layer = tcgemm.QuantLinear(k, n, bias=False, device="cuda")
-    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     weights = [torch.randint(-127, 128, (n, k), device="cuda", dtype=torch.int8) for _ in range(3)]
     expected = [unfused(x, w, layer.weight_scale, None, "token") for w in weights]
     torch.cuda.synchronize()

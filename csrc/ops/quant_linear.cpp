@@ -4,7 +4,7 @@
 // per tensor, with the weight's column sums correcting the GEMM's epilogue), and multiplied by
 // the int8 weight with the scales and bias fused into the GEMM: the kernels of tcgemm.quantize
 // and tcgemm.scaled_gemm, the same bits, behind one dispatch and one set of checks. At a few rows
-// with dynamic symmetric scales the skinny GEMM kernel quantizes x itself (one kernel); otherwise,
+// with symmetric scales the skinny GEMM kernel quantizes x itself (one kernel); otherwise,
 // on sm_90+, the two kernels are programmatic dependent launches (common/launch_kernel.cuh): the
 // few-rows GEMM streams its weights while the activations are quantized (docs/design/decode.md).
 #include <ATen/ATen.h>

@@ -14,7 +14,7 @@ constexpr int kBK = 128;  // bytes of K per K block
 static_assert(kBK == kScaleBlock, "a K block must be one scale block");
 // tcgemm.quant_linear lets the kernel quantize the activations itself (skinny_quantize.cuh) at up
 // to kQuantizeRows rows of x whose 16-byte vectors give each thread at most kQuantizeVecs: every
-// block quantizes all of x from registers (16384 bf16/fp16 or 8192 fp32 values).
+// block quantizes all of x from registers (up to 8192 bf16/fp16 or 4096 fp32 values).
 constexpr int kQuantizeRows = 4;
 constexpr int kQuantizeVecs = 4;
 

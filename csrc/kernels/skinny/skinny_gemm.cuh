@@ -6,7 +6,8 @@
 //     row's consecutive kilobyte together.
 //   loads: per K block a lane loads 32 contiguous bytes of each of its rows straight into
 //     registers (two 16-byte loads): B past L1 with an evict_first L2 policy (read once), A
-//     through L1 (every block reads it). B runs kDepth K blocks ahead of the mma.
+//     through L1 (every block reads it). B runs kDepth K blocks ahead of the mma (kDepth - 1
+//     when promoting per-block scales).
 //   K order: a dot product does not depend on the order of K, so the bytes are paired as
 //     loaded instead of in mma.sync's fragment order: at k-step s, lane (g, t) = (lane / 4,
 //     lane % 4) feeds its k-slots 4t.. and 16 + 4t.. with bytes 32t + 8s + {0..3} and
