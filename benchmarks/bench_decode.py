@@ -218,8 +218,9 @@ def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, st
                "two ops speed-up", "block speed-up", "eager bf16 us", "eager QuantLinear us", "eager speed-up"]
     legend = ("Per call, a decode step's view: rotated weight copies (3x the L2), fixed input rows. graph: one CUDA "
               "graph of the calls, replayed; eager: the same calls from Python (host time included). QuantLinear: "
-              "per-channel weight, per-token activations, one op (`tcgemm.quant_linear`); two ops: `quantize` then "
-              "`scaled_gemm`; block: 128x128 weight and 1x128 activation scales. Speed-ups are against bf16 "
+              "per-channel weight, per-token activations, one op (`tcgemm.quant_linear`: one kernel where x holds at "
+              "most 8192 values, up to 4 rows; else quantize and GEMM as overlapped launches); two ops: `quantize` "
+              "then `scaled_gemm`; block: 128x128 weight and 1x128 activation scales. Speed-ups are against bf16 "
               "`F.linear` in the same run.")
     pre_rows = []
     for r in doc["prefill"]:
