@@ -18,6 +18,17 @@ import tcgemm
 from tcgemm.reference import gemm_reference, quantize_asym_reference, quantize_reference, scaled_gemm_reference
 
 
+def _layer(gen, m, n, k, device="cuda"):
+    """A quant_linear case: bf16 x [m, k], int8 weight [n, k], its scales, bias, SmoothQuant
+    multipliers and a static input scale."""
+    x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+    w = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8)
+    ws = torch.rand(n, generator=gen)
+    bias = torch.randn(n, generator=gen)
+    smooth = torch.rand(k, generator=gen) + 0.5
+    return tuple(t.to(device) for t in (x, w, ws, bias, smooth, torch.tensor(0.02)))
+
+
 def main() -> int:
     gen = torch.Generator().manual_seed(7)
     failures = 0
@@ -94,12 +105,7 @@ def main() -> int:
     # launch on sm_90+) and more rows, dynamic / static activations, with SmoothQuant multipliers;
     # compared bit for bit with quantize followed by scaled_gemm.
     for m, n, k in [(1, 72, 300), (4, 130, 1000), (40, 33, 260)]:
-        x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
-        w = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8).cuda()
-        ws = torch.rand(n, generator=gen).cuda()
-        bias = torch.randn(n, generator=gen).cuda()
-        smooth = (torch.rand(k, generator=gen) + 0.5).cuda()
-        static = torch.tensor(0.02).cuda()
+        x, w, ws, bias, smooth, static = _layer(gen, m, n, k)
         for act, in_scale in [("token", None), ("static", static)]:
             for sm in (None, smooth):
                 y = tcgemm.quant_linear(x, w, ws, bias, activation=act, input_scale=in_scale, smooth=sm)
@@ -122,12 +128,7 @@ def main() -> int:
     # K tail.
     if "skinny" in scaled:
         for m, n, k in [(1, 300, 1008), (3, 140, 528), (2, 8464, 528)]:  # the last: more tiles than blocks
-            x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
-            w = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8).cuda()
-            ws = torch.rand(n, generator=gen).cuda()
-            bias = torch.randn(n, generator=gen).cuda()
-            smooth = (torch.rand(k, generator=gen) + 0.5).cuda()
-            static = torch.tensor(0.02).cuda()
+            x, w, ws, bias, smooth, static = _layer(gen, m, n, k)
             for act, granularity, in_scale in [("token", "token", None), ("block", "group", None),
                                                ("static", "tensor", static)]:
                 for sm in (None, smooth):
