@@ -9,10 +9,12 @@ Per shape (activations x [M, K] bf16, weight [N, K]), all in the same process, T
   scaled_block   tcgemm.scaled_gemm, per-block 1x128 x 128x128 scales + bias, bf16 out
   fused_e2e      tcgemm.quantize(x) + scaled_chan: what QuantLinear runs
   fp8_rowwise    torch._scaled_mm, fp8 e4m3 with row-wise scales (+ bias), bf16 out      (peer)
+  fp8_block      torch._scaled_mm, fp8 e4m3 with 1x128 x 128x128 block scales, bf16 out   (peer)
   unfused        quantize in PyTorch -> torch._int_mm -> dequantize (+ bias)             (peer)
   bf16           torch.mm on bf16                                                         (peer)
 Then QuantLinear (activation quantization included) against bf16 nn.Linear on the Llama-3-8B
-MLP shapes at M = 2048, with symmetric and asymmetric (zero point) activations. Timing is benchmarks/timing.py: rotated input sets, device events,
+MLP shapes at M = 2048: per channel with symmetric and asymmetric (zero point) activations, and
+per block (128x128 weight blocks, 1x128 activation groups). Timing is benchmarks/timing.py: rotated input sets, device events,
 warm-up, median, the methods interleaved in rotated rounds. A table is printed last; the records
 go to benchmarks/results/bench_scaled.json (--json), the tables to a markdown file (--markdown).
 """
@@ -34,11 +36,12 @@ EXTRA_SHAPES = [(2048, 4096, 14336), (512, 8192, 8192), (128, 8192, 8192), (16, 
 MLP_SHAPES = [(2048, 14336, 4096), (2048, 4096, 14336)]  # (M, out_features, in_features)
 MAX_REPS = 200  # over all rounds
 MAX_SETS = 8
-METHODS = ("int8_gemm", "scaled_chan", "scaled_block", "fused_e2e", "fp8_rowwise", "unfused", "bf16")
-PEERS = ("fp8_rowwise", "unfused", "bf16")
+METHODS = ("int8_gemm", "scaled_chan", "scaled_block", "fused_e2e", "fp8_rowwise", "fp8_block", "unfused", "bf16")
+PEERS = ("fp8_rowwise", "fp8_block", "unfused", "bf16")
 TITLES = {
     "int8_gemm": "int8_gemm (int32)", "scaled_chan": "per-channel", "scaled_block": "per-block",
-    "fused_e2e": "quantize + per-channel", "fp8_rowwise": "fp8 row-wise", "unfused": "unfused int8",
+    "fused_e2e": "quantize + per-channel", "fp8_rowwise": "fp8 row-wise", "fp8_block": "fp8 block-scaled",
+    "unfused": "unfused int8",
     "bf16": "bf16",
 }
 # (numerator, denominator, column title) of the ratio columns
@@ -48,6 +51,7 @@ RATIOS = (
     ("scaled_chan", "unfused", "per-channel / unfused"),
     ("fused_e2e", "unfused", "quantize + per-channel / unfused"),
     ("scaled_block", "scaled_chan", "per-block / per-channel"),
+    ("scaled_block", "fp8_block", "per-block / fp8 block-scaled"),
 )
 TABLES = ("shapes", "mlp")
 
@@ -85,8 +89,29 @@ def make_sets(m, n, k, n_sets, device):
         s["fx"] = (x.float() / (amax_x / 448)).to(torch.float8_e4m3fn)
         s["fw"] = (w / (amax_w / 448)).to(torch.float8_e4m3fn)
         s["fsx"], s["fsw"] = amax_x / 448, (amax_w / 448).reshape(1, -1)
+        if n % 128 == 0 and k % 128 == 0:
+            s.update(fp8_block_operands(x, w))
         sets.append(s)
     return sets
+
+
+def fp8_block_operands(x, w) -> dict:
+    """x and w in fp8 e4m3 with the DeepSeek-V3 recipe's scales, laid out as torch._scaled_mm's
+    block-wise mode takes them: x per 1x128 group ([M, K/128], outer-dim-major), w per 128x128
+    block (given as [K/128, N/128] for the [K, N] operand)."""
+    m, k = x.shape
+    n = w.shape[0]
+    kb, nb = k // 128, n // 128
+    xg = x.float().reshape(m, kb, 128)
+    sx = xg.abs().amax(dim=2).clamp_min(1e-12) / 448
+    wg = w.float().reshape(nb, 128, kb, 128)
+    sw = wg.abs().amax(dim=(1, 3)).clamp_min(1e-12) / 448
+    return {
+        "fxb": (xg / sx.unsqueeze(2)).reshape(m, k).to(torch.float8_e4m3fn),
+        "fsxb": sx.t().contiguous().t(),
+        "fwb": (wg / sw[:, None, :, None]).reshape(n, k).to(torch.float8_e4m3fn),
+        "fswb": sw.t(),
+    }
 
 
 def methods(sets, peers: bool = True) -> dict[str, Callable[[int], object]]:
@@ -114,6 +139,13 @@ def methods(sets, peers: bool = True) -> dict[str, Callable[[int], object]]:
     except RuntimeError:  # row-wise scales with a bias are not supported by every torch build
         fp8_bias.clear()
     fns["fp8_rowwise"] = fp8
+    if "fxb" in S[0]:
+        def fp8_block(i):
+            s = S[i]
+            return torch._scaled_mm(s["fxb"], s["fwb"].t(), scale_a=s["fsxb"], scale_b=s["fswb"],
+                                    out_dtype=torch.bfloat16)
+
+        fns["fp8_block"] = fp8_block
     fns["unfused"] = lambda i: unfused_pipeline(S[i]["x"], S[i]["qw"], S[i]["sw"], S[i]["bias"])
     fns["bf16"] = lambda i: torch.mm(S[i]["x"], S[i]["w_bf16"].t())
     return fns
@@ -158,12 +190,18 @@ def bench_mlp(m, n, k, peers: bool, device) -> dict:
     linears = [torch.nn.Linear(k, n, bias=False, device=device, dtype=torch.bfloat16) for _ in range(n_sets)]
     quant = [tcgemm.QuantLinear.from_linear(lin) for lin in linears]
     asym = [tcgemm.QuantLinear.from_linear(lin, asymmetric=True) for lin in linears]
+    block = [tcgemm.QuantLinear.from_linear(lin, weight="block", activation="block") for lin in linears]
     xs = [torch.randn(m, k, device=device, dtype=torch.bfloat16) for _ in range(n_sets)]
     with torch.no_grad():
-        ref, got = linears[0](xs[0]).float(), quant[0](xs[0]).float()
-        sqnr = float(10 * torch.log10(ref.pow(2).sum() / (ref - got).pow(2).sum()))
+        ref = linears[0](xs[0]).float()
+
+        def sqnr_db(layer):
+            got = layer(xs[0]).float()
+            return float(10 * torch.log10(ref.pow(2).sum() / (ref - got).pow(2).sum()))
+
+        sqnr, block_sqnr = sqnr_db(quant[0]), sqnr_db(block[0])
         fns = {"bf16": lambda i: linears[i](xs[i]), "quant": lambda i: quant[i](xs[i]),
-               "asym": lambda i: asym[i](xs[i])}
+               "asym": lambda i: asym[i](xs[i]), "block": lambda i: block[i](xs[i])}
         if not peers:
             del fns["bf16"]
         ms = timing.interleaved_ms(fns, n_sets, max_reps=MAX_REPS, device=device)
@@ -171,7 +209,9 @@ def bench_mlp(m, n, k, peers: bool, device) -> dict:
     q_tops = timing.tops(m, n, k, ms["quant"])
     return {"mlp": [m, n, k], "bf16_tops": bf16_tops, "quantlinear_tops": q_tops,
             "speedup": None if bf16_tops is None else q_tops / bf16_tops, "sqnr_db": sqnr,
-            "asym_tops": timing.tops(m, n, k, ms["asym"]), "asym_time_ratio": ms["asym"] / ms["quant"]}
+            "asym_tops": timing.tops(m, n, k, ms["asym"]), "asym_time_ratio": ms["asym"] / ms["quant"],
+            "block_tops": timing.tops(m, n, k, ms["block"]), "block_sqnr_db": block_sqnr,
+            "block_speedup": None if bf16_tops is None else timing.tops(m, n, k, ms["block"]) / bf16_tops}
 
 
 # ----------------------------------------------------------------------------- output
@@ -192,7 +232,7 @@ def format_table(doc: dict[str, Any]) -> str:
     meta = doc["meta"]
     lines = [f"scaled GEMM on {meta.get('device')}, TOPS (bf16 out, bias), and ratios of scaled_chan",
              f"{'M':>6}{'N':>7}{'K':>7} " + "".join(f"{n[:11]:>12}" for n in METHODS)
-             + "   /fp8  /int8 /unfused e2e/unf block/chan"]
+             + "   /fp8  /int8 /unfused e2e/unf block/chan block/fp8b"]
     for r in records:
         t = r["tops"]
         m, n, k = r["shape"]
@@ -206,6 +246,10 @@ def format_table(doc: dict[str, Any]) -> str:
                                                 f"(time {r['asym_time_ratio']:.3f}x symmetric)")
         lines.append(f"  {k:>5} -> {n:<5}  bf16 {fmt(r['bf16_tops']):>6} TOPS   QuantLinear "
                      f"{fmt(r['quantlinear_tops']):>6} TOPS   speedup {speedup}   SQNR {r['sqnr_db']:.1f} dB{asym}")
+        if "block_tops" in r:
+            bs = "-" if r["block_speedup"] is None else f"{r['block_speedup']:.2f}x"
+            lines.append(f"  {'':>5}    {'':<5}  per-block QuantLinear {fmt(r['block_tops']):>6} TOPS   speedup {bs}"
+                         f"   SQNR {r['block_sqnr_db']:.1f} dB")
     return "\n".join(lines)
 
 
@@ -234,7 +278,8 @@ def markdown_sections(doc: dict[str, Any], tables: str, command: Optional[str]) 
                   "quantize + per-channel: `quantize(x)` then `scaled_gemm` (what `QuantLinear` runs); "
                   "int8_gemm: the same GEMM with an int32 result.")
         if any(p in names for p in PEERS):
-            legend += (" Peers in the same process: fp8 e4m3 `torch._scaled_mm` with row-wise scales; unfused "
+            legend += (" Peers in the same process: fp8 e4m3 `torch._scaled_mm` with row-wise scales (+ bias), and "
+                       "with 1x128 x 128x128 block scales (no bias: its block-wise mode takes none); unfused "
                        "int8: quantize in PyTorch, `torch._int_mm`, dequantize; bf16 `torch.mm`.")
         key = "bench_scaled quick" if is_quick(doc) else "bench_scaled shapes"
         title = "## Scaled GEMM (W8A8)" + (", quick sweep" if is_quick(doc) else "")
@@ -245,15 +290,20 @@ def markdown_sections(doc: dict[str, Any], tables: str, command: Optional[str]) 
             m, n, k = r["mlp"]
             speedup = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
             asym = [fmt(r.get("asym_tops")), "-" if "asym_time_ratio" not in r else f"{r['asym_time_ratio']:.3f}x"]
+            block = [fmt(r.get("block_tops")),
+                     "-" if r.get("block_speedup") is None else f"{r['block_speedup']:.2f}x",
+                     "-" if "block_sqnr_db" not in r else f"{r['block_sqnr_db']:.1f}"]
             rows.append([str(m), str(k), str(n), fmt(r["bf16_tops"]), fmt(r["quantlinear_tops"]), speedup,
-                         f"{r['sqnr_db']:.1f}"] + asym)
+                         f"{r['sqnr_db']:.1f}"] + asym + block)
         headers = ["M", "in", "out", "bf16 nn.Linear TFLOP/s", "QuantLinear TOPS", "speed-up", "SQNR dB",
-                   "asymmetric TOPS", "asymmetric / symmetric time"]
+                   "asymmetric TOPS", "asymmetric / symmetric time", "per-block TOPS", "per-block speed-up",
+                   "per-block SQNR dB"]
         legend = ("The Llama-3-8B MLP projections at M = 2048 tokens: `QuantLinear.from_linear` (weights per "
                   "channel, activations quantized per token inside the forward) against the bf16 `nn.Linear` "
                   "it came from, timed alternately in rounds; SQNR of the int8 output against bf16. "
                   "Asymmetric: the same layer with `asymmetric=True` (a zero point per token, corrected by the "
-                  "weight's column sums in the epilogue), timed in the same rounds.")
+                  "weight's column sums in the epilogue); per-block: `weight=\"block\", activation=\"block\"` "
+                  "(128x128 weight blocks, 1x128 activation groups); all timed in the same rounds.")
         sections["bench_scaled mlp"] = "\n\n".join(["## QuantLinear against bf16 nn.Linear", header, legend,
                                                     report.markdown_table(headers, rows)])
     return sections

@@ -34,10 +34,14 @@ struct TileConfig {
   static constexpr int kGroupM = GroupM;  // rasterization: tile rows per group (L2 reuse of B)
   static constexpr int kAccRegs = kWN / 2;  // per m64 piece
   // Per-block scaled GEMM (epilogue/block_scales.h): two int32 sets and an fp32 set of
-  // accumulators; a warpgroup's columns must lie in one 128-column block of the weight scales,
-  // and a K block of the ring is one scale block.
+  // accumulators; a tile's columns must lie in one 128-column block of the weight scales, and a
+  // K block of the ring is one scale block.
   static constexpr bool kSupportsPerBlock =
-      !PingPong && kScaleBlock % kWN == 0 && 2 * kMmaM * kAccRegs <= 128 && kBK == kScaleBlock;
+      !PingPong && kScaleBlock % kBN == 0 && 2 * kMmaM * kAccRegs <= 128 && kBK == kScaleBlock;
+  // Promotion factors staged in shared memory (kernels/sm90/sm90_factors.cuh): slots of kBM
+  // floats, in configs built for per-block scales.
+  static constexpr int kFactorSlots = (Epilogues & kEpiPerBlock) ? 3 : 0;
+  static constexpr int kFactorBytes = kFactorSlots * kBM * 4;
   // Arrivals that free a ring slot: every warp of the warpgroups that read it.
   static constexpr int kSlotReaders = PingPong ? 4 : 4 * kConsumerWarpgroups;
 
@@ -54,16 +58,16 @@ struct TileConfig {
   static constexpr int kEpiBufferBytes = kEpiRows * kEpiRowBytes;
   static constexpr int kEpiBytes = kConsumerWarpgroups * 4 * 2 * kEpiBufferBytes;
 
-  // Stages, epilogue buffers, then 2 mbarriers per stage; +1024 to align everything to the
-  // 128-byte swizzle atom.
-  static constexpr int kSmemBytes = kStages * kStageBytes + kEpiBytes + 2 * kStages * 8 + 1024;
+  // Stages, epilogue buffers, factor slots, then 2 mbarriers per stage; +1024 to align
+  // everything to the 128-byte swizzle atom.
+  static constexpr int kSmemBytes = kStages * kStageBytes + kEpiBytes + kFactorBytes + 2 * kStages * 8 + 1024;
 
   // setmaxnreg split of the 64K-register file: the producer needs few, the consumers hold
   // the accumulators. A config built only for per-block promotion (three accumulator sets) gives
   // the producer the minimum of 24 so that its two consumers get 240: at 232 ptxas spilled 4-16
   // bytes of per-tile state.
-  static constexpr int kProducerRegs = Epilogues == kEpiPerBlock ? 24 : 40;
-  static constexpr int kConsumerRegs = kConsumerWarpgroups == 1 || Epilogues == kEpiPerBlock ? 240 : 232;
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = kConsumerWarpgroups == 1 ? 240 : 232;
 
   static_assert(!PingPong || (WgM == 1 && WgN == 1), "ping-pong warpgroups take whole tiles");
   static_assert(kWgRows % 64 == 0 && kWgRows * WgM == BM && kWN * WgN == BN, "tile split");

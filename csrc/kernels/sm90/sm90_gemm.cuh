@@ -2,6 +2,7 @@
 // memory, warp specialization and a persistent tile loop. The kernel composes its pieces:
 //   sm90_scheduler.cuh  which work units (tile x K range) a block takes, and the ring position;
 //   sm90_producer.cuh   warpgroup 0: one thread issues the TMA loads of every K block;
+//   sm90_factors.cuh    with per-block scales, warp 1 stages each K block's promotion factors;
 //   sm90_mainloop.cuh   warpgroups 1..: wgmma per K block, per-block promotion when the
 //                       epilogue asks for it, then the tile's epilogue;
 //   sm90_store.cuh      the epilogue stores: staged per warp in swizzled shared memory and
@@ -21,6 +22,7 @@
 #include "common/problem.h"
 #include "epilogue/epilogues.h"
 #include "kernels/sm90/configs.h"
+#include "kernels/sm90/sm90_factors.cuh"
 #include "kernels/sm90/sm90_gemm.h"
 #include "kernels/sm90/sm90_mainloop.cuh"
 #include "kernels/sm90/sm90_producer.cuh"
@@ -46,12 +48,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint8_t* a_tiles = smem;                                      // kStages x [BM][128], swizzled
   uint8_t* b_tiles = smem + kStages * Cfg::kATileBytes;         // kStages x [BN][128], swizzled
   uint8_t* epi_buffers = b_tiles + kStages * Cfg::kBTileBytes;  // per consumer warp: 2 x [16][128 bytes]
-  uint64_t* full = reinterpret_cast<uint64_t*>(epi_buffers + Cfg::kEpiBytes);
+  float* factors = reinterpret_cast<float*>(epi_buffers + Cfg::kEpiBytes);  // kFactorSlots x [BM]
+  uint64_t* full = reinterpret_cast<uint64_t*>(epi_buffers + Cfg::kEpiBytes + Cfg::kFactorBytes);
   uint64_t* empty = full + kStages;
+  constexpr uint32_t kFullArrivals = 1 + (Epi::kPromotes ? FactorSlots<Cfg>::kArrivals : 0);
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(&full[s], 1);                   // the producer's expect_tx
+      ptx::mbarrier_init(&full[s], kFullArrivals);       // the producer's expect_tx (+ the factors)
       ptx::mbarrier_init(&empty[s], Cfg::kSlotReaders);  // one arrival per reading warp
     }
     ptx::mbarrier_fence_init();
@@ -75,15 +79,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   __syncthreads();
 
   if (threadIdx.x / 128 == 0) {
-    // The producer warpgroup gives back registers; one thread issues the loads.
+    // The producer warpgroup gives back registers; one thread issues the loads, and with
+    // per-block scales warp 1 stages the promotion factors.
     ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
     if (threadIdx.x == 0) produce<Cfg>(args, &map_a, &map_b, a_tiles, b_tiles, full, empty);
+    if constexpr (Epi::kPromotes) {
+      if (threadIdx.x / 32 == 1) stage_factors<Cfg>(args, epi, ptx::smem_addr(factors), full, empty, threadIdx.x % 32);
+    }
     return;
   }
   ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
   Consumer<Cfg, Mma, Epi> consumer(args, epi, &map_d, a_tiles, b_tiles, epi_buffers, full, empty);
   if constexpr (Epi::kPromotes) {
-    consume_tiles_promoting(consumer);
+    consume_tiles_promoting(consumer, ptx::smem_addr(factors));
   } else {
     consume_tiles(consumer);
   }

@@ -13,6 +13,7 @@
 #include <cuda.h>
 
 #include "epilogue/block_scales.h"
+#include "kernels/sm90/sm90_factors.cuh"
 #include "kernels/sm90/sm90_params.cuh"
 #include "kernels/sm90/sm90_store.cuh"
 #include "ptx/mbarrier.cuh"
@@ -33,16 +34,18 @@ struct Consumer {
   uint8_t* epi_buffers;
   int consumer, wg_m, wg_n, warp, lane;
   uint64_t desc_a0, desc_b0;
-  RingPosition<Cfg::kStages> ring;  // K blocks handed out by the ring so far
+  RingPosition<Cfg::kStages> ring;  // where the next K block of the ring lies
   uint32_t chunks_issued = 0;       // this warp's epilogue TMA stores so far (staging buffer = count % 2)
 
   __device__ __forceinline__ Consumer(const Params& args_, const Epi& epi_, const CUtensorMap* map_d_, uint8_t* a_tiles,
                                       uint8_t* b_tiles, uint8_t* epi_buffers_, uint64_t* full_, uint64_t* empty_)
       : args(args_), epi(epi_), map_d(map_d_), full(full_), empty(empty_), epi_buffers(epi_buffers_) {
-    consumer = static_cast<int>(threadIdx.x) / 128 - 1;
+    // Broadcast from lane 0: ptxas then knows these are warp-uniform and keeps the descriptor
+    // arithmetic that depends on them in uniform registers.
+    consumer = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0) - 1;
     wg_m = Cfg::kPingPong ? 0 : consumer / Cfg::kWgN;
     wg_n = Cfg::kPingPong ? 0 : consumer % Cfg::kWgN;
-    warp = (threadIdx.x / 32) % 4;
+    warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 32) % 4, 0);
     lane = threadIdx.x % 32;
     desc_a0 = ptx::wgmma_desc_k_major_sw128(a_tiles + wg_m * Cfg::kWgRows * Cfg::kBK);
     desc_b0 = ptx::wgmma_desc_k_major_sw128(b_tiles + wg_n * Cfg::kWN * Cfg::kBK);
@@ -50,7 +53,7 @@ struct Consumer {
 
   __device__ __forceinline__ int col_base(const WorkUnit& w) const { return w.tile_n * Cfg::kBN + wg_n * Cfg::kWN; }
   __device__ __forceinline__ void wait_full(const RingPosition<Cfg::kStages>& at) const {
-    ptx::mbarrier_wait(&full[at.slot()], at.phase());
+    ptx::mbarrier_wait(&full[at.slot], at.phase);
   }
   __device__ __forceinline__ void release(int slot) const {
     if (lane == 0) ptx::mbarrier_arrive(&empty[slot]);
@@ -105,13 +108,13 @@ __device__ __forceinline__ void consume_tiles(Consumer<Cfg, Mma, Epi>& c) {
   for (int nth = 0; nth < my_units; ++nth) {
     const WorkUnit w = c.args.sched.template block_unit<Cfg::kGroupM>(nth);
     if (Cfg::kPingPong && nth % 2 != c.consumer) {
-      c.ring.count += w.kb_end - w.kb_begin;  // the other warpgroup's tile
+      c.ring.advance(w.kb_end - w.kb_begin);  // the other warpgroup's tile
       continue;
     }
     if (Cfg::kPingPong && nth > 0) ptx::named_barrier_sync(1 + c.consumer, 256);
     int prev_slot = -1;
-    for (int kb = w.kb_begin; kb < w.kb_end; ++kb, ++c.ring.count) {
-      const int slot = c.ring.slot();
+    for (int kb = w.kb_begin; kb < w.kb_end; ++kb, c.ring.advance()) {
+      const int slot = c.ring.slot;
       c.wait_full(c.ring);
       c.issue_block(acc, slot, kb > w.kb_begin);
       // The group of the previous K block has retired: its slot can be refilled.
@@ -126,83 +129,29 @@ __device__ __forceinline__ void consume_tiles(Consumer<Cfg, Mma, Epi>& c) {
   }
 }
 
-// The per-block scale factors of one warpgroup piece's rows (+ 0 and + 8 of each m64 piece of a
-// thread) and its column block. Raw scales are loaded two K blocks ahead and multiplied one
-// ahead, so that no product waits on a load of the same step. A thread's scales of K block kb lie
-// at fixed pointers plus kb times one stride per operand.
-template <int MmaM>
-struct PieceScales {
-  struct Raw {
-    float a[MmaM][2];
-    float b;
-  };
-  const int64_t a_stride, b_stride;
-  const bool b_blocks;    // else scale_b does not depend on the K block and waits for the epilogue
-  const float* a[MmaM][2];
-  const float* b;
-  Raw ahead;              // K block kb + 1
-  float factor[MmaM][2];  // K block kb
-
-  // The strides and whether scale_b has K blocks are the same for every row and tile.
-  template <class Epi>
-  __device__ __forceinline__ explicit PieceScales(const Epi& epi)
-      : a_stride(epi.a_block_scales(0).stride_kb),
-        b_stride(epi.b_block_scales(0).stride_kb),
-        b_blocks(epi.b_block_scales(0).ptr != nullptr) {}
-
-  __device__ __forceinline__ void load(Raw& raw, int kb) const {
-    raw.b = b_blocks ? b[kb * b_stride] : 1.0f;
-#pragma unroll
-    for (int mi = 0; mi < MmaM; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) raw.a[mi][h] = a[mi][h][kb * a_stride];
-  }
-  __device__ __forceinline__ void set_factors(const Raw& raw) {
-#pragma unroll
-    for (int mi = 0; mi < MmaM; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) factor[mi][h] = raw.a[mi][h] * raw.b;
-  }
-
-  // A new tile: the scales of this thread's rows (row0 + 64 mi + 8 h) and of the piece's first
-  // column (the piece lies in one 128-column block); K block 0 current, K block 1 ahead.
-  template <class Epi>
-  __device__ __forceinline__ void begin(const Epi& epi, int row0, int col0, int m, int n, int k_blocks) {
-    b = epi.b_block_scales(min(col0, n - 1)).ptr;
-#pragma unroll
-    for (int mi = 0; mi < MmaM; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) a[mi][h] = epi.a_block_scales(min(row0 + 64 * mi + 8 * h, m - 1)).ptr;
-    Raw first;
-    load(first, 0);
-    load(ahead, min(1, k_blocks - 1));
-    set_factors(first);
-  }
-};
-
 // Per-block scales (no split-K). Every K block starts its wgmma from zero, so the block's K
 // blocks, tile after tile, go into the two int32 sets in turn: a step issues the block after the
 // current one into the other set and promotes the current one while those wgmma run, and a
-// tile's epilogue runs while the next tile's first block does. ptxas serializes every wgmma of
-// the kernel when a wgmma or wait sits under a condition (C7518: the only branches here are the
-// loop's exits), when the current set is read between issuing the next block and a wait_group 1
-// (C7514: hence wait_group 0 before the issue) or when the loop writes to accumulator registers
-// (C7515). Measured on the H200: +18-22% against one set (docs/design/scaled.md).
+// tile's epilogue runs while the next tile's first block does. The factors of each K block come
+// from shared memory (kernels/sm90/sm90_factors.cuh), read right after its "full" wait. ptxas
+// serializes every wgmma of the kernel when a wgmma or wait sits under a condition (C7518: the
+// only branches here are the loop's exits), when the current set is read between issuing the
+// next block and a wait_group 1 (C7514: hence wait_group 0 before the issue) or when the loop
+// writes to accumulator registers (C7515). Measured on the H200: +18-22% against one set
+// (docs/design/scaled.md).
 template <class Cfg, class Mma, class Epi>
-__device__ __forceinline__ void consume_tiles_promoting(Consumer<Cfg, Mma, Epi>& c) {
+__device__ __forceinline__ void consume_tiles_promoting(Consumer<Cfg, Mma, Epi>& c, uint32_t factor_slots) {
   using Set = int32_t[Cfg::kMmaM][Cfg::kAccRegs];
   const int k_blocks = c.args.sched.k_blocks;
   const int total = c.args.sched.block_units() * k_blocks;  // K blocks of this block
   Set acc, acc_next;
   float accf[Cfg::kMmaM][Cfg::kAccRegs];
-  PieceScales<Cfg::kMmaM> scales(c.epi);
+  StagedFactors<Cfg> factors(factor_slots, c.wg_m * Cfg::kWgRows + 16 * c.warp + c.lane / 4);
   WorkUnit w;
   int nth = 0, kb = 0;  // the current block's unit and K block
 
   auto begin_tile = [&]() {
     w = c.args.sched.template block_unit<Cfg::kGroupM>(nth);
-    const int row0 = w.tile_m * Cfg::kBM + c.wg_m * Cfg::kWgRows + 16 * c.warp + c.lane / 4;
-    scales.begin(c.epi, row0, c.col_base(w), c.args.m, c.args.n, k_blocks);
 #pragma unroll
     for (int mi = 0; mi < Cfg::kMmaM; ++mi)
 #pragma unroll
@@ -212,22 +161,21 @@ __device__ __forceinline__ void consume_tiles_promoting(Consumer<Cfg, Mma, Epi>&
 #pragma unroll
     for (int mi = 0; mi < Cfg::kMmaM; ++mi)
 #pragma unroll
-      for (int i = 0; i < Cfg::kAccRegs; ++i) accf[mi][i] = promote(accf[mi][i], cur[mi][i], scales.factor[mi][(i / 2) % 2]);
+      for (int i = 0; i < Cfg::kAccRegs; ++i)
+        accf[mi][i] = promote(accf[mi][i], cur[mi][i], factors.current[mi][(i / 2) % 2]);
   };
   // Block (nth, kb) was issued into `cur` and is not the block's last: issue the next into
   // `next`, promote this one, and store the tile after its last K block.
   auto step = [&](Set& cur, Set& next) {
-    typename PieceScales<Cfg::kMmaM>::Raw fetched;
-    scales.load(fetched, min(kb + 2, k_blocks - 1));
-    const int slot = c.ring.slot();
-    ++c.ring.count;
+    const int slot = c.ring.slot;
+    c.ring.advance();
     c.wait_full(c.ring);
+    factors.fetch();
     ptx::wgmma_wait_group<0>(cur);
-    c.issue_block(next, c.ring.slot(), false);
+    c.issue_block(next, c.ring.slot, false);
     c.release(slot);
     promote_block(cur);
-    scales.set_factors(scales.ahead);
-    scales.ahead = fetched;
+    factors.advance();
     if (++kb == k_blocks) {
       c.store_tile(w, accf);
       kb = 0;
@@ -238,7 +186,9 @@ __device__ __forceinline__ void consume_tiles_promoting(Consumer<Cfg, Mma, Epi>&
 
   begin_tile();
   c.wait_full(c.ring);
-  c.issue_block(acc, c.ring.slot(), false);
+  factors.fetch();
+  factors.advance();
+  c.issue_block(acc, c.ring.slot, false);
   // K block g of the block's sequence is in acc for even g, in acc_next for odd g.
   for (int g = 0; g + 1 < total; g += 2) {
     step(acc, acc_next);
@@ -247,8 +197,8 @@ __device__ __forceinline__ void consume_tiles_promoting(Consumer<Cfg, Mma, Epi>&
   }
   ptx::wgmma_wait_group<0>(acc);
   ptx::wgmma_wait_group<0>(acc_next);
-  c.release(c.ring.slot());
-  ++c.ring.count;
+  c.release(c.ring.slot);
+  c.ring.advance();
   if (total % 2 == 0) {  // the last block, total - 1, is odd
 #pragma unroll
     for (int mi = 0; mi < Cfg::kMmaM; ++mi)

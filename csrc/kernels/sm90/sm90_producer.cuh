@@ -29,9 +29,9 @@ __device__ __forceinline__ void produce(const Params& args, const CUtensorMap* m
   const int units = args.sched.units();
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const WorkUnit w = args.sched.unit<Cfg::kGroupM>(unit);
-    for (int kb = w.kb_begin; kb < w.kb_end; ++kb, ++ring.count) {
-      const int slot = ring.slot();
-      ptx::mbarrier_wait(&empty[slot], ring.phase() ^ 1);
+    for (int kb = w.kb_begin; kb < w.kb_end; ++kb, ring.advance()) {
+      const int slot = ring.slot;
+      ptx::mbarrier_wait(&empty[slot], ring.phase ^ 1);
       ptx::mbarrier_arrive_expect_tx(&full[slot], stage_bytes);
       ptx::tma_load_2d(a_tiles + slot * Cfg::kATileBytes, map_a, &full[slot], kb * Cfg::kBK, w.tile_m * Cfg::kBM, policy_a);
       ptx::tma_load_2d(b_tiles + slot * Cfg::kBTileBytes, map_b, &full[slot], kb * Cfg::kBK, w.tile_n * Cfg::kBN, policy_b);

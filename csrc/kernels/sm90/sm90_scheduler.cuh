@@ -50,14 +50,26 @@ struct TileScheduler {
   }
 };
 
-// A position in the ring of Stages shared-memory slots: the K blocks handed out so far. The
-// producer and the consumers count the same sequence, so one counter gives slot and phase.
+// A position in the ring of Stages shared-memory slots: the slot of the next K block and the
+// parity of its fill. The producer and the consumers walk the same sequence of K blocks, so
+// their positions agree; slot and parity are kept rather than recomputed from a count (a
+// division by a Stages that is not a power of two on every K block).
 template <int Stages>
 struct RingPosition {
-  uint32_t count = 0;
+  int slot = 0;
+  uint32_t phase = 0;
 
-  __device__ __forceinline__ int slot() const { return static_cast<int>(count % Stages); }
-  __device__ __forceinline__ uint32_t phase() const { return (count / Stages) & 1; }
+  __device__ __forceinline__ void advance() {
+    if (++slot == Stages) {
+      slot = 0;
+      phase ^= 1u;
+    }
+  }
+  __device__ __forceinline__ void advance(int blocks) {  // blocks >= 0
+    const int to = slot + blocks;
+    phase ^= static_cast<uint32_t>(to / Stages) & 1u;
+    slot = to % Stages;
+  }
 };
 
 }  // namespace tcgemm::sm90

@@ -1,0 +1,112 @@
+// Per-block scales staged in shared memory for the sm90 consumers. For every K block of the ring,
+// warp 1 of the producer warpgroup writes the tile's promotion factor of each row,
+//   factor(row, kb) = scale_a(row, kb) * scale_b(tile's column block, kb),
+// into a slot of kBM floats and arrives on that K block's "full" barrier (with its 32 lanes),
+// so a consumer thread reads its rows' factors with one shared-memory load each instead of
+// loading both scales from global memory and multiplying them on every K block.
+// Factor slots: K block i of the ring's sequence uses slot i % kFactorSlots. The warp rewrites a
+// slot for block i once block i - kFactorSlots has been released: the consumers read a block's
+// factors right after its "full" wait, before they release its ring slot.
+// Every tile of a promoting config lies in one 128-column block of the weight scales
+// (kScaleBlock % kBN == 0), so one scale_b per K block serves the whole tile.
+#pragma once
+
+#include <cstdint>
+
+#include "epilogue/block_scales.h"
+#include "kernels/sm90/sm90_params.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/smem.cuh"
+
+namespace tcgemm::sm90 {
+
+// The factor slots' place in the sm90 block's shared memory, and who arrives on "full".
+template <class Cfg>
+struct FactorSlots {
+  static constexpr int kSlots = Cfg::kFactorSlots;
+  static constexpr int kFloats = Cfg::kBM;  // one factor per tile row
+  static constexpr int kArrivals = 32;      // the staging warp's lanes, besides the TMA thread
+  static_assert(kSlots <= Cfg::kStages, "a factor slot is rewritten only after its ring slot");
+};
+
+// Warp 1 of the producer warpgroup: the factors of every K block of every unit of the block,
+// each lane kBM / 32 consecutive rows. `factors` is the .shared address of slot 0.
+template <class Cfg, class Epi>
+__device__ __forceinline__ void stage_factors(const Params& args, const Epi& epi, uint32_t factors, uint64_t* full,
+                                              uint64_t* empty, int lane) {
+  constexpr int kRows = Cfg::kBM / 32;
+  constexpr int kSlots = FactorSlots<Cfg>::kSlots;
+  static_assert(kSlots >= 1, "the config has no factor slots: it is not built for per-block scales");
+  static_assert(Cfg::kBM % 32 == 0, "each lane stages whole rows");
+  RingPosition<Cfg::kStages> fill, freed;  // K block i, and K block i - kSlots
+  int slot = 0;                            // factor slot of K block i
+  int staged = 0;                          // K blocks staged so far
+  const int64_t a_step = epi.a_block_scales(0).stride_kb;
+  const BlockScales b0 = epi.b_block_scales(0);
+  const bool b_blocks = b0.ptr != nullptr;  // else scale_b waits for the epilogue: factor = scale_a
+  const int64_t b_step = b0.stride_kb;
+  const int units = args.sched.units();
+  for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    const WorkUnit w = args.sched.unit<Cfg::kGroupM>(unit);
+    const float* a[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      a[r] = epi.a_block_scales(min(w.tile_m * Cfg::kBM + lane * kRows + r, args.m - 1)).ptr + w.kb_begin * a_step;
+    const float* b = b_blocks ? epi.b_block_scales(min(w.tile_n * Cfg::kBN, args.n - 1)).ptr + w.kb_begin * b_step
+                              : nullptr;
+    for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+      // The loads go out before the wait for the slot, which hides their latency.
+      float f[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        f[r] = *a[r];
+        a[r] += a_step;
+      }
+      float sb = 1.0f;
+      if (b_blocks) {
+        sb = *b;
+        b += b_step;
+      }
+      if (staged >= kSlots) {
+        ptx::mbarrier_wait(&empty[freed.slot], freed.phase);
+        freed.advance();
+      }
+      const uint32_t out = factors + 4 * (slot * Cfg::kBM + lane * kRows);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) ptx::st_shared_b32(out + 4 * r, __float_as_uint(f[r] * sb));
+      ptx::mbarrier_arrive(&full[fill.slot]);  // release: the stores above are seen by its waiters
+      fill.advance();
+      slot = slot + 1 == kSlots ? 0 : slot + 1;
+      ++staged;
+    }
+  }
+}
+
+// A consumer thread's factors: those of the K block being promoted (current) and of the one
+// whose wgmma was just issued (next), for its rows row0 + 64 mi + 8 h of the tile.
+template <class Cfg>
+struct StagedFactors {
+  uint32_t rows;  // .shared address of factor slot 0 at this thread's first row
+  int slot = 0;   // factor slot of the next K block to fetch
+  float current[Cfg::kMmaM][2];
+  float next[Cfg::kMmaM][2];
+
+  __device__ __forceinline__ StagedFactors(uint32_t factors, int row0) : rows(factors + 4 * row0) {}
+
+  // After the "full" wait of the next K block (volatile: not hoisted above that wait).
+  __device__ __forceinline__ void fetch() {
+#pragma unroll
+    for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) next[mi][h] = ptx::ld_shared_f32(rows + 4 * (slot * Cfg::kBM + 64 * mi + 8 * h));
+    slot = slot + 1 == Cfg::kFactorSlots ? 0 : slot + 1;
+  }
+  __device__ __forceinline__ void advance() {
+#pragma unroll
+    for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) current[mi][h] = next[mi][h];
+  }
+};
+
+}  // namespace tcgemm::sm90
