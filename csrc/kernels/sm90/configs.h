@@ -42,7 +42,8 @@ struct TileConfig {
   // floats, in configs built for per-block scales.
   static constexpr int kFactorSlots = (Epilogues & kEpiPerBlock) ? 3 : 0;
   static constexpr int kFactorBytes = kFactorSlots * kBM * 4;
-  // Arrivals that free a ring slot: every warp of the warpgroups that read it.
+  // Warps that read a ring slot: each frees it with one arrival (one per lane with per-block
+  // scales, whose promotion factors the lanes read with plain loads: sm90_gemm.cuh).
   static constexpr int kSlotReaders = PingPong ? 4 : 4 * kConsumerWarpgroups;
 
   static constexpr int kATileBytes = kBM * kBK;

@@ -52,11 +52,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(epi_buffers + Cfg::kEpiBytes + Cfg::kFactorBytes);
   uint64_t* empty = full + kStages;
   constexpr uint32_t kFullArrivals = 1 + (Epi::kPromotes ? FactorSlots<Cfg>::kArrivals : 0);
+  constexpr uint32_t kEmptyArrivals = Cfg::kSlotReaders * (Epi::kPromotes ? 32 : 1);
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&full[s], kFullArrivals);       // the producer's expect_tx (+ the factors)
-      ptx::mbarrier_init(&empty[s], Cfg::kSlotReaders);  // one arrival per reading warp
+      ptx::mbarrier_init(&empty[s], kEmptyArrivals);     // the reading warps (their lanes, per-block)
     }
     ptx::mbarrier_fence_init();
     ptx::tma_prefetch_descriptor(&map_a);

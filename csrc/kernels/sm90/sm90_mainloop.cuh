@@ -55,8 +55,10 @@ struct Consumer {
   __device__ __forceinline__ void wait_full(const RingPosition<Cfg::kStages>& at) const {
     ptx::mbarrier_wait(&full[at.slot], at.phase);
   }
+  // Lane 0 frees the slot for the warp, or with per-block scales every lane: each has read the
+  // slot's promotion factors with a plain shared load that its own arrival must order.
   __device__ __forceinline__ void release(int slot) const {
-    if (lane == 0) ptx::mbarrier_arrive(&empty[slot]);
+    if (Epi::kPromotes || lane == 0) ptx::mbarrier_arrive(&empty[slot]);
   }
 
   // Issues the wgmma of one K block (ring slot) into a set of accumulators.
