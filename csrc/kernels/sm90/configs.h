@@ -63,10 +63,10 @@ struct TileConfig {
   // everything to the 128-byte swizzle atom.
   static constexpr int kSmemBytes = kStages * kStageBytes + kEpiBytes + kFactorBytes + 2 * kStages * 8 + 1024;
 
-  // setmaxnreg split of the 64K-register file: the producer needs few, the consumers hold
-  // the accumulators. A config built only for per-block promotion (three accumulator sets) gives
-  // the producer the minimum of 24 so that its two consumers get 240: at 232 ptxas spilled 4-16
-  // bytes of per-tile state.
+  // setmaxnreg split of the 64K-register file: the producer needs few (with per-block scales
+  // its factor warp, kernels/sm90/sm90_factors.cuh, spilled 192 bytes at 24), the consumers hold
+  // the accumulators (the per-block config's three sets of 64 fit 232 since the factors come
+  // from shared memory).
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = kConsumerWarpgroups == 1 ? 240 : 232;
 
