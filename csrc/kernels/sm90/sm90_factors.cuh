@@ -1,12 +1,13 @@
 // Per-block scales staged in shared memory for the sm90 consumers. For every K block of the ring,
 // warp 1 of the producer warpgroup writes the tile's promotion factor of each row,
 //   factor(row, kb) = scale_a(row, kb) * scale_b(tile's column block, kb),
-// into a slot of kBM floats and arrives on that K block's "full" barrier (with its 32 lanes),
-// so a consumer thread reads its rows' factors with one shared-memory load each instead of
-// loading both scales from global memory and multiplying them on every K block.
+// into a slot of kBM floats (one per tile row) and arrives on that K block's "full" barrier with
+// its 32 lanes, so a consumer thread reads its rows' factors with one shared-memory load each
+// instead of loading both scales from global memory and multiplying them on every K block.
 // Factor slots: K block i of the ring's sequence uses slot i % kFactorSlots. The warp rewrites a
 // slot for block i once block i - kFactorSlots has been released: the consumers read a block's
-// factors right after its "full" wait, before they release its ring slot.
+// factors right after its "full" wait, before they release its ring slot, and every consumer
+// lane arrives on "empty" so that its own read is ordered before the rewrite.
 // Every tile of a promoting config lies in one 128-column block of the weight scales
 // (kScaleBlock % kBN == 0), so one scale_b per K block serves the whole tile.
 #pragma once
@@ -24,7 +25,6 @@ namespace tcgemm::sm90 {
 template <class Cfg>
 struct FactorSlots {
   static constexpr int kSlots = Cfg::kFactorSlots;
-  static constexpr int kFloats = Cfg::kBM;  // one factor per tile row
   static constexpr int kArrivals = 32;      // the staging warp's lanes, besides the TMA thread
   static_assert(kSlots <= Cfg::kStages, "a factor slot is rewritten only after its ring slot");
 };
