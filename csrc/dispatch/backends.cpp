@@ -51,8 +51,9 @@ bool runs_on(const BackendCaps& c, const DeviceInfo& dev) {
   return dev.major * 10 + dev.minor >= c.min_cc;
 }
 
-// The sm90 kernel promotes per-block scales once per warpgroup piece of <= 128 columns, so a
-// weight scale that depends on K must be one per 128 columns (or it must not depend on K).
+// The sm90 kernel promotes per-block scales with one factor per tile row (tiles of <= 128
+// columns), so a weight scale that depends on K must be one per 128 columns (or it must not
+// depend on K).
 bool takes(const BackendCaps& c, const EpilogueArgs& epilogue) {
   if (c.id != Backend::kSm90) return true;
   const auto* s = std::get_if<ScaledEpilogueParams>(&epilogue);

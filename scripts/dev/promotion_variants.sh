@@ -26,7 +26,13 @@ SRC=csrc/kernels/sm90/sm90_mainloop.cuh
 LINE='accf[mi][i] = promote(accf[mi][i], cur[mi][i], factors.current[mi][(i / 2) % 2]);'
 grep -qF "$LINE" "$SRC" || { echo "promotion_variants: the promotion line is not in $SRC" >&2; exit 2; }
 cp "$SRC" "$PV_DIR/mainloop.orig"
-trap 'cp "$PV_DIR/mainloop.orig" "$SRC"' EXIT
+BUILT_ALL=0
+restore() {
+  cp "$PV_DIR/mainloop.orig" "$SRC"
+  [ "$BUILT_ALL" = 1 ] || echo "promotion_variants: stopped during the builds; the tree's extension may be a" \
+    "diagnostic build: run python3 setup.py build_ext --inplace" >&2
+}
+trap restore EXIT
 declare -A BODY=(
   [as_is]="$LINE"
   [ffma]='accf[mi][i] = accf[mi][i] + __int_as_float(cur[mi][i]) * factors.current[mi][(i / 2) % 2];'
@@ -47,6 +53,7 @@ PY
   echo "built $v in $(( $(date +%s) - t0 )) s"
   cp "$PV_DIR/mainloop.orig" "$SRC"
 done
+BUILT_ALL=1
 RUNNER=$PV_DIR/runner
 rm -rf "$RUNNER" && mkdir -p "$RUNNER"
 for d in benchmarks scripts; do ln -s "$ROOT/$d" "$RUNNER/$d"; done

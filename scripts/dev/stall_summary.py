@@ -19,7 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     rows = list(csv.reader(args.csv.open()))
     start = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
-    header, body = rows[start], [r for r in rows[start + 1:] if len(r) == len(rows[start])]
+    # instruction rows only (an export of several kernels repeats its header rows)
+    header = rows[start]
+    body = [r for r in rows[start + 1:] if len(r) == len(header) and r[0].startswith("0x")]
     col = {name: i for i, name in enumerate(header)}
     reasons = [h for h in header if h.startswith("stall_") and not h.endswith("(Not Issued)")]
     total = {r: sum(int(row[col[r]] or 0) for row in body) for r in reasons}

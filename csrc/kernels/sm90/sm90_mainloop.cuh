@@ -137,7 +137,7 @@ __device__ __forceinline__ void consume_tiles(Consumer<Cfg, Mma, Epi>& c) {
 // tile's epilogue runs while the next tile's first block does. The factors of each K block come
 // from shared memory (kernels/sm90/sm90_factors.cuh), read right after its "full" wait. ptxas
 // serializes every wgmma of the kernel when a wgmma or wait sits under a condition (C7518: the
-// only branches here are the loop's exits), when the current set is read between issuing the
+// loop's exits and the branch around the promotion hold none), when the current set is read between issuing the
 // next block and a wait_group 1 (C7514: hence wait_group 0 before the issue) or when the loop
 // writes to accumulator registers (C7515). Measured on the H200: +18-22% against one set
 // (docs/design/scaled.md).
