@@ -63,8 +63,36 @@ __device__ __forceinline__ void values(const QuantizeParams& q, const RawVec<T, 
   if (q.channel_mul != nullptr) apply_channel_mul<true>(v, q, col);
 }
 
-// Per token, M rows: thread i holds vectors i, i + 256, ... of every row (at most
-// kQuantizeVecs / M of each), all loaded before the first is used.
+// The vectors of x a thread holds when the block quantizes M rows per token or per tensor:
+// vectors i, i + 256, ... of every row (at most kQuantizeVecs / M of each), all loaded at once.
+template <typename T, int M>
+__device__ __forceinline__ void load_rows(const QuantizeParams& q, int nvec,
+                                          RawVec<T, kVec<T>> (&cached)[M][kQuantizeVecs / M]) {
+#pragma unroll
+  for (int r = 0; r < M; ++r)
+#pragma unroll
+    for (int c = 0; c < kQuantizeVecs / M; ++c) {
+      const int i = c * kThreads + static_cast<int>(threadIdx.x);
+      if (i < nvec) cached[r][c] = load_raw<T, kVec<T>>(x_at<T>(q, r, i * kVec<T>));
+    }
+}
+
+// f(col, v) for each vector of one row that load_rows loaded, as floats (values()).
+template <typename T, int M, class F>
+__device__ __forceinline__ void for_row_values(const QuantizeParams& q, int nvec,
+                                               const RawVec<T, kVec<T>> (&row)[kQuantizeVecs / M], F&& f) {
+#pragma unroll
+  for (int c = 0; c < kQuantizeVecs / M; ++c) {
+    const int i = c * kThreads + static_cast<int>(threadIdx.x);
+    if (i < nvec) {
+      float v[kVec<T>];
+      values<T>(q, row[c], i * kVec<T>, v);
+      f(i * kVec<T>, v);
+    }
+  }
+}
+
+// Per token, M rows, the vectors held as load_rows takes them.
 template <typename T, int M, class F>
 __device__ __forceinline__ void tokens(const QuantizeParams& q, uint8_t* smem, const QuantizedA& s, F&& after_loads) {
   constexpr int VEC = kVec<T>;
@@ -73,26 +101,12 @@ __device__ __forceinline__ void tokens(const QuantizeParams& q, uint8_t* smem, c
   const int nvec = static_cast<int>(q.k) / VEC;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   RawVec<T, VEC> cached[M][kPerRow];
-#pragma unroll
-  for (int r = 0; r < M; ++r)
-#pragma unroll
-    for (int c = 0; c < kPerRow; ++c) {
-      const int i = c * kThreads + static_cast<int>(threadIdx.x);
-      if (i < nvec) cached[r][c] = load_raw<T, VEC>(x_at<T>(q, r, i * VEC));
-    }
+  load_rows<T, M>(q, nvec, cached);
   after_loads();
 #pragma unroll
   for (int r = 0; r < M; ++r) {
     float amax = 0.f;
-#pragma unroll
-    for (int c = 0; c < kPerRow; ++c) {
-      const int i = c * kThreads + static_cast<int>(threadIdx.x);
-      if (i < nvec) {
-        float v[VEC];
-        values<T>(q, cached[r][c], i * VEC, v);
-        amax = abs_max(amax, v);
-      }
-    }
+    for_row_values<T, M>(q, nvec, cached[r], [&](int, float(&v)[VEC]) { amax = abs_max(amax, v); });
     amax = warp_max(amax);
     if (lane == 0) partials[warp][r] = amax;
   }
@@ -103,15 +117,7 @@ __device__ __forceinline__ void tokens(const QuantizeParams& q, uint8_t* smem, c
     const float scale = quant_scale_from_amax(warp_max(lane < kWarps ? partials[lane][r] : 0.f));
     if (threadIdx.x == 0) scales[r] = scale;
     const Quantizer<false> qz(scale, 0);
-#pragma unroll
-    for (int c = 0; c < kPerRow; ++c) {
-      const int i = c * kThreads + static_cast<int>(threadIdx.x);
-      if (i < nvec) {
-        float v[VEC];
-        values<T>(q, cached[r][c], i * VEC, v);
-        store_group<VEC>(q_at(smem, s, r, i * VEC), v, qz);
-      }
-    }
+    for_row_values<T, M>(q, nvec, cached[r], [&](int col, float(&v)[VEC]) { store_group<VEC>(q_at(smem, s, r, col), v, qz); });
   }
 }
 
@@ -125,35 +131,23 @@ __device__ __forceinline__ void static_tensor(const QuantizeParams& q, uint8_t* 
   constexpr int kPerRow = kQuantizeVecs / M;
   const int nvec = static_cast<int>(q.k) / VEC;
   RawVec<T, VEC> cached[M][kPerRow];
-#pragma unroll
-  for (int r = 0; r < M; ++r)
-#pragma unroll
-    for (int c = 0; c < kPerRow; ++c) {
-      const int i = c * kThreads + static_cast<int>(threadIdx.x);
-      if (i < nvec) cached[r][c] = load_raw<T, VEC>(x_at<T>(q, r, i * VEC));
-    }
+  load_rows<T, M>(q, nvec, cached);
   after_loads();
   const float given = q.scale_in[0];
   const Quantizer<false> qz(given, 0);
   bool bad = !quant_scale_valid(given);
 #pragma unroll
   for (int r = 0; r < M; ++r)
+    for_row_values<T, M>(q, nvec, cached[r], [&](int col, float(&v)[VEC]) {
 #pragma unroll
-    for (int c = 0; c < kPerRow; ++c) {
-      const int i = c * kThreads + static_cast<int>(threadIdx.x);
-      if (i < nvec) {
-        float v[VEC];
-        values<T>(q, cached[r][c], i * VEC, v);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          if (!quant_finite(v[e])) {
-            v[e] = 0.f;
-            bad = true;
-          }
+      for (int e = 0; e < VEC; ++e) {
+        if (!quant_finite(v[e])) {
+          v[e] = 0.f;
+          bad = true;
         }
-        store_group<VEC>(q_at(smem, s, r, i * VEC), v, qz);
       }
-    }
+      store_group<VEC>(q_at(smem, s, r, col), v, qz);
+    });
   bad = __syncthreads_or(bad);
   if (threadIdx.x == 0) reinterpret_cast<float*>(smem + s.scales_at)[0] = bad ? __int_as_float(0x7fffffff) : given;
 }
