@@ -21,13 +21,11 @@
 
 namespace tcgemm::sm90 {
 
-// The factor slots' place in the sm90 block's shared memory, and who arrives on "full".
-template <class Cfg>
-struct FactorSlots {
-  static constexpr int kSlots = Cfg::kFactorSlots;
-  static constexpr int kArrivals = 32;      // the staging warp's lanes, besides the TMA thread
-  static_assert(kSlots <= Cfg::kStages, "a factor slot is rewritten only after its ring slot");
-};
+// Arrivals on a K block's barriers besides the TMA thread's ("full") and the consumer warps'
+// lane 0 ("empty"): with per-block scales every lane of the factor warp arrives on "full" and
+// every consumer lane on "empty" (each orders its own plain shared-memory accesses).
+constexpr int kFactorWarpArrivals = 32;
+constexpr int kConsumerArrivalsPerWarp = 32;
 
 // Warp 1 of the producer warpgroup: the factors of every K block of every unit of the block,
 // each lane kBM / 32 consecutive rows. `factors` is the .shared address of slot 0.
@@ -35,8 +33,9 @@ template <class Cfg, class Epi>
 __device__ __forceinline__ void stage_factors(const Params& args, const Epi& epi, uint32_t factors, uint64_t* full,
                                               uint64_t* empty, int lane) {
   constexpr int kRows = Cfg::kBM / 32;
-  constexpr int kSlots = FactorSlots<Cfg>::kSlots;
+  constexpr int kSlots = Cfg::kFactorSlots;
   static_assert(kSlots >= 1, "the config has no factor slots: it is not built for per-block scales");
+  static_assert(kSlots <= Cfg::kStages, "a factor slot is rewritten only after its ring slot");
   static_assert(Cfg::kBM % 32 == 0, "each lane stages whole rows");
   RingPosition<Cfg::kStages> fill, freed;  // K block i, and K block i - kSlots
   int slot = 0;                            // factor slot of K block i

@@ -51,8 +51,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   float* factors = reinterpret_cast<float*>(epi_buffers + Cfg::kEpiBytes);  // kFactorSlots x [BM]
   uint64_t* full = reinterpret_cast<uint64_t*>(epi_buffers + Cfg::kEpiBytes + Cfg::kFactorBytes);
   uint64_t* empty = full + kStages;
-  constexpr uint32_t kFullArrivals = 1 + (Epi::kPromotes ? FactorSlots<Cfg>::kArrivals : 0);
-  constexpr uint32_t kEmptyArrivals = Cfg::kSlotReaders * (Epi::kPromotes ? 32 : 1);
+  constexpr uint32_t kFullArrivals = 1 + (Epi::kPromotes ? kFactorWarpArrivals : 0);
+  constexpr uint32_t kEmptyArrivals = Cfg::kSlotReaders * (Epi::kPromotes ? kConsumerArrivalsPerWarp : 1);
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {

@@ -58,6 +58,7 @@ struct Consumer {
   // Lane 0 frees the slot for the warp, or with per-block scales every lane: each has read the
   // slot's promotion factors with a plain shared load that its own arrival must order.
   __device__ __forceinline__ void release(int slot) const {
+    static_assert(kConsumerArrivalsPerWarp == 32, "per-block: one arrival per lane");
     if (Epi::kPromotes || lane == 0) ptx::mbarrier_arrive(&empty[slot]);
   }
 
