@@ -1,13 +1,14 @@
 // Per-block scales staged in shared memory for the sm90 consumers. For every K block of the ring,
-// warp 1 of the producer warpgroup writes the tile's promotion factor of each row,
+// one of warps 1-3 of the producer warpgroup writes the tile's promotion factor of each row,
 //   factor(row, kb) = scale_a(row, kb) * scale_b(tile's column block, kb),
-// into a slot of kBM floats (one per tile row) and arrives on that K block's "full" barrier with
+// into its slot of kBM floats (one per tile row) and arrives on that K block's "full" barrier with
 // its 32 lanes, so a consumer thread reads its rows' factors with one shared-memory load each
 // instead of loading both scales from global memory and multiplying them on every K block.
-// Factor slots: K block i of the ring's sequence uses slot i % kFactorSlots. The warp rewrites a
-// slot for block i once block i - kFactorSlots has been released: the consumers read a block's
-// factors right after its "full" wait, before they release its ring slot, and every consumer
-// lane arrives on "empty" so that its own read is ordered before the rewrite.
+// Factor slots: K block i of the ring's sequence uses slot i % kFactorSlots, which one warp owns.
+// The warp rewrites its slot for block i once block i - kFactorSlots has been released: the
+// consumers read a block's factors right after its "full" wait, before they release its ring
+// slot, and every consumer lane arrives on "empty" so that its own read is ordered before the
+// rewrite.
 // Every tile of a promoting config lies in one 128-column block of the weight scales
 // (kScaleBlock % kBN == 0), so one scale_b per K block serves the whole tile.
 #pragma once
@@ -22,24 +23,32 @@
 namespace tcgemm::sm90 {
 
 // Arrivals on a K block's barriers besides the TMA thread's ("full") and the consumer warps'
-// lane 0 ("empty"): with per-block scales every lane of the factor warp arrives on "full" and
+// lane 0 ("empty"): with per-block scales every lane of the block's factor warp arrives on "full" and
 // every consumer lane on "empty" (each orders its own plain shared-memory accesses).
 constexpr int kFactorWarpArrivals = 32;
 constexpr int kConsumerArrivalsPerWarp = 32;
 
-// Warp 1 of the producer warpgroup: the factors of every K block of every unit of the block,
-// each lane kBM / 32 consecutive rows. `factors` is the .shared address of slot 0.
+// Warp 1 + j of the producer warpgroup, j < kFactorSlots: the factors of the K blocks g = j,
+// j + kFactorSlots, ... of the block's sequence (every K block of every unit), all into slot j,
+// each lane kBM / 32 consecutive rows. `factors` is the .shared address of slot 0. With one warp
+// per slot a warp's scale loads for its next K block have kFactorSlots K blocks of the ring's time
+// to arrive (one warp staging every block waited out one load latency per K block).
 template <class Cfg, class Epi>
 __device__ __forceinline__ void stage_factors(const Params& args, const Epi& epi, uint32_t factors, uint64_t* full,
-                                              uint64_t* empty, int lane) {
+                                              uint64_t* empty, int j, int lane) {
   constexpr int kRows = Cfg::kBM / 32;
   constexpr int kSlots = Cfg::kFactorSlots;
   static_assert(kSlots >= 1, "the config has no factor slots: it is not built for per-block scales");
+  static_assert(kSlots <= 3, "one factor warp per slot: warps 1-3 of the producer warpgroup");
   static_assert(kSlots <= Cfg::kStages, "a factor slot is rewritten only after its ring slot");
   static_assert(Cfg::kBM % 32 == 0, "each lane stages whole rows");
-  RingPosition<Cfg::kStages> fill, freed;  // K block i, and K block i - kSlots
-  int slot = 0;                            // factor slot of K block i
-  int staged = 0;                          // K blocks staged so far
+  RingPosition<Cfg::kStages> fill, freed;  // this warp's next K block g, and g - kSlots (its previous one)
+  fill.advance(j);
+  freed.advance(j);
+  bool first = true;
+  int next = j;   // sequence number of this warp's next K block
+  int begin = 0;  // sequence number of the unit's first K block
+  const uint32_t out = factors + 4 * (j * Cfg::kBM + lane * kRows);
   const int64_t a_step = epi.a_block_scales(0).stride_kb;
   const BlockScales b0 = epi.b_block_scales(0);
   const bool b_blocks = b0.ptr != nullptr;  // else scale_b waits for the epilogue: factor = scale_a
@@ -47,37 +56,40 @@ __device__ __forceinline__ void stage_factors(const Params& args, const Epi& epi
   const int units = args.sched.units();
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const WorkUnit w = args.sched.unit<Cfg::kGroupM>(unit);
-    const float* a[kRows];
+    const int end = begin + (w.kb_end - w.kb_begin);
+    if (next < end) {
+      int kb = w.kb_begin + (next - begin);
+      const float* a[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      a[r] = epi.a_block_scales(min(w.tile_m * Cfg::kBM + lane * kRows + r, args.m - 1)).ptr + w.kb_begin * a_step;
-    const float* b = b_blocks ? epi.b_block_scales(min(w.tile_n * Cfg::kBN, args.n - 1)).ptr + w.kb_begin * b_step
-                              : nullptr;
-    for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
-      // The loads go out before the wait for the slot, which hides their latency.
-      float f[kRows];
+      for (int r = 0; r < kRows; ++r)
+        a[r] = epi.a_block_scales(min(w.tile_m * Cfg::kBM + lane * kRows + r, args.m - 1)).ptr + kb * a_step;
+      const float* b =
+          b_blocks ? epi.b_block_scales(min(w.tile_n * Cfg::kBN, args.n - 1)).ptr + kb * b_step : nullptr;
+      for (; kb < w.kb_end; kb += kSlots, next += kSlots) {
+        // The loads go out before the wait for the slot, which hides their latency.
+        float f[kRows];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        f[r] = *a[r];
-        a[r] += a_step;
-      }
-      float sb = 1.0f;
-      if (b_blocks) {
-        sb = *b;
-        b += b_step;
-      }
-      if (staged >= kSlots) {
-        ptx::mbarrier_wait(&empty[freed.slot], freed.phase);
-        freed.advance();
-      }
-      const uint32_t out = factors + 4 * (slot * Cfg::kBM + lane * kRows);
+        for (int r = 0; r < kRows; ++r) {
+          f[r] = *a[r];
+          a[r] += kSlots * a_step;
+        }
+        float sb = 1.0f;
+        if (b_blocks) {
+          sb = *b;
+          b += kSlots * b_step;
+        }
+        if (!first) {
+          ptx::mbarrier_wait(&empty[freed.slot], freed.phase);
+          freed.advance(kSlots);
+        }
+        first = false;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) ptx::st_shared_b32(out + 4 * r, __float_as_uint(f[r] * sb));
-      ptx::mbarrier_arrive(&full[fill.slot]);  // release: the stores above are seen by its waiters
-      fill.advance();
-      slot = slot + 1 == kSlots ? 0 : slot + 1;
-      ++staged;
+        for (int r = 0; r < kRows; ++r) ptx::st_shared_b32(out + 4 * r, __float_as_uint(f[r] * sb));
+        ptx::mbarrier_arrive(&full[fill.slot]);  // release: the stores above are seen by its waiters
+        fill.advance(kSlots);
+      }
     }
+    begin = end;
   }
 }
 

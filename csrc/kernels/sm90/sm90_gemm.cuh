@@ -2,7 +2,7 @@
 // memory, warp specialization and a persistent tile loop. The kernel composes its pieces:
 //   sm90_scheduler.cuh  which work units (tile x K range) a block takes, and the ring position;
 //   sm90_producer.cuh   warpgroup 0: one thread issues the TMA loads of every K block;
-//   sm90_factors.cuh    with per-block scales, warp 1 stages each K block's promotion factors;
+//   sm90_factors.cuh    with per-block scales, warps 1-3 stage the K blocks' promotion factors;
 //   sm90_mainloop.cuh   warpgroups 1..: wgmma per K block, per-block promotion when the
 //                       epilogue asks for it, then the tile's epilogue;
 //   sm90_store.cuh      the epilogue stores: staged per warp in swizzled shared memory and
@@ -81,11 +81,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   if (threadIdx.x / 128 == 0) {
     // The producer warpgroup gives back registers; one thread issues the loads, and with
-    // per-block scales warp 1 stages the promotion factors.
+    // per-block scales warps 1-3 stage the promotion factors.
     ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
     if (threadIdx.x == 0) produce<Cfg>(args, &map_a, &map_b, a_tiles, b_tiles, full, empty);
     if constexpr (Epi::kPromotes) {
-      if (threadIdx.x / 32 == 1) stage_factors<Cfg>(args, epi, ptx::smem_addr(factors), full, empty, threadIdx.x % 32);
+      const int warp = threadIdx.x / 32;
+      if (warp >= 1 && warp <= Cfg::kFactorSlots)
+        stage_factors<Cfg>(args, epi, ptx::smem_addr(factors), full, empty, warp - 1, threadIdx.x % 32);
     }
     return;
   }
