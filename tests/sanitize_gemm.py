@@ -6,7 +6,7 @@
 Shapes are small and odd so every edge path (M/N/K tails, padded copies, sign-flip offsets,
 split-K) runs; each result is also checked bit-exact, and the script exits non-zero on a mismatch.
 Then tcgemm.quantize (every granularity, symmetric and asymmetric) and tcgemm.scaled_gemm
-(per-channel and per-block scales, zero points, bf16 and fp32 outputs, on every scaled backend),
+(per-channel scales, 128x128 and per-column 1x128 weight blocks, zero points, bf16 and fp32 outputs, on every scaled backend),
 checked against their references, and quant_linear against the two ops it fuses.
 """
 
@@ -86,13 +86,14 @@ def main() -> int:
             w = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8)
             kb, nb = -(-k // 128), -(-n // 128)
             for sa, sb, out_dtype in [(torch.rand(m, 1, generator=gen), torch.rand(n, generator=gen), torch.bfloat16),
-                                      (torch.rand(m, kb, generator=gen), torch.rand(nb, kb, generator=gen), torch.float32)]:
+                                      (torch.rand(m, kb, generator=gen), torch.rand(nb, kb, generator=gen), torch.float32),
+                                      (torch.rand(m, kb, generator=gen), torch.rand(n, kb, generator=gen), torch.bfloat16)]:
                 bias = torch.randn(n, generator=gen)
                 y = tcgemm.scaled_gemm(a.cuda(), w.cuda().t(), sa.cuda(), sb.cuda(), bias.cuda(), out_dtype, backend=backend)
                 ref = scaled_gemm_reference(a, w.t(), sa, sb, bias, return_float64=True)
                 ok = bool(torch.allclose(y.cpu().double(), ref, rtol=1e-2, atol=1e-2 * float(ref.abs().max())))
                 failures += not ok
-                print(f"scaled {backend} {m}x{n}x{k} sa{list(sa.shape)} {out_dtype}: {'exact' if ok else 'MISMATCH'}")
+                print(f"scaled {backend} {m}x{n}x{k} sa{list(sa.shape)} sb{list(sb.shape)} {out_dtype}: {'exact' if ok else 'MISMATCH'}")
             za = torch.randint(-128, 128, (m, 1), generator=gen, dtype=torch.int32)
             sa, sb = torch.rand(m, 1, generator=gen), torch.rand(n, generator=gen)
             y = tcgemm.scaled_gemm(a.cuda(), w.cuda().t(), sa.cuda(), sb.cuda(), None, torch.float32, backend=backend,

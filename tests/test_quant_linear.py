@@ -165,10 +165,6 @@ def test_gpu_every_backend_and_row_count(m, weight, activation):
         for backend in _scaled_backends():
             if backend == "skinny" and m > 32:
                 continue
-            if backend == "sm90" and weight == "row_block":  # not supported there: refused, naming the way out
-                with pytest.raises(ValueError, match="backend 'sm90' takes per-block weight scales of 128x128 blocks"):
-                    tcgemm.quant_linear(x, q, s, b, activation, backend=backend)
-                continue
             got = tcgemm.quant_linear(x, q, s, b, activation, backend=backend)
             assert torch.equal(got, unfused(x, q, s, b, activation, backend)), f"backend {backend}"
 

@@ -267,8 +267,6 @@ GPU_SHAPES = [(1, 1, 1), (7, 13, 200), (33, 130, 300), (129, 257, 1000), (256, 3
 @pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
 @pytest.mark.parametrize("gran", GRANULARITIES)
 def test_gpu_matches_reference(backend, gran, out_dtype):
-    if backend == "sm90" and gran == "block-chanblock":
-        pytest.skip("sm90 rejects [N, KB] weight scales (tested below)")
     gen = torch.Generator().manual_seed(zlib.crc32(f"{backend}{gran}{out_dtype}".encode()))
     for i, (m, n, k) in enumerate(GPU_SHAPES):
         a, b = _operands(m, n, k, "cuda", gen, b_layout="weight" if i % 2 == 0 else "rowmajor")
@@ -287,8 +285,6 @@ def test_gpu_decode_shapes(backend):
     for m, n, k in [(1, 4096, 4096), (9, 2200, 4100), (32, 4096, 1030), (16, 8192, 640), (12, 8200, 1100)]:
         a, b = _operands(m, n, k, "cuda", gen, b_layout="weight")
         for gran in ("token-channel", "block-block", "block-chanblock"):
-            if backend == "sm90" and gran == "block-chanblock":
-                continue
             sa, sb = _scales(gran, m, n, k, "cuda", gen)
             bias = torch.randn(n, generator=gen).cuda()
             for out_dtype in (torch.bfloat16, torch.float32):
@@ -302,17 +298,19 @@ def test_gpu_decode_shapes(backend):
 def test_gpu_per_block_many_tiles(backend):
     """More output tiles than SMs: the persistent sm90 per-block kernel runs one CTA's K blocks on
     across tile boundaries (its epilogue under the next tile's first block), with odd and even
-    counts of K blocks per CTA (3 or 9 per tile, CTAs with one or more tiles)."""
+    counts of K blocks per CTA (3 or 9 per tile, CTAs with one or more tiles); 128x128 weight
+    blocks and per-column 1x128 weight blocks (the sm90 config with column factors)."""
     if backend not in tcgemm.available_backends("cuda") and backend != "auto":
         pytest.skip(f"backend {backend} not available on this GPU")
     gen = torch.Generator().manual_seed(31)
     for m, n, k in [(1536, 1664, 300), (2100, 2090, 1100)]:
         a, b = _operands(m, n, k, "cuda", gen, b_layout="weight")
-        sa, sb = _scales("block-block", m, n, k, "cuda", gen)
-        bias = torch.randn(n, generator=gen).cuda()
-        _poison_allocator(m * n, torch.bfloat16, "cuda")
-        out = tcgemm.scaled_gemm(a, b, sa, sb, bias, torch.bfloat16, backend=backend)
-        _check(out, a, b, sa, sb, bias, torch.bfloat16, f"{backend} block-block {(m, n, k)}")
+        for gran in ("block-block", "block-chanblock"):
+            sa, sb = _scales(gran, m, n, k, "cuda", gen)
+            bias = torch.randn(n, generator=gen).cuda()
+            _poison_allocator(m * n, torch.bfloat16, "cuda")
+            out = tcgemm.scaled_gemm(a, b, sa, sb, bias, torch.bfloat16, backend=backend)
+            _check(out, a, b, sa, sb, bias, torch.bfloat16, f"{backend} {gran} {(m, n, k)}")
 
 
 @gpu
@@ -324,7 +322,7 @@ def test_gpu_views_and_odd_strides(backend):
         big = torch.randint(-127, 128, (m, k + 40), dtype=torch.int8, generator=gen).cuda()
         a = big[:, 8 : 8 + k]  # unaligned base: TMA cannot read it in place
         b = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=gen).cuda().t()
-        for gran in ("token-channel", "block-block"):
+        for gran in ("token-channel", "block-block", "block-chanblock"):
             sa, sb = _scales(gran, m, n, k, "cuda", gen)
             bias = torch.randn(n, generator=gen).cuda()
             out = tcgemm.scaled_gemm(a, b, sa, sb, bias, torch.bfloat16, backend=backend)
@@ -344,15 +342,21 @@ def test_gpu_backends_agree_with_cpu():
 
 
 @gpu
-def test_gpu_sm90_rejects_channel_block_weight_scales():
-    if "sm90" not in tcgemm.available_backends("cuda"):
-        pytest.skip("needs sm90")
-    a, b, _, _ = _args(device="cuda")
-    sa, sb = torch.ones(4, 2, device="cuda"), torch.ones(8, 2, device="cuda")
-    with pytest.raises(ValueError, match=r"backend 'sm90' takes per-block weight scales of 128x128 blocks"):
-        tcgemm.scaled_gemm(a, b, sa, sb, backend="sm90")
-    out = tcgemm.scaled_gemm(a, b, sa, sb)  # auto falls back to sm80
-    assert torch.all(out == 256)  # two K blocks of 128 ones
+@pytest.mark.parametrize("backend", _scaled_backends())
+def test_gpu_channel_block_weight_scales_per_column(backend):
+    """[N, KB] weight scales: every column of a 128-column block and every K block takes its own
+    scale. Ones times ones, scale_b(n, kb) = 2^-(n % 7) * (kb + 1): the exact sum
+    128 * sum_kb scale_b(n, kb) is representable, so every backend must return it exactly."""
+    m, n, k = 200, 300, 384
+    a = torch.ones(m, k, dtype=torch.int8, device="cuda")
+    b = torch.ones(n, k, dtype=torch.int8, device="cuda").t()
+    cols = torch.arange(n, dtype=torch.float32)
+    sb = (torch.exp2(-(cols % 7))[:, None] * torch.arange(1, 4, dtype=torch.float32)[None, :]).cuda()
+    sa = torch.ones(m, 3, device="cuda")
+    _poison_allocator(m * n, torch.float32, "cuda")
+    out = tcgemm.scaled_gemm(a, b, sa, sb, None, torch.float32, backend=backend)
+    expected = (128 * sb.sum(dim=1))[None, :].expand(m, n)
+    assert torch.equal(out, expected)
 
 
 @gpu

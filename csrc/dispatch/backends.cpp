@@ -51,15 +51,6 @@ bool runs_on(const BackendCaps& c, const DeviceInfo& dev) {
   return dev.major * 10 + dev.minor >= c.min_cc;
 }
 
-// The sm90 kernel promotes per-block scales with one factor per tile row (tiles of <= 128
-// columns), so a weight scale that depends on K must be one per 128 columns (or it must not
-// depend on K).
-bool takes(const BackendCaps& c, const EpilogueArgs& epilogue) {
-  if (c.id != Backend::kSm90) return true;
-  const auto* s = std::get_if<ScaledEpilogueParams>(&epilogue);
-  return s == nullptr || !s->b.per_block() || s->b.row_shift == kScaleBlockShift;
-}
-
 std::string cc_string(int cc) { return std::to_string(cc / 10) + "." + std::to_string(cc % 10); }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -105,7 +96,7 @@ std::string resolve_gpu_backend(Backend requested, const DeviceInfo& dev, const 
     std::string names;
     for (const BackendCaps& c : kBackends) {
       if (!is_gpu(c) || !c.auto_pick || !(c.epilogues & family)) continue;
-      if (runs_on(c, dev) && takes(c, epilogue)) {
+      if (runs_on(c, dev)) {
         *out = c.id;
         return "";
       }
@@ -139,9 +130,6 @@ std::string resolve_gpu_backend(Backend requested, const DeviceInfo& dev, const 
     return std::string("backend '") + c.name + "' needs compute capability >= " + cc_string(c.min_cc) +
            ", but this GPU has " + cc_string(device_cc);
   }
-  if (!takes(c, epilogue))
-    return "backend 'sm90' takes per-block weight scales of 128x128 blocks ([ceil(N/128), ceil(K/128)]) but not one "
-           "per column and K block ([N, ceil(K/128)]); use backend 'sm80' or 'auto'";
   *out = requested;
   return "";
 }

@@ -50,7 +50,9 @@ void run_sm80(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev
 
 void run_sm90(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
   if (use_skinny(p.m, p.n, p.k, dev.sm_count, /*vs_sm90=*/true)) return run_skinny(p, epilogue, dev);
-  const Sm90Plan plan = plan_sm90(p.m, p.n, p.k, epilogue_family_of(epilogue), dev.sm_count);
+  const auto* scaled = std::get_if<ScaledEpilogueParams>(&epilogue);
+  const bool column_scales = scaled != nullptr && scaled->b.per_block() && scaled->b.row_shift == 0;
+  const Sm90Plan plan = plan_sm90(p.m, p.n, p.k, epilogue_family_of(epilogue), column_scales, dev.sm_count);
   p.split_k = plan.split_k;
   prefill_for_split(p, epilogue);
   with_epilogue(epilogue, p.d.type, [&](const auto& epi) {
@@ -60,6 +62,7 @@ void run_sm90(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev
       case Sm90Config::kSmall: return sm90::launch<sm90::Small>(p, epi, dev.sm_count);
       case Sm90Config::kTiny: return sm90::launch<sm90::Tiny>(p, epi, dev.sm_count);
       case Sm90Config::kBlock: return sm90::launch<sm90::Block>(p, epi, dev.sm_count);
+      case Sm90Config::kBlockColumns: return sm90::launch<sm90::BlockColumns>(p, epi, dev.sm_count);
     }
   });
 }

@@ -95,9 +95,11 @@ void sm90_consider(Sm90Config config, double per_mac, int m, int n, int k, int s
 
 }  // namespace
 
-Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, int sm_count) {
+Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, bool column_scales, int sm_count) {
   Sm90Plan best;
   double best_cost = 1e300;
+  // Weight scales per column and K block: the one config that stages a factor per column.
+  if (epilogue_family == kEpiPerBlock && column_scales) return Sm90Plan{Sm90Config::kBlockColumns, 1};
   if (epilogue_family == kEpiPerBlock) {
     // The configs that can promote (TileConfig::kSupportsPerBlock). The 128x128 block config's
     // per-MAC factor is a first estimate (narrower wgmma than Large).

@@ -20,11 +20,12 @@ struct Sm80Plan {
 // epilogue_family: the kEpi* family of the epilogue (epilogue/epilogues.h).
 Sm80Plan plan_sm80(int m, int n, int k, unsigned epilogue_family, int sm_count, int smem_optin);
 
-enum class Sm90Config { kLarge, kPingPong, kSmall, kTiny, kBlock };
+enum class Sm90Config { kLarge, kPingPong, kSmall, kTiny, kBlock, kBlockColumns };
 struct Sm90Plan {
   Sm90Config config = Sm90Config::kLarge;
   int split_k = 1;
 };
-Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, int sm_count);
+// column_scales: per-block weight scales with one value per column and K block ([N, ceil(K/128)]).
+Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, bool column_scales, int sm_count);
 
 }  // namespace tcgemm

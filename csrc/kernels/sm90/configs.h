@@ -16,7 +16,10 @@ namespace tcgemm::sm90 {
 //     in tile order, which keeps the two main loops mostly apart).
 // A warpgroup's piece is MmaM = rows / 64 stacked m64nWNk32 wgmma per 32 K bytes.
 // Epilogues: the kEpi* families (epilogue/epilogues.h) the config is instantiated for.
-template <int BM, int BN, int WgM, int WgN, int Stages, bool PingPong, unsigned Epilogues, int GroupM = 8>
+// ColumnFactors: per-block configs that stage a promotion factor per column as well as per row,
+// for weight scales with one value per column and K block ([N, ceil(K/128)]).
+template <int BM, int BN, int WgM, int WgN, int Stages, bool PingPong, unsigned Epilogues, int GroupM = 8,
+          bool ColumnFactors = false>
 struct TileConfig {
   static constexpr unsigned kEpilogues = Epilogues;
   static constexpr bool kPingPong = PingPong;
@@ -38,10 +41,12 @@ struct TileConfig {
   // K block of the ring is one scale block.
   static constexpr bool kSupportsPerBlock =
       !PingPong && kScaleBlock % kBN == 0 && 2 * kMmaM * kAccRegs <= 128 && kBK == kScaleBlock;
-  // Promotion factors staged in shared memory (kernels/sm90/sm90_factors.cuh): slots of kBM
-  // floats, in configs built for per-block scales.
+  // Promotion factors staged in shared memory (kernels/sm90/sm90_factors.cuh), in configs built
+  // for per-block scales: slots of kBM row factors, then (ColumnFactors) kBN column factors.
+  static constexpr bool kColumnFactors = ColumnFactors;
   static constexpr int kFactorSlots = (Epilogues & kEpiPerBlock) ? 3 : 0;
-  static constexpr int kFactorBytes = kFactorSlots * kBM * 4;
+  static constexpr int kFactorSlotFloats = kBM + (ColumnFactors ? kBN : 0);
+  static constexpr int kFactorBytes = kFactorSlots * kFactorSlotFloats * 4;
   // Warps that read a ring slot: each frees it with one arrival (one per lane with per-block
   // scales, whose promotion factors the lanes read with plain loads: sm90_gemm.cuh).
   static constexpr int kSlotReaders = PingPong ? 4 : 4 * kConsumerWarpgroups;
@@ -63,10 +68,13 @@ struct TileConfig {
   // everything to the 128-byte swizzle atom.
   static constexpr int kSmemBytes = kStages * kStageBytes + kEpiBytes + kFactorBytes + 2 * kStages * 8 + 1024;
 
-  // setmaxnreg split of the 64K-register file: the producer needs few (with per-block scales
-  // its factor warp, kernels/sm90/sm90_factors.cuh, spilled 192 bytes at 24), the consumers hold
-  // the accumulators (the per-block config's three sets of 64 fit 232 since the factors come
-  // from shared memory).
+  // setmaxnreg split of the registers the block holds from its launch (kThreads x the kernel's
+  // register count, which is at most kLaunchRegs): setmaxnreg.inc waits until the pool has the
+  // registers, so a split beyond it hangs the consumers. The producer needs few (with per-block
+  // scales its factor warps, kernels/sm90/sm90_factors.cuh, spilled 192 bytes at 24; with column
+  // factors they spill 80 bytes at 40), the consumers hold the accumulators (the per-block
+  // config's three sets of 64 fit 232 since the factors come from shared memory).
+  static constexpr int kLaunchRegs = (65536 / kThreads < 255 ? 65536 / kThreads : 255) / 8 * 8;
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = kConsumerWarpgroups == 1 ? 240 : 232;
 
@@ -78,8 +86,11 @@ struct TileConfig {
   static_assert(kATileBytes % 1024 == 0 && kBTileBytes % 1024 == 0, "tiles must keep 1024-byte alignment");
   static_assert(kWN * 2 % kEpiRowBytes == 0, "the epilogue stores whole 128-byte chunks of a warp's rows");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an H100/H200 block can have");
-  static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= 65536, "register file");
+  static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= kThreads * kLaunchRegs,
+                "the setmaxnreg split exceeds the registers the block holds");
   static_assert(!(Epilogues & kEpiPerBlock) || kSupportsPerBlock, "config cannot promote per-block scales");
+  static_assert(!ColumnFactors || Epilogues == kEpiPerBlock, "column factors serve per-block scales only");
+  static_assert(!ColumnFactors || kWgN == 1, "the column factors are read at the tile's columns");
 };
 
 constexpr unsigned kAnyScaling = kEpiInt32 | kEpiScaled;
@@ -101,5 +112,8 @@ using Tiny = TileConfig<64, 64, 1, 1, 12, false, kAnyScaling | kEpiPerBlock>;
 // consumer warpgroups of 64x128, 6 stages of 32 KiB. Promotion needs two int32 sets and an fp32
 // set of accumulators, which rules out 256-wide and 128-row warpgroup pieces.
 using Block = TileConfig<128, 128, 2, 1, 6, false, kEpiPerBlock>;
+// Per-block scaled GEMM with weight scales per column and K block ([N, ceil(K/128)]): Block with
+// a factor per column as well, so 5 stages (a sixth and the column factors exceed 227 KiB).
+using BlockColumns = TileConfig<128, 128, 2, 1, 5, false, kEpiPerBlock, 8, true>;
 
 }  // namespace tcgemm::sm90

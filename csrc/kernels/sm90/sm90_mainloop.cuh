@@ -149,7 +149,7 @@ __device__ __forceinline__ void consume_tiles_promoting(Consumer<Cfg, Mma, Epi>&
   const int total = c.args.sched.block_units() * k_blocks;  // K blocks of this block
   Set acc, acc_next;
   float accf[Cfg::kMmaM][Cfg::kAccRegs];
-  StagedFactors<Cfg> factors(factor_slots, c.wg_m * Cfg::kWgRows + 16 * c.warp + c.lane / 4);
+  StagedFactors<Cfg> factors(factor_slots, c.wg_m * Cfg::kWgRows + 16 * c.warp + c.lane / 4, 2 * (c.lane % 4));
   WorkUnit w;
   int nth = 0, kb = 0;  // the current block's unit and K block
 
@@ -160,12 +160,36 @@ __device__ __forceinline__ void consume_tiles_promoting(Consumer<Cfg, Mma, Epi>&
 #pragma unroll
       for (int i = 0; i < Cfg::kAccRegs; ++i) accf[mi][i] = 0.0f;
   };
+  // Accumulator register i of an m64 piece: row + 8 ((i / 2) % 2), column 8 (i / 4) + i % 2.
   auto promote_block = [&](const Set& cur) {
+    if constexpr (Cfg::kColumnFactors) {
 #pragma unroll
-    for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+      for (int j = 0; j < Cfg::kAccRegs / 4; ++j) {
+        const float2 col = factors.column_pair(j);
 #pragma unroll
-      for (int i = 0; i < Cfg::kAccRegs; ++i)
-        accf[mi][i] = promote(accf[mi][i], cur[mi][i], factors.current[mi][(i / 2) % 2]);
+        for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int i = 4 * j + r;
+            accf[mi][i] = promote(accf[mi][i], cur[mi][i], factors.current[mi][r / 2] * (r % 2 ? col.y : col.x));
+          }
+      }
+    } else {
+#pragma unroll
+      for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+        for (int i = 0; i < Cfg::kAccRegs; ++i)
+          accf[mi][i] = promote(accf[mi][i], cur[mi][i], factors.current[mi][(i / 2) % 2]);
+    }
+  };
+  // The row factors were read at the "full" wait; column factors are read during the promotion,
+  // so then the K block's slot is released after it (the factor warp rewrites the factor slot
+  // once the ring slot is free).
+  auto release_before_promotion = [&](int slot) {
+    if constexpr (!Cfg::kColumnFactors) c.release(slot);
+  };
+  auto release_after_promotion = [&](int slot) {
+    if constexpr (Cfg::kColumnFactors) c.release(slot);
   };
   // Block (nth, kb) was issued into `cur` and is not the block's last: issue the next into
   // `next`, promote this one, and store the tile after its last K block.
@@ -176,11 +200,12 @@ __device__ __forceinline__ void consume_tiles_promoting(Consumer<Cfg, Mma, Epi>&
     factors.fetch();
     ptx::wgmma_wait_group<0>(cur);
     c.issue_block(next, c.ring.slot, false);
-    c.release(slot);
+    release_before_promotion(slot);
     // A branch ptxas cannot fold (every launch has m > 0) keeps the promotion out of the wgmma's
     // basic block: ptxas otherwise schedules it between them, and the tensor pipe holds one
     // 32-deep step of this warpgroup's block while the warp promotes (+2-5% per-block, H200).
     if (c.args.m > 0) promote_block(cur);
+    release_after_promotion(slot);
     factors.advance();
     if (++kb == k_blocks) {
       c.store_tile(w, accf);
@@ -203,7 +228,8 @@ __device__ __forceinline__ void consume_tiles_promoting(Consumer<Cfg, Mma, Epi>&
   }
   ptx::wgmma_wait_group<0>(acc);
   ptx::wgmma_wait_group<0>(acc_next);
-  c.release(c.ring.slot);
+  const int last = c.ring.slot;
+  release_before_promotion(last);
   c.ring.advance();
   if (total % 2 == 0) {  // the last block, total - 1, is odd
 #pragma unroll
@@ -212,6 +238,7 @@ __device__ __forceinline__ void consume_tiles_promoting(Consumer<Cfg, Mma, Epi>&
       for (int i = 0; i < Cfg::kAccRegs; ++i) acc[mi][i] = acc_next[mi][i];
   }
   promote_block(acc);
+  release_after_promotion(last);
   c.store_tile(w, accf);
 }
 
