@@ -10,7 +10,8 @@ A checkpoint is a folder with ``config.json`` (its ``quantization_config``, quan
 how they are quantized. tcgemm runs the W8A8 int8 schemes:
 
 - weights: int8, symmetric, one scale per output channel (``strategy: channel``), per tensor
-  (``tensor``), or per 128x128 block (``block``, ``block_structure [128, 128]``);
+  (``tensor``), per 1x128 group of each output channel (``group``, ``group_size 128``) or per
+  128x128 block (``block``, ``block_structure [128, 128]``);
 - input activations: int8, symmetric, dynamic per token (``token``), dynamic per 1x128 group
   (``group``, ``group_size 128``), or static per tensor (``tensor``, an ``input_scale``); or
   asymmetric (``symmetric: false``) per token or static per tensor (an ``input_zero_point``), with
@@ -72,7 +73,7 @@ def _granularities(group: str, scheme) -> tuple[str, str, bool]:
 
     def bad(what: str) -> ValueError:
         return ValueError(f"tcgemm.compressed: config group '{group}': {what}; tcgemm runs int8 W8A8 "
-                          "(symmetric int8 weights per channel, tensor or 128x128 block; int8 activations per "
+                          "(symmetric int8 weights per channel, tensor, 1x128 group or 128x128 block; int8 activations per "
                           "token, per 1x128 group or static per tensor, asymmetric per token or static per "
                           "tensor with channel or tensor weights)")
 
@@ -90,10 +91,13 @@ def _granularities(group: str, scheme) -> tuple[str, str, bool]:
         weight = "channel"
     elif ws == "tensor":
         weight = "tensor"
+    elif ws == "group" and w.group_size == 128:
+        weight = "group"
     elif ws == "block" and list(w.block_structure or []) == [128, 128]:
         weight = "block"
     else:
-        raise bad(f"weight strategy '{ws}' (block_structure {w.block_structure}) is not channel, tensor or 128x128 block")
+        raise bad(f"weight strategy '{ws}' (group_size {w.group_size}, block_structure {w.block_structure}) is not "
+                  "channel, tensor, group of 128 or 128x128 block")
     if as_ == "token" and a.dynamic is True:
         activation = "token"
     elif as_ == "group" and a.group_size == 128 and a.dynamic is True:
@@ -244,14 +248,15 @@ def _layer_from_tensors(name: str, linear: nn.Linear, tensors: dict[str, torch.T
         raise ValueError(f"tcgemm.compressed: '{name}.input_zero_point' is not zero, but the config group's "
                          "activations are symmetric or dynamic")
     sw = get("weight_scale").float()
-    layer_weight = "block" if weight == "block" else "channel"
+    layer_weight = "channel" if weight == "tensor" else weight
     layer = QuantLinear(k, n, bias=linear.bias is not None, weight=layer_weight, activation=activation, device=device,
                         asymmetric=asymmetric)
-    if weight == "block":
+    if weight in ("group", "block"):
         expected = tuple(layer.weight_scale.shape)
         if tuple(sw.shape) != expected:
-            raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' must be {list(expected)} for 128x128 "
-                             f"blocks, got {list(sw.shape)}")
+            what = "128x128 blocks" if weight == "block" else "groups of 128"
+            raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' must be {list(expected)} for {what}, "
+                             f"got {list(sw.shape)}")
     elif weight == "tensor":
         if sw.numel() != 1:
             raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' must have one element, got {list(sw.shape)}")
@@ -285,6 +290,7 @@ def _layer_from_tensors(name: str, linear: nn.Linear, tensors: dict[str, torch.T
 _SCHEMES = {
     "weight": {
         "channel": dict(strategy="channel"),
+        "group": dict(strategy="group", group_size=128),
         "block": dict(strategy="block", block_structure=[128, 128]),
     },
     "activation": {

@@ -32,11 +32,11 @@ __all__ = [
     "quantize_weight", "smooth_factors",
 ]
 
-WeightGranularity = Literal["channel", "block"]
+WeightGranularity = Literal["channel", "group", "block"]
 ActivationGranularity = Literal["token", "block", "static"]
 SkipRule = Union[str, Iterable[str], Callable[[str, nn.Module], bool]]
 
-WEIGHT_GRANULARITIES = ("channel", "block")
+WEIGHT_GRANULARITIES = ("channel", "group", "block")
 ACTIVATION_GRANULARITIES = ("token", "block", "static")
 _INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _QUANT_LINEAR = None
@@ -66,16 +66,32 @@ def _check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
 
 
 def weight_scale_shape(out_features: int, in_features: int, granularity: str) -> tuple[int, ...]:
-    """Shape of the fp32 weight scales: [N] per channel, [ceil(N/128), ceil(K/128)] per block.
+    """Shape of the fp32 weight scales: [N] per channel, [N, ceil(K/128)] per 1x128 group of each
+    output channel, [ceil(N/128), ceil(K/128)] per 128x128 block.
 
     Example:
         >>> weight_scale_shape(4096, 14336, "block")
         (32, 112)
+        >>> weight_scale_shape(4096, 14336, "group")
+        (4096, 112)
     """
     _check_choice(granularity, WEIGHT_GRANULARITIES, "weight granularity")
     if granularity == "channel":
         return (out_features,)
+    if granularity == "group":
+        return (out_features, scale_blocks(in_features))
     return (scale_blocks(out_features), scale_blocks(in_features))
+
+
+def _expand_weight_scale(scale: torch.Tensor, out_features: int, in_features: int, granularity: str) -> torch.Tensor:
+    """The weight scales of any granularity as one fp32 value per weight element [N, K] (edge
+    groups and blocks cut short): ``weight * _expand_weight_scale(...)`` is the dequantized weight."""
+    _check_choice(granularity, WEIGHT_GRANULARITIES, "weight granularity")
+    if granularity == "channel":
+        return scale.reshape(out_features, 1).expand(out_features, in_features)
+    if granularity == "block":
+        scale = scale.repeat_interleave(SCALE_BLOCK, dim=0)[:out_features]
+    return scale.repeat_interleave(SCALE_BLOCK, dim=1)[:, :in_features]
 
 
 def quantize_weight(w: torch.Tensor, granularity: str = "channel") -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,8 +99,10 @@ def quantize_weight(w: torch.Tensor, granularity: str = "channel") -> tuple[torc
     :func:`tcgemm.quantize` on ``w``'s device.
 
     ``granularity="channel"``: one scale per output row, ``scale`` fp32 [N].
+    ``granularity="group"``: one scale per 1x128 group of each output row (128 input features),
+    ``scale`` fp32 [N, ceil(K/128)] (the last group may be short).
     ``granularity="block"``: one scale per 128x128 block, ``scale`` fp32 [ceil(N/128), ceil(K/128)]
-    (edge blocks may be short). In both cases ``scale = amax / 127`` (1.0 where amax is 0) and
+    (edge blocks may be short). In every case ``scale = amax / 127`` (1.0 where amax is 0) and
     ``q = clamp(round_half_even(w / scale), -127, 127)``, the rule of ``tcgemm.quantize``.
 
     Returns:
@@ -106,6 +124,8 @@ def quantize_weight(w: torch.Tensor, granularity: str = "channel") -> tuple[torc
     if granularity == "channel":
         q, scale = tcgemm.quantize(w, "token")
         return q, scale.reshape(n)
+    if granularity == "group":
+        return tcgemm.quantize(w, "group")
     # The rule that turns an amax into a scale is tcgemm.quantize's: quantizing the block amaxes
     # one per row gives amax / 127 (1.0 for 0, NaN for a block holding NaN or inf) as their
     # scales. Zero padding to whole blocks leaves every block's amax unchanged.
@@ -232,7 +252,8 @@ class QuantLinear(nn.Module):
 
     Buffers (plain tensors, all of them in ``state_dict``):
         ``weight``: int8 [out_features, in_features].
-        ``weight_scale``: fp32 [out_features] (``weight="channel"``) or
+        ``weight_scale``: fp32 [out_features] (``weight="channel"``),
+        [out_features, ceil(in/128)] (``weight="group"``, 1x128 groups of each output channel) or
         [ceil(out/128), ceil(in/128)] (``weight="block"``, 128x128 blocks).
         ``bias``: fp32 [out_features], or None.
         ``input_scale``: fp32 [] (``activation="static"``), else None.
@@ -416,13 +437,8 @@ class QuantLinear(nn.Module):
         Example:
             >>> err = (qlin.dequantize_weight() - linear.weight).abs().max()
         """
-        w = self.weight.float()
-        scale = self.weight_scale
-        if self.weight_granularity == "channel":
-            w = w * scale[:, None]
-        else:
-            n, k = self.out_features, self.in_features
-            w = w * scale.repeat_interleave(SCALE_BLOCK, dim=0)[:n].repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
+        w = self.weight.float() * _expand_weight_scale(
+            self.weight_scale, self.out_features, self.in_features, self.weight_granularity)
         if self.smooth is not None:
             w = w * self.smooth  # the layer multiplies its input by smooth: this is the weight x meets
         return w.to(dtype)

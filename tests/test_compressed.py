@@ -48,6 +48,7 @@ def float_model(seed=0):
 def scheme(weights="channel", activations="token", overrides=None, asymmetric=False):
     overrides = overrides or {}
     w = {"channel": dict(strategy="channel"), "tensor": dict(strategy="tensor"),
+         "group": dict(strategy="group", group_size=128),
          "block": dict(strategy="block", block_structure=[128, 128])}[weights]
     a = {"token": dict(strategy="token", dynamic=True), "static": dict(strategy="tensor", dynamic=False),
          "group": dict(strategy="group", group_size=128, dynamic=True)}[activations]
@@ -60,7 +61,7 @@ def scheme(weights="channel", activations="token", overrides=None, asymmetric=Fa
 
 def make_checkpoint(path, weights="channel", activations="token", ignore=("4",), seed=0, asymmetric=False):
     """A checkpoint written by compressed-tensors: the float model's weights quantized by the
-    library with scales from their max |w| (per channel, tensor or 128x128 block); static input
+    library with scales from their max |w| (per channel, tensor, 1x128 group or 128x128 block); static input
     scales of 0.02 (asymmetric: zero points of -20). Returns the float model and the library's
     decompressed weights."""
     model = float_model(seed)
@@ -78,6 +79,8 @@ def make_checkpoint(path, weights="channel", activations="token", ignore=("4",),
                 s = w.abs().amax(dim=1, keepdim=True) / 127
             elif weights == "tensor":
                 s = w.abs().amax().reshape(m.weight_scale.shape) / 127
+            elif weights == "group":  # K of every layer is a multiple of 128
+                s = w.abs().reshape(w.shape[0], -1, 128).amax(dim=2) / 127
             else:
                 n, k = w.shape
                 pad = torch.zeros(-(-n // 128) * 128, -(-k // 128) * 128)
@@ -126,7 +129,8 @@ def reference_forward(model, x):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("weights,activations,asymmetric", [
     ("channel", "token", False), ("channel", "static", False), ("tensor", "token", False), ("block", "group", False),
-    ("block", "static", False), ("channel", "token", True), ("channel", "static", True), ("tensor", "static", True)])
+    ("block", "static", False), ("group", "token", False), ("group", "group", False), ("channel", "token", True),
+    ("channel", "static", True), ("tensor", "static", True)])
 def test_load_a_checkpoint_the_library_wrote(tmp_path, weights, activations, asymmetric, device):
     model, decompressed = make_checkpoint(str(tmp_path), weights, activations, asymmetric=asymmetric)
     report = tc.load_compressed(model.to(device), str(tmp_path))
@@ -152,8 +156,8 @@ def test_load_a_checkpoint_the_library_wrote(tmp_path, weights, activations, asy
 
 
 @pytest.mark.parametrize("weight,activation,asymmetric", [("channel", "token", False), ("channel", "static", False),
-                                                         ("block", "block", False), ("channel", "token", True),
-                                                         ("channel", "static", True)])
+                                                         ("block", "block", False), ("group", "block", False),
+                                                         ("channel", "token", True), ("channel", "static", True)])
 def test_round_trip_through_the_library(tmp_path, weight, activation, asymmetric):
     """tcgemm saves, the library reads the config and decompresses the weights; tcgemm loads its
     own checkpoint back to the same buffers and outputs."""
@@ -390,6 +394,7 @@ def test_bad_scale_shapes_of_tensor_and_block_weights_and_static_inputs(tmp_path
     for weights, activations, key, bad, match in [
         ("tensor", "token", "0.weight_scale", torch.ones(2), r"'0.weight_scale' must have one element, got \[2\]"),
         ("block", "group", "0.weight_scale", torch.ones(3, 3), r"'0.weight_scale' must be \[3, 2\] for 128x128 blocks, got \[3, 3\]"),
+        ("group", "token", "0.weight_scale", torch.ones(3, 2), r"'0.weight_scale' must be \[384, 2\] for groups of 128, got \[3, 2\]"),
         ("channel", "static", "0.input_scale", torch.ones(2), r"'0.input_scale' must have one element, got \[2\]"),
         ("channel", "static", "0.input_zero_point", torch.tensor([200], dtype=torch.int32),
          r"'0.input_zero_point' must be one integer in \[-128, 127\], got torch.int32 \[1\]"),

@@ -22,7 +22,8 @@ HAS_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
-COMBOS = [("channel", "token"), ("channel", "block"), ("block", "token"), ("block", "block")]
+COMBOS = [("channel", "token"), ("channel", "block"), ("group", "token"), ("group", "block"), ("block", "token"),
+          ("block", "block")]
 # Shapes chosen to hit edge blocks: K and N not multiples of 128, a single K block, and
 # (N=2, K=200) where the block scale [1, 2] has the same shape as a per-channel [1, N] scale.
 SHAPES = [(64, 96), (300, 130), (200, 2), (1000, 257)]  # (in_features, out_features)
@@ -54,6 +55,15 @@ def expand_blocks(scale: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     return scale.repeat_interleave(128, dim=0)[:rows].repeat_interleave(128, dim=1)[:, :cols]
 
 
+def full_weight_scale(weight: str, scale: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """A weight granularity's scales as one value per weight element [rows, cols]."""
+    if weight == "channel":
+        return scale[:, None].expand(rows, cols)
+    if weight == "group":  # [rows, ceil(cols / 128)]: each row's 1x128 groups
+        return scale.repeat_interleave(128, dim=1)[:, :cols]
+    return expand_blocks(scale, rows, cols)
+
+
 def dequantized_activation(x2d: torch.Tensor, granularity: str) -> torch.Tensor:
     """Independent pure-torch quantize -> dequantize of activations, the contract's rule, in float64."""
     xf = x2d.float()
@@ -75,7 +85,7 @@ def dequantized_activation(x2d: torch.Tensor, granularity: str) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("in_features,out_features", SHAPES)
-@pytest.mark.parametrize("weight", ["channel", "block"])
+@pytest.mark.parametrize("weight", ["channel", "group", "block"])
 def test_from_linear_buffers(weight, in_features, out_features):
     lin = gaussian_linear(in_features, out_features)
     q = QuantLinear.from_linear(lin, weight=weight, activation="token")
@@ -84,15 +94,14 @@ def test_from_linear_buffers(weight, in_features, out_features):
     assert dict(q.named_parameters()) == {}
     assert set(dict(q.named_buffers())) == {"weight", "weight_scale", "bias"}
     assert q.weight.dtype == torch.int8 and tuple(q.weight.shape) == (out_features, in_features)
-    expected_scale = (
-        (out_features,) if weight == "channel" else (math.ceil(out_features / 128), math.ceil(in_features / 128))
-    )
+    expected_scale = {"channel": (out_features,), "group": (out_features, math.ceil(in_features / 128)),
+                      "block": (math.ceil(out_features / 128), math.ceil(in_features / 128))}[weight]
     assert q.weight_scale.dtype == torch.float32 and tuple(q.weight_scale.shape) == expected_scale
     assert q.bias.dtype == torch.float32 and torch.equal(q.bias, lin.bias.detach())
     # Round to nearest: every weight is within half a step of its dequantized value, and each
     # group's largest magnitude lands on +-127.
     w = lin.weight.detach()
-    full = q.weight_scale[:, None] if weight == "channel" else expand_blocks(q.weight_scale, out_features, in_features)
+    full = full_weight_scale(weight, q.weight_scale, out_features, in_features)
     assert ((q.weight.float() * full - w).abs() <= full * (0.5 + 1e-5)).all()
     assert q.weight.abs().max().item() == 127
     if weight == "channel":
@@ -100,7 +109,7 @@ def test_from_linear_buffers(weight, in_features, out_features):
     assert q.weight.min().item() >= -127
 
 
-@pytest.mark.parametrize("weight", ["channel", "block"])
+@pytest.mark.parametrize("weight", ["channel", "group", "block"])
 def test_quantize_weight_zero_rows_and_no_bias(weight):
     lin = gaussian_linear(130, 140, bias=False)
     with torch.no_grad():
@@ -123,29 +132,32 @@ def test_quantize_weight_from_bf16_on_any_device():
 
 def quantize_weight_definition(w: torch.Tensor, granularity: str) -> tuple[torch.Tensor, torch.Tensor]:
     """quantize_weight's rule in plain torch, on the CPU in fp32: scale = amax / 127 over each row
-    (channel) or 128x128 block (1.0 where amax is 0), q = clamp(round_half_even(w / scale), -127, 127)."""
+    (channel), 1x128 group of a row (group) or 128x128 block (1.0 where amax is 0),
+    q = clamp(round_half_even(w / scale), -127, 127)."""
     w = w.detach().cpu().to(torch.float32)
     n, k = w.shape
     if granularity == "channel":
         amax = w.abs().amax(dim=1) if k > 0 else w.new_zeros(n)
-        full_shape = (n, 1)
+    elif granularity == "group":
+        kb = math.ceil(k / 128)
+        amax = nn.functional.pad(w.abs(), (0, kb * 128 - k)).view(n, kb, 128).amax(dim=2)
     else:
         nb, kb = math.ceil(n / 128), math.ceil(k / 128)
         padded = nn.functional.pad(w.abs(), (0, kb * 128 - k, 0, nb * 128 - n))
         amax = padded.view(nb, 128, kb, 128).amax(dim=(1, 3))
     scale = torch.where(amax == 0, torch.ones_like(amax), amax / torch.full_like(amax, 127.0))
-    full = scale.reshape(full_shape) if granularity == "channel" else expand_blocks(scale, n, k)
+    full = full_weight_scale(granularity, scale, n, k)
     return torch.round(w / full).clamp(-127, 127).to(torch.int8), scale
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
 @pytest.mark.parametrize("n,k", [(1, 1), (64, 96), (130, 300), (257, 1000), (128, 129), (3, 0)], ids=str)
-@pytest.mark.parametrize("granularity", ["channel", "block"])
+@pytest.mark.parametrize("granularity", ["channel", "group", "block"])
 def test_quantize_weight_is_the_definition_bit_for_bit(granularity, n, k, dtype, device):
     """quantize_weight runs tcgemm.quantize on w's device; q and scale equal the plain definition."""
-    if granularity == "block" and k == 0:
-        pytest.skip("no 128x128 blocks along an empty K")
+    if granularity != "channel" and k == 0:
+        pytest.skip("no 1x128 groups or 128x128 blocks along an empty K")
     gen = torch.Generator().manual_seed(n * 1000 + k)
     w = torch.randn(n, k, generator=gen) * torch.logspace(-4, 4, n).reshape(n, 1)  # rows of every magnitude
     if n > 2 and k > 2:
@@ -187,7 +199,7 @@ def test_forward_matches_dequantized_reference(weight, activation, in_features, 
     q = QuantLinear.from_linear(lin, weight=weight, activation=activation)
     x = randn(3, 7, in_features, dtype=dtype, device=device)
     y = q(x)
-    full = q.weight_scale[:, None] if weight == "channel" else expand_blocks(q.weight_scale, out_features, in_features)
+    full = full_weight_scale(weight, q.weight_scale, out_features, in_features)
     w_deq = (q.weight.double() * full.double()).cpu()
     x_deq = dequantized_activation(x.reshape(-1, in_features).cpu(), activation)
     ref = (x_deq @ w_deq.t() + lin.bias.detach().double().cpu()).reshape(3, 7, out_features)
@@ -234,7 +246,7 @@ def test_wrong_in_features_and_dtype_errors():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="weight granularity.*'channel', 'block'.*'tensor'"):
+    with pytest.raises(ValueError, match="weight granularity.*'channel', 'group', 'block'.*'tensor'"):
         QuantLinear(64, 32, weight="tensor")
     with pytest.raises(ValueError, match="activation granularity.*'group'"):
         QuantLinear.from_linear(gaussian_linear(64, 32), activation="group")
