@@ -108,7 +108,7 @@ def _granularities(group: str, scheme) -> tuple[str, str, bool]:
         raise bad(f"input activation strategy '{as_}' (dynamic={a.dynamic}, group_size={a.group_size}) "
                   "is not dynamic token, dynamic group of 128 or static tensor")
     asymmetric = not a.symmetric
-    if asymmetric and (activation == "block" or weight == "block"):
+    if asymmetric and (activation == "block" or weight not in ("channel", "tensor")):
         raise bad(f"asymmetric activations with weight strategy '{ws}' and activation strategy '{as_}' "
                   "(zero points need channel or tensor weights and token or static tensor activations)")
     return weight, activation, asymmetric

@@ -201,6 +201,11 @@ def test_round_trip_through_the_library(tmp_path, weight, activation, asymmetric
     (dict(weights=dict(symmetric=False)), r"weights are asymmetric \(weight zero points are not supported\)"),
     (dict(input_activations=dict(symmetric=False, strategy="group", group_size=128, dynamic=True)),
      "asymmetric activations with weight strategy 'channel' and activation strategy 'group'"),
+    (dict(weights=dict(strategy="group", group_size=128), input_activations=dict(symmetric=False)),
+     "asymmetric activations with weight strategy 'group' and activation strategy 'token'"),
+    (dict(weights=dict(strategy="group", group_size=64)),
+     r"weight strategy 'group' \(group_size 64, block_structure None\) is not channel, tensor, group of 128 or "
+     "128x128 block"),
     (dict(weights=dict(num_bits=4)), "weights are 4-bit int"),
     (dict(input_activations=dict(strategy="tensor", dynamic=True)), "input activation strategy 'tensor'"),
 ])
