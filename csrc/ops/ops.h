@@ -37,7 +37,6 @@ struct AsymmetricArgs {
   std::optional<at::Tensor> zero_point;
 };
 
-
 // x [..., K] seen as m rows of k values, read in place: element (r, c) at r * stride_row +
 // c * stride_col (quantize.cpp).
 struct Rows {
@@ -75,7 +74,6 @@ QuantizeParams quantize_params(const at::Tensor& x, const Rows& r, QuantDtype dt
 void quantize_to(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
                  const std::optional<at::Tensor>& scale, const at::Tensor& smooth, bool overlap,
                  const AsymmetricArgs& asym, const QuantizeTargets& t);
-
 
 // How scaled_gemm_impl is called, besides its operands.
 struct ScaledGemmCall {

@@ -126,7 +126,6 @@ ScaleTensor scale_tensor(const at::Tensor& s) {
   return t;
 }
 
-
 at::Tensor checked_colsum(const char* op, const std::optional<at::Tensor>& colsum, const char* name, int64_t n,
                           const at::Tensor& ref, const char* ref_name) {
   if (!colsum.has_value()) return at::Tensor();

@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint8_t* a_tiles = smem;                                      // kStages x [BM][128], swizzled
   uint8_t* b_tiles = smem + kStages * Cfg::kATileBytes;         // kStages x [BN][128], swizzled
   uint8_t* epi_buffers = b_tiles + kStages * Cfg::kBTileBytes;  // per consumer warp: 2 x [16][128 bytes]
-  float* factors = reinterpret_cast<float*>(epi_buffers + Cfg::kEpiBytes);  // kFactorSlots x [BM]
+  float* factors = reinterpret_cast<float*>(epi_buffers + Cfg::kEpiBytes);  // kFactorSlots x [kFactorSlotFloats]
   uint64_t* full = reinterpret_cast<uint64_t*>(epi_buffers + Cfg::kEpiBytes + Cfg::kFactorBytes);
   uint64_t* empty = full + kStages;
   constexpr uint32_t kFullArrivals = 1 + (Epi::kPromotes ? kFactorWarpArrivals : 0);
