@@ -24,6 +24,19 @@ __device__ __forceinline__ void tma_load_2d(void* smem_dst, const CUtensorMap* m
 #endif
 }
 
+// Starts copying `bytes` contiguous bytes (a multiple of 16, both addresses 16-byte aligned) from
+// global into shared memory, without a tensor map; the bytes count on the mbarrier as they land.
+__device__ __forceinline__ void bulk_load(void* smem_dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                          uint64_t l2_policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1], %2, [%3], %4;\n" ::"r"(smem_addr(smem_dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(l2_policy)
+      : "memory");
+#endif
+}
+
 // Starts storing the shared-memory box to the tensor at (c0, c1); parts of the box outside the
 // tensor are not written. Completion is tracked per thread with bulk async-groups.
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* smem_src, int c0, int c1,

@@ -2,8 +2,8 @@
 
     python3 -m scripts.dev.ab_compare --base B0.json B1.json ... --new N0.json N1.json ... [--tolerance 0.02]
 
-Reads what benchmarks.bench_gemm or benchmarks.bench_scaled wrote (--json), one file per round and
-side. For every (method, shape) timed on both sides: the median TOPS over each side's rounds, the
+Reads what benchmarks.bench_gemm, benchmarks.bench_scaled or benchmarks.bench_decode wrote (--json),
+one file per round and side (bench_decode: the CUDA-graph times, as TOPS). For every (method, shape) timed on both sides: the median TOPS over each side's rounds, the
 ratio new / base, and the spread of the rounds. Prints the largest loss last; exits 1 when a loss
 exceeds --tolerance.
 """
@@ -32,6 +32,11 @@ def points(doc: Any) -> dict[str, float]:
         for name, value in rec["tops"].items():
             if value is not None:
                 out[f"{name} {m}x{n}x{k}"] = value
+    for rec in doc.get("decode", []) + doc.get("prefill", []):  # bench_decode: us per call in a graph
+        m, n, k = rec["m"], rec["n"], rec["k"]
+        for name, us in rec["graph"].items():
+            if us:
+                out[f"{name} {m}x{n}x{k}"] = 2 * m * n * k / us / 1e6
     for rec in doc.get("mlp", []):
         m, n, k = rec["mlp"]
         for name, field in (("QuantLinear", "quantlinear_tops"), ("bf16_Linear", "bf16_tops")):

@@ -4,14 +4,15 @@
 //   block: 8 warps share one (16 * RowTiles) x (8 * ColTiles) tile of D and split K between them in
 //     128-byte K blocks: warp w takes K blocks w, w + 8, ..., so the eight warps read each B
 //     row's consecutive kilobyte together.
-//   loads: per K block a lane loads 32 contiguous bytes of each of its rows straight into
-//     registers (two 16-byte loads): B past L1 with an evict_first L2 policy (read once), A
+//   loads: per K block a lane loads 32 bytes of each of its rows straight into registers, as two
+//     16-byte loads at bytes 16t and 64 + 16t: the four lanes of a row cover whole 32-byte
+//     sectors with each load instruction. B past L1 with an evict_first L2 policy (read once), A
 //     through L1 (every block reads it). B runs kDepth K blocks ahead of the mma (kDepth - 1
 //     when promoting per-block scales).
 //   K order: a dot product does not depend on the order of K, so the bytes are paired as
 //     loaded instead of in mma.sync's fragment order: at k-step s, lane (g, t) = (lane / 4,
-//     lane % 4) feeds its k-slots 4t.. and 16 + 4t.. with bytes 32t + 8s + {0..3} and
-//     32t + 8s + {4..7} of its row, for A and B alike (ptx/mma.cuh has the fragment layout).
+//     lane % 4) feeds its k-slots 4t.. and 16 + 4t.. with words 2s and 2s + 1 of the 8 words it
+//     loaded of its row (lane_bytes), for A and B alike (ptx/mma.cuh has the fragment layout).
 //   per-block scales: each K block's exact int32 partial sums are promoted into fp32
 //     accumulators with that block's scales, loaded with the block's B (one K block fewer in
 //     flight, so that the registers hold them).
@@ -60,14 +61,21 @@ namespace tcgemm::skinny {
 // block reads it) or, quantized by the block itself, lies in shared memory.
 enum class From { kStream, kCached, kShared };
 
-// Bytes k0 .. k0 + 31 of one operand row as 8 little-endian words. Masked: bytes at or past k
-// read as zero (and are not touched). Rows in shared memory are padded to whole K blocks.
+// Byte of a K block where piece v (0, 1) of lane t's 16-byte loads starts: each load instruction
+// of a warp reads 64 contiguous bytes of a row (two whole sectors; with 32 contiguous bytes per
+// lane, each instruction read half of every sector it touched and the next one asked for the
+// other half again).
+__device__ __forceinline__ int lane_bytes(int t, int v) { return 16 * t + 64 * v; }
+
+// Lane t's 32 bytes of K block kb of one operand row (lane_bytes) as 8 little-endian words.
+// Masked: bytes at or past k read as zero (and are not touched). Rows in shared memory are padded
+// to whole K blocks.
 template <From Src, bool Masked>
-__device__ __forceinline__ void load_row32(uint32_t (&r)[8], const uint8_t* row, int64_t k0, int64_t k,
+__device__ __forceinline__ void load_row32(uint32_t (&r)[8], const uint8_t* row, int kb, int t, int64_t k,
                                            uint64_t policy) {
 #pragma unroll
   for (int v = 0; v < 2; ++v) {
-    const int64_t kv = k0 + 16 * v;
+    const int64_t kv = int64_t{kb} * kBK + lane_bytes(t, v);
     uint4 x;
     if (Src == From::kShared) {
       x = *reinterpret_cast<const uint4*>(row + kv);
@@ -114,7 +122,7 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
   const int n0 = tile % col_blocks * kCols;
 
   // This lane's rows (rows past the edges of A and B clamp: their results are computed and not
-  // stored); of each K block it reads bytes 32t .. 32t + 31.
+  // stored); of each K block it reads the bytes of lane_bytes(t, 0) and (t, 1).
   const uint8_t* a_row[RowTiles][2];
   const uint8_t* b_row[ColTiles];
 #pragma unroll
@@ -152,7 +160,7 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
     for (int mt = 0; mt < RowTiles; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        load_row32<ASrc, decltype(masked)::value>(a[mt][h], a_row[mt][h], int64_t{kb} * kBK + 32 * t, p.k, 0);
+        load_row32<ASrc, decltype(masked)::value>(a[mt][h], a_row[mt][h], kb, t, p.k, 0);
     if constexpr (kPerBlock) each_acc([&](int mt, int nt, int j) { acc[mt][nt][j] = 0; });
 #pragma unroll
     for (int s = 0; s < kBK / 32; ++s)
@@ -179,7 +187,7 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
       if (kb < full_blocks) {
 #pragma unroll
         for (int nt = 0; nt < ColTiles; ++nt)
-          load_row32<From::kStream, false>(b[d][nt], b_row[nt], int64_t{kb} * kBK + 32 * t, p.k, stream);
+          load_row32<From::kStream, false>(b[d][nt], b_row[nt], kb, t, p.k, stream);
         if constexpr (kPerBlock) scales[d].load(epi, m0, n0, p.m, p.n, lane, kb);
       }
     }
@@ -194,7 +202,7 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
     Scales scales;
 #pragma unroll
     for (int nt = 0; nt < ColTiles; ++nt)
-      load_row32<From::kStream, true>(b[nt], b_row[nt], int64_t{full_blocks} * kBK + 32 * t, p.k, stream);
+      load_row32<From::kStream, true>(b[nt], b_row[nt], full_blocks, t, p.k, stream);
     if constexpr (kPerBlock) scales.load(epi, m0, n0, p.m, p.n, lane, full_blocks);
     compute(b, full_blocks, std::true_type{}, scales);
   }
