@@ -110,8 +110,10 @@ void run_skinny_quantizing(const GemmProblem& p, const ScaledEpilogueParams& e, 
   if (e.asymmetric()) throw std::logic_error("tcgemm: the skinny kernel quantizes A symmetrically only");
   auto launch = [&](auto out_tag) {
     using Out = decltype(out_tag);
-    if (e.per_block()) return skinny::launch_quantizing<skinny::Rows16Cols16>(p, ScaledEpilogue<Out, true>{e}, xq, dev.sm_count);
-    skinny::launch_quantizing<skinny::Rows16Cols16>(p, ScaledEpilogue<Out, false>{e}, xq, dev.sm_count);
+    if (e.per_block())
+      return skinny::launch_quantizing<skinny::Rows16Cols16>(p, ScaledEpilogue<Out, true>{e}, xq, dev.sm_count,
+                                                             dev.smem_optin);
+    skinny::launch_quantizing<skinny::Rows16Cols16>(p, ScaledEpilogue<Out, false>{e}, xq, dev.sm_count, dev.smem_optin);
   };
   switch (p.d.type) {
     case OutType::kBf16: return launch(__nv_bfloat16{});

@@ -13,4 +13,11 @@ __device__ __forceinline__ uint32_t nsmid() {
   return n;
 }
 
+// %dynamic_smem_size: the bytes of dynamic shared memory the block was launched with.
+__device__ __forceinline__ uint32_t dynamic_smem_size() {
+  uint32_t n;
+  asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(n));
+  return n;
+}
+
 }  // namespace tcgemm::ptx

@@ -49,6 +49,7 @@
 #include "kernels/skinny/skinny_quantize.cuh"
 #include "common/launch_kernel.cuh"
 #include "ptx/cache_policy.cuh"
+#include "ptx/cp_async.cuh"
 #include "ptx/griddep.cuh"
 #include "ptx/prefetch.cuh"
 #include "ptx/sreg.cuh"
@@ -101,19 +102,75 @@ __device__ __forceinline__ int64_t row_offset(int row, int64_t stride) {
   return static_cast<int64_t>(static_cast<uint32_t>(row)) * stride;
 }
 
+// The rows of B a lane (group g = lane / 4) reads for the n8 tiles of columns n0 ...: rows past
+// the edge clamp (their results are computed and not stored).
+template <int ColTiles>
+__device__ __forceinline__ void b_rows_of(const GemmProblem& p, int n0, int g, const uint8_t* (&b_row)[ColTiles]) {
+#pragma unroll
+  for (int nt = 0; nt < ColTiles; ++nt)
+    b_row[nt] = static_cast<const uint8_t*>(p.b.ptr) + row_offset(min(n0 + 8 * nt + g, p.n - 1), p.b.stride_row);
+}
+
+// K blocks of B a warp keeps in flight: kDepth, one fewer when promoting per-block scales (their
+// registers).
+template <class Cfg, class Epi>
+constexpr int k_ahead() {
+  return Epi::kPromotes && Cfg::kDepth > 1 ? Cfg::kDepth - 1 : Cfg::kDepth;
+}
+
+// The first round of B of a block's first tile, staged in shared memory by cp.async while the
+// block quantizes x (a kernel that quantizes x itself): each lane's own 32 bytes per K block and
+// n8 tile as two 16-byte pieces (lane_bytes), so that a lane waits only for its own copies; the
+// warp's lanes are 16 bytes apart in each piece (no bank conflicts).
+template <class Cfg, class Epi>
+struct StagedRound {
+  static constexpr int kBytes = kWarps * k_ahead<Cfg, Epi>() * Cfg::kColTiles * 2 * 32 * 16;
+  __device__ static uint8_t* piece(uint8_t* base, int warp, int d, int nt, int v, int lane) {
+    return base + ((((warp * k_ahead<Cfg, Epi>() + d) * Cfg::kColTiles + nt) * 2 + v) * 32 + lane) * 16;
+  }
+  // Where the staged round starts in a block's dynamic shared memory: after x (QuantizedA).
+  TCGEMM_HD static int at(const QuantizedA& x) { return round_up(x.bytes, 128); }
+  // Issues this lane's copies for K blocks warp, warp + kWarps, ... of the first round.
+  __device__ static void stage(uint8_t* base, const uint8_t* const (&b_row)[Cfg::kColTiles], int full_blocks) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int d = 0; d < k_ahead<Cfg, Epi>(); ++d) {
+      const int kb = warp + kWarps * d;
+      if (kb >= full_blocks) break;
+#pragma unroll
+      for (int nt = 0; nt < Cfg::kColTiles; ++nt)
+#pragma unroll
+        for (int v = 0; v < 2; ++v)
+          ptx::cp_async_16(piece(base, warp, d, nt, v, lane), b_row[nt] + int64_t{kb} * kBK + lane_bytes(lane % 4, v));
+    }
+    ptx::cp_async_commit();
+  }
+  __device__ static void load(uint32_t (&r)[8], uint8_t* base, int warp, int d, int nt, int lane) {
+#pragma unroll
+    for (int v = 0; v < 2; ++v) {
+      const uint4 x = *reinterpret_cast<const uint4*>(piece(base, warp, d, nt, v, lane));
+      r[4 * v + 0] = x.x;
+      r[4 * v + 1] = x.y;
+      r[4 * v + 2] = x.z;
+      r[4 * v + 3] = x.w;
+    }
+  }
+};
+
 // Tile `tile` of D, after griddep_wait: A's rows lie at a_base, a_stride bytes apart, in global
 // memory (ASrc == From::kCached) or in shared memory (From::kShared, quantized by the block).
 // Ends with the block's threads reading the shared sums: a block that goes on to another tile
-// must pass a barrier first.
+// must pass a barrier first. staged: the tile's first round of B (StagedRound, this thread's
+// copies not yet waited for), or nullptr.
 template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, From ASrc, class Epi>
 __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi, const uint8_t* a_base,
-                                            int64_t a_stride, int tile) {
+                                            int64_t a_stride, int tile, uint8_t* staged = nullptr) {
   using Cfg = TileConfig<RowTiles, ColTiles>;
   using Acc = typename Epi::Acc;  // int32, or fp32 when per-block scales are promoted
   constexpr bool kPerBlock = Epi::kPromotes;
   constexpr int kCols = Cfg::kCols;
   constexpr int kRegs = RowTiles * ColTiles * 4;  // accumulators per lane
-  constexpr int kAhead = kPerBlock && Cfg::kDepth > 1 ? Cfg::kDepth - 1 : Cfg::kDepth;
+  constexpr int kAhead = k_ahead<Cfg, Epi>();
   __shared__ Acc partial[kWarps][kRegs][32];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -129,9 +186,7 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
   for (int mt = 0; mt < RowTiles; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) a_row[mt][h] = a_base + row_offset(min(m0 + 16 * mt + g + 8 * h, p.m - 1), a_stride);
-#pragma unroll
-  for (int nt = 0; nt < ColTiles; ++nt)
-    b_row[nt] = static_cast<const uint8_t*>(p.b.ptr) + row_offset(min(n0 + 8 * nt + g, p.n - 1), p.b.stride_row);
+  b_rows_of(p, n0, g, b_row);
   const uint64_t stream = ptx::l2_policy_evict_first();
 
   int32_t acc[RowTiles][ColTiles][4];  // the whole K range, or one K block when promoting
@@ -178,16 +233,23 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
 
   const int full_blocks = p.k / kBK;
 
+  if (staged != nullptr) ptx::cp_async_wait<0>();
   for (int kb0 = warp; kb0 < full_blocks; kb0 += kWarps * kAhead) {
     uint32_t b[kAhead][ColTiles][8];
     Scales scales[kPerBlock ? kAhead : 1];
+    const bool from_stage = staged != nullptr && kb0 == warp;
 #pragma unroll
     for (int d = 0; d < kAhead; ++d) {
       const int kb = kb0 + kWarps * d;
       if (kb < full_blocks) {
 #pragma unroll
-        for (int nt = 0; nt < ColTiles; ++nt)
-          load_row32<From::kStream, false>(b[d][nt], b_row[nt], kb, t, p.k, stream);
+        for (int nt = 0; nt < ColTiles; ++nt) {
+          if (from_stage) {
+            StagedRound<Cfg, Epi>::load(b[d][nt], staged, warp, d, nt, lane);
+          } else {
+            load_row32<From::kStream, false>(b[d][nt], b_row[nt], kb, t, p.k, stream);
+          }
+        }
         if constexpr (kPerBlock) scales[d].load(epi, m0, n0, p.m, p.n, lane, kb);
       }
     }
@@ -247,12 +309,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using Cfg = TileConfig<RowTiles, ColTiles>;
   constexpr bool kQuantizes = !std::is_void_v<XT>;
-  extern __shared__ __align__(16) uint8_t quantized[];  // kQuantizes: x quantized by the block (QuantizedA)
+  // kQuantizes: x quantized by the block (QuantizedA), then the first round of B (StagedRound)
+  extern __shared__ __align__(128) uint8_t quantized[];
   // The block's first round of B into L2, a row per thread. With an overlapped launch, before
   // griddep_wait and only in the first wave, the blocks that can run beside the kernel before
   // this one (later blocks find it finished, and their prefetch only added L2 traffic:
-  // docs/design/decode.md). A block that quantizes x prefetches right after it has issued its
-  // loads of x instead: issued first, they would queue behind the prefetch.
+  // docs/design/decode.md).
   auto prefetch_first_round = [&] {
     if (threadIdx.x >= Cfg::kCols) return;
     const int n0 = static_cast<int>(blockIdx.x % ceil_div(p.n, Cfg::kCols)) * Cfg::kCols;
@@ -268,13 +330,30 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     skinny_tile<RowTiles, ColTiles, ASigned, BSigned, From::kCached>(p, epi, static_cast<const uint8_t*>(p.a.ptr),
                                                                      p.a.stride_row, static_cast<int>(blockIdx.x));
   } else {
+    // The first tile's first round of B goes into shared memory while the block quantizes x
+    // (where the launcher gave it the room, launch_quantizing): the copies are issued right
+    // after the loads of x (issued first, they would queue behind them) and hold no registers,
+    // so the main loop starts on B already in the SM. Without the room, the round is prefetched
+    // into L2 at the same point.
+    using Staged = StagedRound<Cfg, Epi>;
     const QuantizedA layout = QuantizedA::layout(p.m, p.k, xq.granularity);
-    quantize_a_to_shared<XT>(xq, quantized, layout, prefetch_first_round);
+    uint8_t* staged = ptx::dynamic_smem_size() >= static_cast<uint32_t>(Staged::at(layout) + Staged::kBytes)
+                          ? quantized + Staged::at(layout)
+                          : nullptr;
+    auto stage_first_round = [&] {
+      if (staged == nullptr) return prefetch_first_round();
+      const uint8_t* b_row[ColTiles];
+      b_rows_of(p, static_cast<int>(blockIdx.x % ceil_div(p.n, Cfg::kCols)) * Cfg::kCols, threadIdx.x % 32 / 4, b_row);
+      Staged::stage(staged, b_row, static_cast<int>(p.k / kBK));
+    };
+    quantize_a_to_shared<XT>(xq, quantized, layout, stage_first_round);
     const Epi in_block = epi.with_a_scales(reinterpret_cast<const float*>(quantized + layout.scales_at));
     const int tiles = ceil_div(p.m, Cfg::kRows) * ceil_div(p.n, Cfg::kCols);
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      if (tile != static_cast<int>(blockIdx.x)) __syncthreads();  // the last tile's sums have been read
-      skinny_tile<RowTiles, ColTiles, ASigned, BSigned, From::kShared>(p, in_block, quantized, layout.row_stride, tile);
+      const bool first = tile == static_cast<int>(blockIdx.x);
+      if (!first) __syncthreads();  // the last tile's sums have been read
+      skinny_tile<RowTiles, ColTiles, ASigned, BSigned, From::kShared>(p, in_block, quantized, layout.row_stride, tile,
+                                                                       first ? staged : nullptr);
     }
   }
 #endif
@@ -299,12 +378,19 @@ void launch(const GemmProblem& p, const Epi& epi) {
 }
 
 template <class Cfg, class Epi>
-void launch_quantizing(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count) {
+void launch_quantizing(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count, int smem_optin) {
   using XT = typename Epi::OutT;  // tcgemm.quant_linear returns x's dtype
-  const int smem = QuantizedA::layout(p.m, p.k, xq.granularity).bytes;
-  if (!quantizes_in_kernel(xq) || xq.m != p.m || xq.k != p.k || smem > 48 * 1024)
+  using Staged = StagedRound<Cfg, Epi>;
+  const QuantizedA x = QuantizedA::layout(p.m, p.k, xq.granularity);
+  if (!quantizes_in_kernel(xq) || xq.m != p.m || xq.k != p.k || x.bytes > 48 * 1024)
     throw std::logic_error("tcgemm: the skinny kernel cannot quantize this x itself");
-  launch_grid<Cfg, Epi, true, true, XT>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count, smem);
+  // The staged first round of B where kBlocksPerSm blocks still fit on an SM (not on GPUs with
+  // about 100 KB of shared memory per SM); the kernel sees its room in %dynamic_smem_size.
+  constexpr int kMost = 48 * 1024 + 128 + Staged::kBytes;
+  const int staged = Staged::at(x) + Staged::kBytes;
+  const bool stage = kBlocksPerSm * kMost <= smem_optin;
+  if (stage) allow_dynamic_smem<skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT>, kMost>();
+  launch_grid<Cfg, Epi, true, true, XT>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count, stage ? staged : x.bytes);
 }
 
 }  // namespace tcgemm::skinny
@@ -315,4 +401,4 @@ void launch_quantizing(const GemmProblem& p, const Epi& epi, const QuantizeParam
 // The launchers that quantize x in the kernel (symmetric scaled epilogues, x of the output's dtype).
 #define TCGEMM_SKINNY_INSTANTIATE_QUANTIZING(Epi, Cfg)                                              \
   template void tcgemm::skinny::launch_quantizing<Cfg, Epi>(const tcgemm::GemmProblem&, const Epi&, \
-                                                            const tcgemm::QuantizeParams&, int);
+                                                            const tcgemm::QuantizeParams&, int, int);
