@@ -11,7 +11,7 @@ optional import. Variants, one after the other on copies of the same model:
 - tcgemm channel: ``tcgemm.quantize_model`` (int8 weights per channel, activations per token);
 - tcgemm block: 128x128 weight blocks, 1x128 activation groups;
 - torchao: ``Int8DynamicActivationInt8WeightConfig`` when torchao is importable (not compiled;
-  inside the same CUDA graphs at decode).
+  at decode inside the same CUDA graphs where the step can be captured, else eager).
 
 The lm_head stays bf16 in every variant. Measured per variant:
 
@@ -89,6 +89,23 @@ def variants() -> dict[str, Optional[Callable]]:
     return out
 
 
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes of a tensor's storage; for a wrapper subclass (torchao's quantized weights), of the
+    tensors inside it, whose outer dtype is the float one it stands for."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    if is_traceable_wrapper_subclass(t):
+        names, _ = t.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(t, n)) for n in names)
+    return t.numel() * t.element_size()
+
+
+def random_ids(vocab: int, shape: tuple[int, ...], device) -> torch.Tensor:
+    """Token ids drawn on the host: a CUDA graph capture that failed inside a variant leaves the
+    device generator unusable for the variants after it."""
+    return torch.randint(vocab, shape).to(device)
+
+
 def time_ms(fn: Callable[[], Any], reps: int = 5, warmup: int = 2) -> float:
     for _ in range(warmup):
         fn()
@@ -112,7 +129,7 @@ def forward(model, **kwargs):
 
 
 def prefill_ms(model, device) -> float:
-    ids = torch.randint(model.config.vocab_size, (1, PREFILL_TOKENS), device=device)
+    ids = random_ids(model.config.vocab_size, (1, PREFILL_TOKENS), device)
     return time_ms(lambda: forward(model, input_ids=ids, use_cache=False))
 
 
@@ -129,10 +146,10 @@ def static_cache(config, batch: int, length: int, device):
 def decode(model, batch: int, context: int, device) -> dict[str, Any]:
     """Tokens per second of one decode step at position `context` with a static cache."""
     cache = static_cache(model.config, batch, context + 192, device)  # room for every step below
-    ids = torch.randint(model.config.vocab_size, (batch, context), device=device)
+    ids = random_ids(model.config.vocab_size, (batch, context), device)
     forward(model, input_ids=ids, past_key_values=cache, use_cache=True,
             cache_position=torch.arange(context, device=device))
-    token = torch.randint(model.config.vocab_size, (batch, 1), device=device)
+    token = random_ids(model.config.vocab_size, (batch, 1), device)
     position = torch.full((1,), context, device=device, dtype=torch.long)
     position_ids = position.view(1, 1).expand(batch, 1)
 
@@ -177,14 +194,19 @@ def run(args) -> dict[str, Any]:
                 convert(model)
             torch.cuda.synchronize(device)
             torch.cuda.empty_cache()
-            weights = sum(t.numel() * t.element_size() for t in itertools.chain(model.parameters(), model.buffers()))
+            weights = sum(tensor_bytes(t) for t in itertools.chain(model.parameters(), model.buffers()))
             resident = torch.cuda.memory_allocated(device)  # this variant, and the bf16 model it was copied from
             torch.cuda.reset_peak_memory_stats(device)
             rec: dict[str, Any] = {"variant": name, "weights_gib": weights / 2**30}
-            try:
+            try:  # a variant that does not run is reported, not fatal
                 rec["prefill_ms"] = prefill_ms(model, device)
-                rec["decode"] = [decode(model, b, args.context, device) for b in BATCHES]
-            except Exception as e:  # a variant that does not run is reported, not fatal
+                rec["decode"] = []
+                for b in BATCHES:
+                    try:
+                        rec["decode"].append(decode(model, b, args.context, device))
+                    except Exception as e:
+                        rec["decode"].append({"batch": b, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+            except Exception as e:
                 rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
             # The variant alone: its weights plus what its runs allocated on top of everything resident.
             rec["peak_gib"] = (weights + torch.cuda.max_memory_allocated(device) - resident) / 2**30
@@ -199,16 +221,21 @@ def run(args) -> dict[str, Any]:
 def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, str]:
     header = report.header_line(doc["meta"], command)
     base = next((r for r in doc["results"] if r["variant"] == "bf16" and "error" not in r), None)
-    rows = []
+    rows, errors = [], []
     for r in doc["results"]:
         if "error" in r:
-            rows.append([r["variant"], "error: " + r["error"][:60]] + ["-"] * (len(BATCHES) + 3))
+            errors.append(f"{r['variant']}: {r['error'][:160]}")
+            rows.append([r["variant"], "error"] + ["-"] * (len(BATCHES) + 3))
             continue
         cells = [r["variant"], f"{r['prefill_ms']:.1f}"]
         cells.append(f"{base['prefill_ms'] / r['prefill_ms']:.2f}x" if base else "-")
         for d, b in zip(r["decode"], base["decode"] if base else [None] * len(BATCHES)):
+            if "error" in d:
+                errors.append(f"{r['variant']}, decode at batch {d['batch']}: {d['error'][:160]}")
+                cells.append("error")
+                continue
             mark = "" if d["mode"] == "graph" else " (eager)"
-            ratio = f" ({d['tokens_per_s'] / b['tokens_per_s']:.2f}x)" if b else ""
+            ratio = f" ({d['tokens_per_s'] / b['tokens_per_s']:.2f}x)" if b and "error" not in b else ""
             cells.append(f"{d['tokens_per_s']:.0f}{ratio}{mark}")
         cells += [f"{r['weights_gib']:.1f}", f"{r['peak_gib']:.1f}"]
         rows.append(cells)
@@ -220,8 +247,15 @@ def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, st
               f"after a {doc['context']}-token prompt with a static KV cache, one step per CUDA graph replay; "
               "tokens/s = batch / step time, ratio to bf16 in parentheses. Memory: the variant's weights, and its peak (the weights plus "
               "the most its runs allocated: KV caches, activations).")
-    body = "\n\n".join(["## End to end: Llama-3-8B-shaped model", header, legend,
-                        report.markdown_table(headers, rows, align_left=1)])
+    if any(r["variant"].startswith("torchao") for r in doc["results"]):
+        legend += (" torchao: `Int8DynamicActivationInt8WeightConfig` as `quantize_` leaves it, not compiled: its "
+                   "path is written for `torch.compile`, which this benchmark does not apply, so its figures are "
+                   "not what a compiled torchao model runs at. '(eager)': the step could not be captured in a "
+                   "CUDA graph and ran from Python.")
+    parts = ["## End to end: Llama-3-8B-shaped model", header, legend, report.markdown_table(headers, rows, align_left=1)]
+    if errors:
+        parts.append("Errors:\n\n" + "\n".join(f"- {e}" for e in errors))
+    body = "\n\n".join(parts)
     return {"bench_llm": body}
 
 
@@ -234,7 +268,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     except ImportError:
         print("matplotlib not installed: skipping the plot")
         return
-    ok = [r for r in doc["results"] if "error" not in r]
+    ok = [r for r in doc["results"] if "error" not in r and all("error" not in d for d in r["decode"])]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     width = 0.8 / max(1, len(ok))
     for i, r in enumerate(ok):
