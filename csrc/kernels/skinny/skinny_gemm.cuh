@@ -68,6 +68,14 @@ enum class From { kStream, kCached, kShared };
 // other half again).
 __device__ __forceinline__ int lane_bytes(int t, int v) { return 16 * t + 64 * v; }
 
+// Piece v (16 bytes) of a lane's 32 bytes of a row into words 4v .. 4v + 3 of its 8.
+__device__ __forceinline__ void put_piece(uint32_t (&r)[8], int v, uint4 x) {
+  r[4 * v + 0] = x.x;
+  r[4 * v + 1] = x.y;
+  r[4 * v + 2] = x.z;
+  r[4 * v + 3] = x.w;
+}
+
 // Lane t's 32 bytes of K block kb of one operand row (lane_bytes) as 8 little-endian words.
 // Masked: bytes at or past k read as zero (and are not touched). Rows in shared memory are padded
 // to whole K blocks.
@@ -89,10 +97,7 @@ __device__ __forceinline__ void load_row32(uint32_t (&r)[8], const uint8_t* row,
         if (kv + i < k) w[i / 4] |= static_cast<uint32_t>(row[kv + i]) << (8 * (i % 4));
       x = make_uint4(w[0], w[1], w[2], w[3]);
     }
-    r[4 * v + 0] = x.x;
-    r[4 * v + 1] = x.y;
-    r[4 * v + 2] = x.z;
-    r[4 * v + 3] = x.w;
+    put_piece(r, v, x);
   }
 }
 
@@ -128,8 +133,9 @@ struct StagedRound {
   __device__ static uint8_t* piece(uint8_t* base, int warp, int d, int nt, int v, int lane) {
     return base + ((((warp * k_ahead<Cfg, Epi>() + d) * Cfg::kColTiles + nt) * 2 + v) * 32 + lane) * 16;
   }
-  // Where the staged round starts in a block's dynamic shared memory: after x (QuantizedA).
-  TCGEMM_HD static int at(const QuantizedA& x) { return round_up(x.bytes, 128); }
+  // Where the staged round starts in a block's dynamic shared memory: after x_bytes of x
+  // (QuantizedA).
+  TCGEMM_HD static constexpr int at(int x_bytes) { return round_up(x_bytes, 128); }
   // Issues this lane's copies for K blocks warp, warp + kWarps, ... of the first round.
   __device__ static void stage(uint8_t* base, const uint8_t* const (&b_row)[Cfg::kColTiles], int full_blocks) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -147,13 +153,7 @@ struct StagedRound {
   }
   __device__ static void load(uint32_t (&r)[8], uint8_t* base, int warp, int d, int nt, int lane) {
 #pragma unroll
-    for (int v = 0; v < 2; ++v) {
-      const uint4 x = *reinterpret_cast<const uint4*>(piece(base, warp, d, nt, v, lane));
-      r[4 * v + 0] = x.x;
-      r[4 * v + 1] = x.y;
-      r[4 * v + 2] = x.z;
-      r[4 * v + 3] = x.w;
-    }
+    for (int v = 0; v < 2; ++v) put_piece(r, v, *reinterpret_cast<const uint4*>(piece(base, warp, d, nt, v, lane)));
   }
 };
 
@@ -337,8 +337,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     // into L2 at the same point.
     using Staged = StagedRound<Cfg, Epi>;
     const QuantizedA layout = QuantizedA::layout(p.m, p.k, xq.granularity);
-    uint8_t* staged = ptx::dynamic_smem_size() >= static_cast<uint32_t>(Staged::at(layout) + Staged::kBytes)
-                          ? quantized + Staged::at(layout)
+    uint8_t* staged = ptx::dynamic_smem_size() >= static_cast<uint32_t>(Staged::at(layout.bytes) + Staged::kBytes)
+                          ? quantized + Staged::at(layout.bytes)
                           : nullptr;
     auto stage_first_round = [&] {
       if (staged == nullptr) return prefetch_first_round();
@@ -382,12 +382,13 @@ void launch_quantizing(const GemmProblem& p, const Epi& epi, const QuantizeParam
   using XT = typename Epi::OutT;  // tcgemm.quant_linear returns x's dtype
   using Staged = StagedRound<Cfg, Epi>;
   const QuantizedA x = QuantizedA::layout(p.m, p.k, xq.granularity);
-  if (!quantizes_in_kernel(xq) || xq.m != p.m || xq.k != p.k || x.bytes > 48 * 1024)
+  constexpr int kXMost = 48 * 1024;  // bytes of quantized x a block may hold
+  if (!quantizes_in_kernel(xq) || xq.m != p.m || xq.k != p.k || x.bytes > kXMost)
     throw std::logic_error("tcgemm: the skinny kernel cannot quantize this x itself");
   // The staged first round of B where kBlocksPerSm blocks still fit on an SM (not on GPUs with
   // about 100 KB of shared memory per SM); the kernel sees its room in %dynamic_smem_size.
-  constexpr int kMost = 48 * 1024 + 128 + Staged::kBytes;
-  const int staged = Staged::at(x) + Staged::kBytes;
+  constexpr int kMost = Staged::at(kXMost) + Staged::kBytes;
+  const int staged = Staged::at(x.bytes) + Staged::kBytes;
   const bool stage = kBlocksPerSm * kMost <= smem_optin;
   if (stage) allow_dynamic_smem<skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT>, kMost>();
   launch_grid<Cfg, Epi, true, true, XT>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count, stage ? staged : x.bytes);
