@@ -22,20 +22,12 @@
 
 #include <cuda_runtime.h>
 
+#include "common/cuda_check.h"
 #include "ptx/cache_policy.cuh"
 #include "ptx/ld_global.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/smem.cuh"
 #include "ptx/tma.cuh"
-
-#define CHECK(call)                                                                              \
-  do {                                                                                           \
-    cudaError_t e_ = (call);                                                                     \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 namespace ptx = tcgemm::ptx;
 
@@ -125,6 +117,7 @@ Way ldg_way(int blocks_per_sm, int sms, uint32_t* sink) {
             const int grid = blocks_per_sm * sms;
             const int64_t share = bytes / grid / 16 * 16;
             ldg_kernel<D><<<grid, kThreads, 0, st>>>(src, share, sink);
+            TCGEMM_CHECK_LAUNCH();
             return share * grid;
           }};
 }
@@ -132,31 +125,32 @@ Way ldg_way(int blocks_per_sm, int sms, uint32_t* sink) {
 template <int S, int KB>
 Way bulk_way(int blocks_per_sm, int sms, uint32_t* sink) {
   const int smem = S * KB * 1024;
-  CHECK(cudaFuncSetAttribute(bulk_kernel<S, KB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  TCGEMM_CUDA_CHECK(cudaFuncSetAttribute(bulk_kernel<S, KB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   return {"bulk " + std::to_string(S) + " x" + std::to_string(KB) + "K x" + std::to_string(blocks_per_sm),
           [=](const uint8_t* src, int64_t bytes, cudaStream_t st) {
             const int grid = blocks_per_sm * sms;
             const int64_t share = bytes / grid / 16 * 16;
             bulk_kernel<S, KB><<<grid, kThreads + 32, smem, st>>>(src, share, sink);
+            TCGEMM_CHECK_LAUNCH();
             return share * grid;
           }};
 }
 
 int main() {
   int dev = 0, sms = 0, l2 = 0;
-  CHECK(cudaGetDevice(&dev));
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  TCGEMM_CUDA_CHECK(cudaGetDevice(&dev));
+  TCGEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  TCGEMM_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
   cudaDeviceProp prop{};
-  CHECK(cudaGetDeviceProperties(&prop, dev));
+  TCGEMM_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   const int64_t pool_bytes = int64_t{1} << 30;
   uint8_t* pool = nullptr;
   uint32_t* sink = nullptr;
-  CHECK(cudaMalloc(&pool, pool_bytes));
-  CHECK(cudaMalloc(&sink, 4096));
-  CHECK(cudaMemset(pool, 0x5a, pool_bytes));
+  TCGEMM_CUDA_CHECK(cudaMalloc(&pool, pool_bytes));
+  TCGEMM_CUDA_CHECK(cudaMalloc(&sink, 4096));
+  TCGEMM_CUDA_CHECK(cudaMemset(pool, 0x5a, pool_bytes));
   cudaStream_t st;
-  CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  TCGEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
   std::vector<Way> ways = {ldg_way<4>(2, sms, sink),        ldg_way<8>(2, sms, sink),
                            ldg_way<8>(4, sms, sink),        ldg_way<16>(2, sms, sink),
@@ -170,35 +164,37 @@ int main() {
       {"8192x28672", 8192LL * 28672}};
   constexpr int kReads = 24, kReplays = 7;
   cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
+  TCGEMM_CUDA_CHECK(cudaEventCreate(&e0));
+  TCGEMM_CUDA_CHECK(cudaEventCreate(&e1));
 
   auto time_graph = [&](const std::function<void(int)>& one) {
     cudaGraph_t g;
     cudaGraphExec_t ge;
-    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    TCGEMM_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
     for (int i = 0; i < kReads; ++i) one(i);
-    CHECK(cudaStreamEndCapture(st, &g));
-    CHECK(cudaGetLastError());
-    CHECK(cudaGraphInstantiate(&ge, g, 0));
+    TCGEMM_CUDA_CHECK(cudaStreamEndCapture(st, &g));
+    TCGEMM_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
     std::vector<float> us;
     for (int r = 0; r < kReplays + 2; ++r) {
-      CHECK(cudaEventRecord(e0, st));
-      CHECK(cudaGraphLaunch(ge, st));
-      CHECK(cudaEventRecord(e1, st));
-      CHECK(cudaEventSynchronize(e1));
+      TCGEMM_CUDA_CHECK(cudaEventRecord(e0, st));
+      TCGEMM_CUDA_CHECK(cudaGraphLaunch(ge, st));
+      TCGEMM_CUDA_CHECK(cudaEventRecord(e1, st));
+      TCGEMM_CUDA_CHECK(cudaEventSynchronize(e1));
       float ms = 0;
-      CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      TCGEMM_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
       if (r >= 2) us.push_back(ms * 1000.0f / kReads);
     }
-    CHECK(cudaGraphExecDestroy(ge));
-    CHECK(cudaGraphDestroy(g));
+    TCGEMM_CUDA_CHECK(cudaGraphExecDestroy(ge));
+    TCGEMM_CUDA_CHECK(cudaGraphDestroy(g));
     std::sort(us.begin(), us.end());
     return us[us.size() / 2];
   };
 
   std::printf("GPU %s, %d SMs, L2 %d MB; us per read of the buffer (TB/s)\n", prop.name, sms, l2 >> 20);
-  std::printf("empty kernel in a graph: %.2f us\n", time_graph([&](int) { empty_kernel<<<sms, 32, 0, st>>>(); }));
+  std::printf("empty kernel in a graph: %.2f us\n", time_graph([&](int) {
+    empty_kernel<<<sms, 32, 0, st>>>();
+    TCGEMM_CHECK_LAUNCH();
+  }));
   std::printf("%-12s", "N x K");
   for (const Way& w : ways) std::printf(" | %-16s", w.name.c_str());
   std::printf("\n");
@@ -215,6 +211,6 @@ int main() {
     }
     std::printf("\n");
   }
-  CHECK(cudaDeviceSynchronize());
+  TCGEMM_CUDA_CHECK(cudaDeviceSynchronize());
   return 0;
 }
