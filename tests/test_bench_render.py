@@ -1,0 +1,35 @@
+"""The end-to-end benchmark's table from a result file (CPU): a variant whose steps fail is shown as
+failed with its error listed under the table, not as figures, and the working variants keep
+their ratios to bf16."""
+
+import torch
+
+from benchmarks import bench_llm
+
+
+def decode(batch, ms, mode="graph"):
+    return {"batch": batch, "mode": mode, "ms_per_step": ms, "tokens_per_s": batch / ms * 1e3}
+
+
+def doc():
+    meta = {"device": "NVIDIA H200", "torch": torch.__version__, "date": "2026-11-23T20:32:00"}
+    ok = [decode(b, ms) for b, ms in zip(bench_llm.BATCHES, (8.0, 12.0, 24.0))]
+    return {"meta": meta, "layers": 32, "context": 512, "prefill_tokens": 2048, "results": [
+        {"variant": "bf16", "weights_gib": 15.0, "prefill_ms": 60.0, "decode": ok, "peak_gib": 19.6},
+        {"variant": "tcgemm channel", "weights_gib": 8.5, "prefill_ms": 40.0,
+         "decode": [decode(1, 4.0, "eager")] + [{"batch": b, "error": "RuntimeError: capture broke"}
+                                               for b in bench_llm.BATCHES[1:]], "peak_gib": 13.1},
+        {"variant": "torchao int8 dynamic", "weights_gib": 8.5, "error": "ImportError: no kernel", "peak_gib": 9.0},
+    ]}
+
+
+def test_llm_table_marks_failed_runs_and_lists_their_errors():
+    body = bench_llm.markdown(doc(), "python3 -m benchmarks.bench_llm")["bench_llm"]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in body.splitlines() if line.startswith("| ") and "---" not in line}
+    assert rows["bf16"][:3] == ["60.0", "1.00x", "125 (1.00x)"]
+    assert rows["tcgemm channel"][:5] == ["40.0", "1.50x", "250 (2.00x) (eager)", "error", "error"]
+    assert rows["torchao int8 dynamic"][:2] == ["error", "-"]
+    assert "- tcgemm channel, decode at batch 8: RuntimeError: capture broke" in body
+    assert "- torchao int8 dynamic: ImportError: no kernel" in body
+    assert "torchao: `Int8DynamicActivationInt8WeightConfig`" in body  # the legend says it is not compiled
