@@ -8,7 +8,9 @@
 
 Ops: int8_gemm (exact int32; --backend to force one), scaled_chan (per-token x per-channel scales,
 bias, bf16 out), scaled_block (1x128 x 128x128 scales), quantize (per-token), quantlinear (one
-QuantLinear forward: quantize, then the scaled GEMM; use --launch-count 2). Inputs are random,
+QuantLinear forward: quantize, then the scaled GEMM; use --launch-count 2), fp8_block (the peer:
+torch._scaled_mm in fp8 e4m3 with 1x128 x 128x128 block scales, bf16 out, as bench_scaled runs
+it). Inputs are random,
 as the benchmarks use them; warm-up calls run outside the range.
 """
 
@@ -18,7 +20,7 @@ import torch
 
 import tcgemm
 
-OPS = ("int8_gemm", "scaled_chan", "scaled_block", "quantize", "quantlinear")
+OPS = ("int8_gemm", "scaled_chan", "scaled_block", "quantize", "quantlinear", "fp8_block")
 
 
 def make_call(op: str, m: int, n: int, k: int, backend: str):
@@ -30,6 +32,12 @@ def make_call(op: str, m: int, n: int, k: int, backend: str):
         return lambda: tcgemm.int8_gemm(a, b, backend=backend)
     if op == "quantize":
         return lambda: tcgemm.quantize(x, "token")
+    if op == "fp8_block":
+        from benchmarks.bench_scaled import fp8_block_operands
+
+        f = fp8_block_operands(x, w)
+        return lambda: torch._scaled_mm(f["fxb"], f["fwb"].t(), scale_a=f["fsxb"], scale_b=f["fswb"],
+                                        out_dtype=torch.bfloat16)
     if op == "quantlinear":
         lin = tcgemm.QuantLinear.from_linear(torch.nn.Linear(k, n, device="cuda", dtype=torch.bfloat16))
         return lambda: lin(x)
