@@ -10,8 +10,11 @@ optional import. Variants, one after the other on copies of the same model:
 - bf16: the model as built;
 - tcgemm channel: ``tcgemm.quantize_model`` (int8 weights per channel, activations per token);
 - tcgemm block: 128x128 weight blocks, 1x128 activation groups;
-- torchao: ``Int8DynamicActivationInt8WeightConfig`` when torchao is importable (not compiled;
-  at decode inside the same CUDA graphs where the step can be captured, else eager).
+- torchao: ``Int8DynamicActivationInt8WeightConfig`` when torchao is importable, as ``quantize_``
+  leaves it and with every quantized linear compiled (``torch.compile``, default mode); at decode
+  inside the same CUDA graphs where the step can be captured, else eager.
+
+``--variants`` runs some of them (names as in the table, comma-separated).
 
 The lm_head stays bf16 in every variant. Measured per variant:
 
@@ -83,10 +86,37 @@ def variants() -> dict[str, Optional[Callable]]:
             quantize_(m, Int8DynamicActivationInt8WeightConfig(),
                       filter_fn=lambda mod, fqn: isinstance(mod, torch.nn.Linear) and "lm_head" not in fqn)
 
+        def torchao_int8_compiled(m):
+            torchao_int8(m)
+            # Every quantized linear compiled (torch.compile's default mode): the activation
+            # quantization, the int8 matmul and its scaling fused as torchao intends. One graph
+            # per weight shape and input shape, so dynamo's per-function recompile limit is raised.
+            cfg = torch._dynamo.config
+            for limit in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                          "accumulated_cache_size_limit"):
+                if hasattr(cfg, limit):
+                    setattr(cfg, limit, max(getattr(cfg, limit), 256))
+            for name, mod in m.named_modules():
+                if isinstance(mod, torch.nn.Linear) and "lm_head" not in name:
+                    mod.compile()
+
         out["torchao int8 dynamic"] = torchao_int8
+        out["torchao int8 dynamic + compile"] = torchao_int8_compiled
     except Exception as e:  # not installed, or an API of another version
         print(f"bench_llm: torchao skipped ({type(e).__name__}: {e})")
     return out
+
+
+def select_variants(known: dict[str, Optional[Callable]], spec: Optional[str]) -> dict[str, Optional[Callable]]:
+    """The variants named in spec (comma-separated, in the order of `known`); all of them for None."""
+    if not spec:
+        return known
+    wanted = [v.strip() for v in spec.split(",") if v.strip()]
+    unknown = [v for v in wanted if v not in known]
+    if unknown or not wanted:
+        raise ValueError(f"bench_llm: argument --variants names no variant or an unknown one ({unknown}); "
+                         f"expected names among {list(known)}")
+    return {k: v for k, v in known.items() if k in wanted}
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
@@ -188,7 +218,7 @@ def run(args) -> dict[str, Any]:
     base = build_model(args.layers, device)
     results = []
     with torch.no_grad():
-        for name, convert in variants().items():
+        for name, convert in select_variants(variants(), args.variants).items():
             model = base if convert is None else copy.deepcopy(base)
             if convert is not None:
                 convert(model)
@@ -248,10 +278,10 @@ def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, st
               "tokens/s = batch / step time, ratio to bf16 in parentheses. Memory: the variant's weights, and its peak (the weights plus "
               "the most its runs allocated: KV caches, activations).")
     if any(r["variant"].startswith("torchao") for r in doc["results"]):
-        legend += (" torchao: `Int8DynamicActivationInt8WeightConfig` as `quantize_` leaves it, not compiled: its "
-                   "path is written for `torch.compile`, which this benchmark does not apply, so its figures are "
-                   "not what a compiled torchao model runs at. '(eager)': the step could not be captured in a "
-                   "CUDA graph and ran from Python.")
+        legend += (" torchao: `Int8DynamicActivationInt8WeightConfig` as `quantize_` leaves it (its path is "
+                   "written for `torch.compile`), and with every quantized linear compiled by `torch.compile` "
+                   "(default mode; the rest of the model runs as in the other variants). '(eager)': the step "
+                   "could not be captured in a CUDA graph and ran from Python.")
     parts = ["## End to end: Llama-3-8B-shaped model", header, legend, report.markdown_table(headers, rows, align_left=1)]
     if errors:
         parts.append("Errors:\n\n" + "\n".join(f"- {e}" for e in errors))
@@ -294,6 +324,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--layers", type=int, default=32, help="decoder layers (default 32, as Llama-3-8B)")
     p.add_argument("--context", type=int, default=512, help="decode position (default 512)")
     p.add_argument("--png", type=Path, default=None, help="write the plot here")
+    p.add_argument("--variants", default=None,
+                   help="comma-separated variant names to run (default: every variant that can run)")
     report.add_result_args(p, "bench_llm")
     args = p.parse_args(argv)
     args.argv = argv

@@ -1,7 +1,8 @@
 """The end-to-end benchmark's table from a result file (CPU): a variant whose steps fail is shown as
 failed with its error listed under the table, not as figures, and the working variants keep
-their ratios to bf16."""
+their ratios to bf16; --variants picks variants by name."""
 
+import pytest
 import torch
 
 from benchmarks import bench_llm
@@ -32,4 +33,16 @@ def test_llm_table_marks_failed_runs_and_lists_their_errors():
     assert rows["torchao int8 dynamic"][:2] == ["error", "-"]
     assert "- tcgemm channel, decode at batch 8: RuntimeError: capture broke" in body
     assert "- torchao int8 dynamic: ImportError: no kernel" in body
-    assert "torchao: `Int8DynamicActivationInt8WeightConfig`" in body  # the legend says it is not compiled
+    assert "torchao: `Int8DynamicActivationInt8WeightConfig`" in body  # the legend says how torchao ran
+
+
+def test_bench_llm_variant_selection():
+    select_variants = bench_llm.select_variants
+    known = {"bf16": None, "tcgemm channel": len, "torchao int8 dynamic + compile": abs}
+    assert select_variants(known, None) is known
+    assert list(select_variants(known, "torchao int8 dynamic + compile, bf16")) == [
+        "bf16", "torchao int8 dynamic + compile"]
+    with pytest.raises(ValueError, match="--variants.*'tcgemm'"):
+        select_variants(known, "bf16,tcgemm")
+    with pytest.raises(ValueError, match="--variants"):
+        select_variants(known, " , ")
