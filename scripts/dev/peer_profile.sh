@@ -10,18 +10,20 @@ cd "$(dirname "$0")/../.."
 SHAPE=${1:-4096x4096x4096}
 OUT=${OUT:-/tmp/peer_profile}
 mkdir -p "$OUT"
+WORK=$(mktemp -d)  # the reports and their exports
+trap 'rm -rf "$WORK"' EXIT
 for op in fp8_block scaled_block scaled_chan; do
   ncu --nvtx --nvtx-include "target/" --clock-control none --launch-count 1 --kernel-name regex:'[Gg]emm|sm90|cutlass' \
     --section LaunchStats --section Occupancy --section SpeedOfLight --section ComputeWorkloadAnalysis \
     --section WarpStateStats --section InstructionStats --section SourceCounters \
-    -f -o "/tmp/prof_$op" python3 -m scripts.dev.ncu_target "$op" "$SHAPE" >"$OUT/ncu_$op.log" 2>&1
-  ncu --import "/tmp/prof_$op.ncu-rep" --page details --csv >"/tmp/details_$op.csv"
-  ncu --import "/tmp/prof_$op.ncu-rep" --page source --csv --print-source sass >"/tmp/sass_$op.csv"
-  python3 -m scripts.dev.stall_summary "/tmp/sass_$op.csv" --top 40 >"$OUT/stalls_$op.txt"
+    -f -o "$WORK/prof_$op" python3 -m scripts.dev.ncu_target "$op" "$SHAPE" >"$OUT/ncu_$op.log" 2>&1
+  ncu --import "$WORK/prof_$op.ncu-rep" --page details --csv >"$WORK/details_$op.csv"
+  ncu --import "$WORK/prof_$op.ncu-rep" --page source --csv --print-source sass >"$WORK/sass_$op.csv"
+  python3 -m scripts.dev.stall_summary "$WORK/sass_$op.csv" --top 40 >"$OUT/stalls_$op.txt"
 done
-cat /tmp/details_*.csv >"$OUT/details.csv"
-gzip -c /tmp/sass_fp8_block.csv >"$OUT/sass_fp8_block.csv.gz"
-gzip -c /tmp/sass_scaled_block.csv >"$OUT/sass_scaled_block.csv.gz"
+cat "$WORK"/details_*.csv >"$OUT/details.csv"
+gzip -c "$WORK/sass_fp8_block.csv" >"$OUT/sass_fp8_block.csv.gz"
+gzip -c "$WORK/sass_scaled_block.csv" >"$OUT/sass_scaled_block.csv.gz"
 python3 - "$OUT/details.csv" <<'PY'
 import csv, sys
 keys = ("Duration", "Compute (SM) Throughput", "Issue Slots Busy", "Executed Instructions", "Registers Per Thread",
