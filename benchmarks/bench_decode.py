@@ -158,10 +158,10 @@ def static_text(rec: dict[str, Any]) -> str:
 def run(args) -> dict[str, Any]:
     device = torch.device("cuda", torch.cuda.current_device())
     meta = report.run_metadata(device, report.command_line("benchmarks.bench_decode", args.argv))
-    layers = LAYERS[:2] + LAYERS[3:4] if args.quick else LAYERS
+    layers, rows = select_layers(args.layers, args.quick), args.rows or ((1, 16) if args.quick else ROWS)
     with torch.no_grad():
         records = [measure(name, k, n, m, lambda: make_methods(k, n, m, device))
-                   for name, k, n in layers for m in (ROWS if not args.quick else (1, 16))]
+                   for name, k, n in layers for m in rows]
         prefill = [measure(name, k, n, PREFILL_ROWS, lambda: make_methods(k, n, PREFILL_ROWS, device),
                            methods=("bf16", "quantlinear", "quantlinear_block"), eager=False)
                    for name, k, n in PREFILL]
@@ -171,6 +171,21 @@ def run(args) -> dict[str, Any]:
         host = host_times(device)
     print(f"host us/call: {host}")
     return {"meta": meta, "decode": records, "prefill": prefill, "static": static, "host_us": host}
+
+
+def select_layers(names: Optional[str], quick: bool) -> list[tuple[str, int, int]]:
+    """The decode layers to time: those named in a comma-separated list (spaces in a name may be
+    written as '_', e.g. "8B_qkv,70B_o"), else the quick three or all of LAYERS."""
+    if not names:
+        return LAYERS[:2] + LAYERS[3:4] if quick else LAYERS
+    by_name = {name.replace(" ", "_"): (name, k, n) for name, k, n in LAYERS}
+    chosen = []
+    for item in names.split(","):
+        key = item.strip().replace(" ", "_")
+        if key not in by_name:
+            raise ValueError(f"bench_decode: --layers: unknown layer '{item}' (known: {', '.join(by_name)})")
+        chosen.append(by_name[key])
+    return chosen
 
 
 def static_methods(k: int, n: int, m: int, device) -> tuple[dict[str, Callable[[int], Any]], int, int]:
@@ -252,6 +267,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(prog="python3 -m benchmarks.bench_decode", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="three layers at M = 1 and 16")
+    p.add_argument("--layers", default=None, help="comma-separated decode layers, e.g. 8B_qkv,70B_o (default: all, "
+                   "or the quick three)")
+    p.add_argument("--rows", type=int, nargs="+", default=None, help="decode row counts (default: 1 4 16, quick 1 16)")
     report.add_result_args(p, "bench_decode")
     args = p.parse_args(argv)
     args.argv = argv

@@ -1,11 +1,11 @@
 """The end-to-end benchmark's table from a result file (CPU): a variant whose steps fail is shown as
 failed with its error listed under the table, not as figures, and the working variants keep
-their ratios to bf16; --variants picks variants by name."""
+their ratios to bf16; --variants picks variants by name, and bench_decode's --layers layers."""
 
 import pytest
 import torch
 
-from benchmarks import bench_llm
+from benchmarks import bench_decode, bench_llm
 
 
 def decode(batch, ms, mode="graph"):
@@ -46,3 +46,12 @@ def test_bench_llm_variant_selection():
         select_variants(known, "bf16,tcgemm")
     with pytest.raises(ValueError, match="--variants"):
         select_variants(known, " , ")
+
+
+def test_bench_decode_layer_selection():
+    select_layers = bench_decode.select_layers
+    assert select_layers(None, False) == bench_decode.LAYERS
+    assert [name for name, _, _ in select_layers(None, True)] == ["8B qkv", "8B o", "8B down"]
+    assert select_layers("70B_o, 8B gate+up", False) == [("70B o", 8192, 8192), ("8B gate+up", 4096, 28672)]
+    with pytest.raises(ValueError, match="--layers.*'8B_up'"):
+        select_layers("8B_qkv,8B_up", False)
