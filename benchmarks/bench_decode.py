@@ -272,6 +272,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--rows", type=int, nargs="+", default=None, help="decode row counts (default: 1 4 16, quick 1 16)")
     report.add_result_args(p, "bench_decode")
     args = p.parse_args(argv)
+    try:  # a bad selection fails here, before any GPU work
+        select_layers(args.layers, args.quick)
+    except ValueError as e:
+        p.error(str(e))
+    if args.rows and min(args.rows) < 1:
+        p.error(f"--rows: row counts must be at least 1, got {args.rows}")
     args.argv = argv
     doc = report.result_doc(args, "bench_decode", run)
     if doc is None:

@@ -55,3 +55,11 @@ def test_bench_decode_layer_selection():
     assert select_layers("70B_o, 8B gate+up", False) == [("70B o", 8192, 8192), ("8B gate+up", 4096, 28672)]
     with pytest.raises(ValueError, match="--layers.*'8B_up'"):
         select_layers("8B_qkv,8B_up", False)
+
+
+@pytest.mark.parametrize("argv, message", [(["--layers", "8B_up"], "unknown layer '8B_up'"),
+                                           (["--rows", "0", "4"], "--rows: row counts must be at least 1")])
+def test_bench_decode_refuses_a_bad_selection_before_running(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        bench_decode.main(argv)
+    assert message in capsys.readouterr().err
