@@ -27,6 +27,9 @@ struct ScaleOperand {
   int row_shift = 0;  // kScaleBlockShift when one scale covers 128 rows (128x128 weight blocks)
 
   TCGEMM_HD bool per_block() const { return stride_kb != 0; }
+  // One scale per row and K block (B's [N, ceil(K/128)]: a channel's 1x128 blocks), not one per
+  // 128 rows.
+  TCGEMM_HD bool per_row_block() const { return per_block() && row_shift == 0; }
   TCGEMM_HD const float* row_ptr(int64_t r) const { return ptr + (r >> row_shift) * stride_row; }
   TCGEMM_HD float at(int64_t r, int64_t kb) const { return row_ptr(r)[kb * stride_kb]; }
 };

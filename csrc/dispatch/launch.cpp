@@ -51,7 +51,7 @@ void run_sm80(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev
 void run_sm90(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
   if (use_skinny(p.m, p.n, p.k, dev.sm_count, /*vs_sm90=*/true)) return run_skinny(p, epilogue, dev);
   const auto* scaled = std::get_if<ScaledEpilogueParams>(&epilogue);
-  const bool column_scales = scaled != nullptr && scaled->b.per_block() && scaled->b.row_shift == 0;
+  const bool column_scales = scaled != nullptr && scaled->b.per_row_block();
   const Sm90Plan plan = plan_sm90(p.m, p.n, p.k, epilogue_family_of(epilogue), column_scales, dev.sm_count);
   p.split_k = plan.split_k;
   prefill_for_split(p, epilogue);

@@ -48,7 +48,7 @@ struct TileConfig {
   static constexpr int kFactorSlotFloats = kBM + (ColumnFactors ? kBN : 0);
   static constexpr int kFactorBytes = kFactorSlots * kFactorSlotFloats * 4;
   // Warps that read a ring slot: each frees it with one arrival (one per lane with per-block
-  // scales, whose promotion factors the lanes read with plain loads: sm90_gemm.cuh).
+  // scales, whose promotion factors the lanes read with plain loads: sm90_factors.cuh).
   static constexpr int kSlotReaders = PingPong ? 4 : 4 * kConsumerWarpgroups;
 
   static constexpr int kATileBytes = kBM * kBK;
