@@ -23,10 +23,6 @@ namespace tcgemm {
 
 enum class QuantDtype : int { kBFloat16, kFloat16, kFloat32 };
 
-// kTensor: one scale for all of x. kToken: one per row. kGroup: one per row and kScaleBlock-wide
-// K group (the activation blocks of the scaled GEMM); G = scale_blocks(K), the last may be short.
-enum class QuantGranularity : int { kTensor, kToken, kGroup };
-
 // The x whose static per-tensor quantization one block does (scale_out_by_kernel): at most
 // kStaticOneBlockRows rows of at least kStaticOneBlockMinK values (every thread of the block has
 // a vector in each row), at most kStaticOneBlockElems values in all.

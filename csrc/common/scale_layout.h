@@ -17,6 +17,11 @@ static_assert(1 << kScaleBlockShift == kScaleBlock, "the shift must match the bl
 
 TCGEMM_HD constexpr int64_t scale_blocks(int64_t extent) { return (extent + kScaleBlock - 1) / kScaleBlock; }
 
+// How `quantize` scales x [M, K]: kTensor, one scale for all of x; kToken, one per row; kGroup,
+// one per row and kScaleBlock-wide K group (the activation blocks of the scaled GEMM);
+// G = scale_blocks(K), the last may be short. quantize_scales() below gives their shape.
+enum class QuantGranularity : int { kTensor, kToken, kGroup };
+
 // The scales of one operand ([rows, K]: A, or B seen as [N, K]), fp32, addressed by strides so
 // that one description covers every granularity (a zero stride broadcasts):
 //   s(r, kb) = ptr[(r >> row_shift) * stride_row + kb * stride_kb],  kb = the 128-wide K block.
@@ -42,6 +47,20 @@ struct ScaleTensor {
   int64_t strides[2] = {0, 0};
   int64_t numel() const { return dim == 0 ? 1 : dim == 1 ? sizes[0] : sizes[0] * sizes[1]; }
 };
+
+// The contiguous scales `quantize` returns for m rows of k values (scale_out of QuantizeParams),
+// at ptr: [] per tensor, [M, 1] per token, [M, G] per group (decode_scale_a reads them).
+inline ScaleTensor quantize_scales(QuantGranularity g, const float* ptr, int64_t m, int64_t k) {
+  ScaleTensor s;
+  s.ptr = ptr;
+  if (g == QuantGranularity::kTensor) return s;
+  s.dim = 2;
+  s.sizes[0] = m;
+  s.sizes[1] = g == QuantGranularity::kToken ? 1 : scale_blocks(k);
+  s.strides[0] = s.sizes[1];  // contiguous
+  s.strides[1] = 1;
+  return s;
+}
 
 // scale_a of A [M, K] with kb = max(1, ceil(K / 128)) K blocks: [] / [1] / [1, 1] per tensor,
 // [M, 1] per token, [M, kb] per 1x128 block; nullopt for any other shape.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/sm90/sm90_gemm.h"
 #include "kernels/sm90/sm90_tensor_map.h"
@@ -19,24 +20,23 @@ struct BackendCaps {
   int min_cc;          // compute capability as major * 10 + minor; 0 for the CPU
   bool needs_sm90a;    // sm_90a machine code, which runs on compute capability 9.0 only
   bool auto_pick;      // "auto" may pick it directly (skinny is reached through sm80/sm90's plans)
+  int preference;      // GPU backends: lower is tried first (gpu_backends, auto); 0 otherwise
   unsigned epilogues;  // kEpi* families it runs
   Layouts layouts;
 };
 
 constexpr unsigned kEpiAll = kEpiInt32 | kEpiScaled | kEpiPerBlock;
 
-// In the order of tcgemm.BACKENDS; GPU rows in preference order among themselves.
+// In the order of tcgemm.BACKENDS (backend_choices, error messages).
 constexpr BackendCaps kBackends[] = {
-    {Backend::kAuto, "auto", 0, false, false, kEpiAll, Layouts::kAny},
-    {Backend::kCpu, "cpu", 0, false, false, kEpiAll, Layouts::kAny},
-    {Backend::kSm90, "sm90", 90, true, true, kEpiAll, Layouts::kTma},
-    {Backend::kSm80, "sm80", 80, false, true, kEpiAll, Layouts::kKMajor},
-    {Backend::kWmma, "wmma", 75, false, true, kEpiInt32, Layouts::kKMajorOrRows},
-    {Backend::kWmmaSimple, "wmma_simple", 75, false, false, kEpiInt32, Layouts::kAny},
-    {Backend::kSkinny, "skinny", 80, false, false, kEpiAll, Layouts::kKMajor},
+    {Backend::kAuto, "auto", 0, false, false, 0, kEpiAll, Layouts::kAny},
+    {Backend::kCpu, "cpu", 0, false, false, 0, kEpiAll, Layouts::kAny},
+    {Backend::kWmma, "wmma", 75, false, true, 3, kEpiInt32, Layouts::kKMajorOrRows},
+    {Backend::kWmmaSimple, "wmma_simple", 75, false, false, 4, kEpiInt32, Layouts::kAny},
+    {Backend::kSm80, "sm80", 80, false, true, 2, kEpiAll, Layouts::kKMajor},
+    {Backend::kSm90, "sm90", 90, true, true, 1, kEpiAll, Layouts::kTma},
+    {Backend::kSkinny, "skinny", 80, false, false, 5, kEpiAll, Layouts::kKMajor},
 };
-constexpr Backend kNameOrder[] = {Backend::kAuto, Backend::kCpu,  Backend::kWmma,  Backend::kWmmaSimple,
-                                  Backend::kSm80, Backend::kSm90, Backend::kSkinny};
 
 const BackendCaps& caps(Backend b) {
   for (const BackendCaps& c : kBackends)
@@ -44,7 +44,29 @@ const BackendCaps& caps(Backend b) {
   return kBackends[0];
 }
 
-bool is_gpu(const BackendCaps& c) { return c.min_cc > 0; }
+constexpr bool is_gpu(const BackendCaps& c) { return c.min_cc > 0; }
+
+// Each GPU backend has its own rank.
+constexpr bool gpu_preferences_distinct() {
+  for (const BackendCaps& x : kBackends)
+    for (const BackendCaps& y : kBackends)
+      if (&x != &y && is_gpu(x) && is_gpu(y) && x.preference == y.preference) return false;
+  return true;
+}
+static_assert(gpu_preferences_distinct(), "two GPU backends share a preference rank");
+
+// The GPU rows, best first.
+const std::vector<const BackendCaps*>& gpu_rows_by_preference() {
+  static const std::vector<const BackendCaps*> rows = [] {
+    std::vector<const BackendCaps*> r;
+    for (const BackendCaps& c : kBackends)
+      if (is_gpu(c)) r.push_back(&c);
+    std::sort(r.begin(), r.end(),
+              [](const BackendCaps* x, const BackendCaps* y) { return x->preference < y->preference; });
+    return r;
+  }();
+  return rows;
+}
 
 bool runs_on(const BackendCaps& c, const DeviceInfo& dev) {
   if (c.needs_sm90a) return dev.sm90_kernels;
@@ -74,7 +96,7 @@ std::optional<Backend> parse_backend(std::string_view name) {
 
 std::string backend_choices() {
   std::string s;
-  for (Backend b : kNameOrder) s += (s.empty() ? "" : ", ") + std::string(backend_name(b));
+  for (const BackendCaps& c : kBackends) s += (s.empty() ? "" : ", ") + std::string(c.name);
   return s;
 }
 
@@ -82,8 +104,8 @@ bool sm90_kernels_available() { return sm90::kernel_available(); }
 
 std::vector<Backend> gpu_backends(const DeviceInfo& dev) {
   std::vector<Backend> out;
-  for (const BackendCaps& c : kBackends)
-    if (is_gpu(c) && runs_on(c, dev)) out.push_back(c.id);
+  for (const BackendCaps* c : gpu_rows_by_preference())
+    if (runs_on(*c, dev)) out.push_back(c->id);
   return out;
 }
 
@@ -94,14 +116,14 @@ std::string resolve_gpu_backend(Backend requested, const DeviceInfo& dev, const 
   if (requested == Backend::kAuto) {
     int least_cc = 1000;
     std::string names;
-    for (const BackendCaps& c : kBackends) {
-      if (!is_gpu(c) || !c.auto_pick || !(c.epilogues & family)) continue;
-      if (runs_on(c, dev)) {
-        *out = c.id;
+    for (const BackendCaps* c : gpu_rows_by_preference()) {
+      if (!c->auto_pick || !(c->epilogues & family)) continue;
+      if (runs_on(*c, dev)) {
+        *out = c->id;
         return "";
       }
-      least_cc = std::min(least_cc, c.min_cc);
-      names += (names.empty() ? "" : ", ") + std::string(c.name);
+      least_cc = std::min(least_cc, c->min_cc);
+      names += (names.empty() ? "" : ", ") + std::string(c->name);
     }
     if (scaled)
       return "the scaled GEMM needs compute capability >= " + cc_string(least_cc) + " (backends " + names +
@@ -113,8 +135,8 @@ std::string resolve_gpu_backend(Backend requested, const DeviceInfo& dev, const 
   if (requested == Backend::kCpu) return "backend 'cpu' needs CPU tensors";
   if (!(c.epilogues & family)) {
     std::vector<const char*> names;
-    for (Backend b : kNameOrder)
-      if (caps(b).epilogues & family) names.push_back(backend_name(b));
+    for (const BackendCaps& other : kBackends)
+      if (other.epilogues & family) names.push_back(other.name);
     std::string list;
     for (size_t i = 0; i < names.size(); ++i) list += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + std::string(names[i]);
     return "the scaled GEMM runs on backends " + list + ", not '" + c.name + "'";
@@ -142,6 +164,17 @@ bool operand_fits(Backend b, const Operand& op, int64_t rows, int64_t k) {
     case Layouts::kAny: return true;
   }
   return true;
+}
+
+std::string backend_epilogue_table() {
+  std::string s;
+  for (const BackendCaps& c : kBackends) {
+    std::string families;
+    for (const EpilogueFamilyName& f : kEpilogueFamilyNames)
+      if (c.epilogues & f.family) families += (families.empty() ? "" : "+") + std::string(f.name);
+    s += (s.empty() ? "" : ",") + std::string(c.name) + "=" + families;
+  }
+  return s;
 }
 
 bool needs_row_offset(Backend b, const GemmProblem& p) {

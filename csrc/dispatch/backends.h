@@ -40,6 +40,10 @@ std::vector<Backend> gpu_backends(const DeviceInfo& dev);
 // one; returns an empty string when *out is usable, else a sentence saying why not.
 std::string resolve_gpu_backend(Backend requested, const DeviceInfo& dev, const EpilogueArgs& epilogue, Backend* out);
 
+// For every backend in the order of tcgemm.BACKENDS, "name=family+family+..." with the epilogue
+// families it runs (kEpilogueFamilyNames), comma-separated: "auto=int32+scaled+per_block,...".
+std::string backend_epilogue_table();
+
 // The operand layouts a backend reads directly ([rows, K] view); anything else the binding layer
 // copies into a K-major buffer whose rows are padded to 16 bytes.
 bool operand_fits(Backend b, const Operand& op, int64_t rows, int64_t k);

@@ -108,20 +108,10 @@ bool runs_on_skinny(Backend b, int m, int n, int k, const DeviceInfo& dev) {
 void run_skinny_quantizing(const GemmProblem& p, const ScaledEpilogueParams& e, const QuantizeParams& xq,
                            const DeviceInfo& dev) {
   if (e.asymmetric()) throw std::logic_error("tcgemm: the skinny kernel quantizes A symmetrically only");
-  auto launch = [&](auto out_tag) {
-    using Out = decltype(out_tag);
-    if (e.per_block())
-      return skinny::launch_quantizing<skinny::Rows16Cols16>(p, ScaledEpilogue<Out, true>{e}, xq, dev.sm_count,
-                                                             dev.smem_optin);
-    skinny::launch_quantizing<skinny::Rows16Cols16>(p, ScaledEpilogue<Out, false>{e}, xq, dev.sm_count, dev.smem_optin);
-  };
-  switch (p.d.type) {
-    case OutType::kBf16: return launch(__nv_bfloat16{});
-    case OutType::kFp16: return launch(__half{});
-    case OutType::kFp32: return launch(float{});
-    case OutType::kInt32: break;
-  }
-  throw std::logic_error("tcgemm: the skinny kernel quantizes A for the scaled epilogue only");
+  const bool launched = select_epilogue<KernelQuantizingEpilogues>(e, p.d.type, [&](const auto& epi) {
+    skinny::launch_quantizing<skinny::Rows16Cols16>(p, epi, xq, dev.sm_count, dev.smem_optin);
+  });
+  if (!launched) throw std::logic_error("tcgemm: the skinny kernel quantizes A for the scaled epilogue only");
 }
 
 void run_cpu(const GemmProblem& p, const EpilogueArgs& epilogue, int64_t m_begin, int64_t m_end) {

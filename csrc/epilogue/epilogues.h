@@ -16,8 +16,14 @@
 //   epi.full(acc, row, col, m, n)  the whole epilogue of one element
 //   epi.with_a_scales(ptr)     (scaled epilogues only) a copy reading A's scales at ptr, for a
 //                              kernel that quantizes A itself
-// Adding an epilogue: a functor with these members, an entry in EpilogueArgs and in
-// with_epilogue() below, and one in epilogue_types and TCGEMM_FOR_EACH_EPILOGUE; no kernel changes.
+// Each functor also says how it is chosen: Epi::Params (its parameters, one alternative of
+// EpilogueArgs), Epi::selects(params, out) (whether it runs these parameters into OutType out)
+// and Epi::kKernelQuantizesA (whether a kernel that quantizes A itself, symmetrically, may run it).
+// Adding an epilogue: a functor with these members and one row in TCGEMM_EPILOGUE_TABLE below.
+// EpilogueArgs, with_epilogue()'s selection, the instantiation lists (TCGEMM_FOR_EACH_EPILOGUE,
+// AllEpilogues) and those of the kernels that quantize A (KernelQuantizingEpilogues) derive from
+// that table; no kernel, instantiation file or launch code changes. A functor whose Params is a
+// new type also gives that type's family in epilogue_family_of().
 #pragma once
 
 #include <stdexcept>
@@ -31,10 +37,81 @@
 #include "epilogue/int32_epilogue.h"
 #include "epilogue/scaled_epilogue.h"
 
+// The epilogue registry: E(X, Arg, Name, Functor) for every epilogue functor type, Name its alias
+// in tcgemm::epilogue_types (a name without commas, for the macros). X and Arg pass through to E.
+#define TCGEMM_EPILOGUE_TABLE(E, X, Arg)                                \
+  E(X, Arg, Int32, Int32Epilogue)                                       \
+  E(X, Arg, Bf16, ScaledEpilogue<__nv_bfloat16, false>)                 \
+  E(X, Arg, Fp16, ScaledEpilogue<__half, false>)                        \
+  E(X, Arg, Fp32, ScaledEpilogue<float, false>)                         \
+  E(X, Arg, Bf16PerBlock, ScaledEpilogue<__nv_bfloat16, true>)          \
+  E(X, Arg, Fp16PerBlock, ScaledEpilogue<__half, true>)                 \
+  E(X, Arg, Fp32PerBlock, ScaledEpilogue<float, true>)                  \
+  E(X, Arg, Bf16Asymmetric, ScaledEpilogue<__nv_bfloat16, false, true>) \
+  E(X, Arg, Fp16Asymmetric, ScaledEpilogue<__half, false, true>)        \
+  E(X, Arg, Fp32Asymmetric, ScaledEpilogue<float, false, true>)
+
+namespace tcgemm::epilogue_types {
+#define TCGEMM_EPILOGUE_ALIAS_(X, Arg, Name, ...) using Name = __VA_ARGS__;
+TCGEMM_EPILOGUE_TABLE(TCGEMM_EPILOGUE_ALIAS_, , )
+#undef TCGEMM_EPILOGUE_ALIAS_
+}  // namespace tcgemm::epilogue_types
+
+// X(Epi, Arg) for every epilogue functor type: a kernel family's instantiation files expand their
+// launcher template with it, one config (Arg) per file.
+#define TCGEMM_EPILOGUE_FOR_EACH_(X, Arg, Name, ...) X(::tcgemm::epilogue_types::Name, Arg)
+#define TCGEMM_FOR_EACH_EPILOGUE(X, Arg) TCGEMM_EPILOGUE_TABLE(TCGEMM_EPILOGUE_FOR_EACH_, X, Arg)
+
 namespace tcgemm {
 
-// What the binding layer hands dispatch besides the problem: which epilogue, with its parameters.
-using EpilogueArgs = std::variant<Int32EpilogueParams, ScaledEpilogueParams>;
+template <class... T>
+struct TypeList {};
+
+namespace detail {
+template <class List>
+struct Tail;
+template <class Head, class... Rest>
+struct Tail<TypeList<Head, Rest...>> {
+  using type = TypeList<Rest...>;
+};
+
+// std::variant of the distinct Epi::Params of a list of functors, in the order they first appear.
+template <class Epis, class Seen = TypeList<>>
+struct ParamsVariant;
+template <class... Ps>
+struct ParamsVariant<TypeList<>, TypeList<Ps...>> {
+  using type = std::variant<Ps...>;
+};
+template <class Epi, class... Rest, class... Ps>
+struct ParamsVariant<TypeList<Epi, Rest...>, TypeList<Ps...>> {
+  using P = typename Epi::Params;
+  using Seen = std::conditional_t<(std::is_same_v<P, Ps> || ...), TypeList<Ps...>, TypeList<Ps..., P>>;
+  using type = typename ParamsVariant<TypeList<Rest...>, Seen>::type;
+};
+
+// The functors of a list with Epi::kKernelQuantizesA, in order.
+template <class Epis, class Kept = TypeList<>>
+struct KernelQuantizesA {
+  using type = Kept;
+};
+template <class Epi, class... Rest, class... Kept>
+struct KernelQuantizesA<TypeList<Epi, Rest...>, TypeList<Kept...>> {
+  using Now = std::conditional_t<Epi::kKernelQuantizesA, TypeList<Kept..., Epi>, TypeList<Kept...>>;
+  using type = typename KernelQuantizesA<TypeList<Rest...>, Now>::type;
+};
+}  // namespace detail
+
+// Every epilogue functor type, in the registry's order.
+#define TCGEMM_EPILOGUE_LISTED_(X, Arg, Name, ...) , epilogue_types::Name
+using AllEpilogues = detail::Tail<TypeList<void TCGEMM_EPILOGUE_TABLE(TCGEMM_EPILOGUE_LISTED_, , )>>::type;
+#undef TCGEMM_EPILOGUE_LISTED_
+
+// The functors a kernel that quantizes A itself runs, and is instantiated for.
+using KernelQuantizingEpilogues = detail::KernelQuantizesA<AllEpilogues>::type;
+
+// What the binding layer hands dispatch besides the problem: which epilogue, with its parameters
+// (one alternative per distinct Epi::Params).
+using EpilogueArgs = detail::ParamsVariant<AllEpilogues>::type;
 
 // What a config must support to run an epilogue (kernel configs list theirs in kEpilogues).
 enum EpilogueFamily : unsigned {
@@ -42,6 +119,14 @@ enum EpilogueFamily : unsigned {
   kEpiScaled = 1u << 1,     // scaled, scales that do not depend on the K block
   kEpiPerBlock = 1u << 2,   // scaled with promotion of per-block scales
 };
+
+// The families' names (tcgemm.backend_epilogues), in bit order.
+struct EpilogueFamilyName {
+  EpilogueFamily family;
+  const char* name;
+};
+constexpr EpilogueFamilyName kEpilogueFamilyNames[] = {
+    {kEpiInt32, "int32"}, {kEpiScaled, "scaled"}, {kEpiPerBlock, "per_block"}};
 
 template <class Epi>
 constexpr unsigned epilogue_family() {
@@ -81,58 +166,52 @@ void with_operand_signs(const GemmProblem& p, F&& f) {
   }
 }
 
+// Why no functor of the registry runs these parameters into `out` (with_epilogue's logic_error).
+template <class P>
+const char* no_epilogue_reason(const P&, OutType) {
+  return "tcgemm: no epilogue for these arguments and output type";
+}
+inline const char* no_epilogue_reason(const Int32EpilogueParams&, OutType) {
+  return "tcgemm: the int32 epilogue writes int32";
+}
+inline const char* no_epilogue_reason(const ScaledEpilogueParams& s, OutType out) {
+  if (out == OutType::kInt32) return "tcgemm: the scaled epilogue writes a float type";
+  if (s.asymmetric() && s.per_block()) return "tcgemm: zero points with per-block scales";
+  return "tcgemm: no scaled epilogue for these scales and output type";
+}
+
+namespace detail {
+template <class Epi, class P, class F>
+bool select_one(const P& params, OutType out, F& f) {
+  if constexpr (std::is_same_v<typename Epi::Params, P>) {
+    if (!Epi::selects(params, out)) return false;
+    f(Epi{params});
+    return true;
+  } else {
+    return false;
+  }
+}
+template <class P, class F, class... Epis>
+bool select_first(TypeList<Epis...>, const P& params, OutType out, F& f) {
+  return (select_one<Epis>(params, out, f) || ...);
+}
+}  // namespace detail
+
+// Calls f(Epi{params}) with the first functor Epi of Epis (a TypeList) whose Params is P and
+// that selects (params, out); returns whether there was one.
+template <class Epis, class P, class F>
+bool select_epilogue(const P& params, OutType out, F&& f) {
+  return detail::select_first(Epis{}, params, out, f);
+}
+
 // Calls f(epi) with the concrete functor for these arguments and output type.
 template <class F>
 void with_epilogue(const EpilogueArgs& args, OutType out, F&& f) {
-  if (const auto* i = std::get_if<Int32EpilogueParams>(&args)) {
-    if (out != OutType::kInt32) throw std::logic_error("tcgemm: the int32 epilogue writes int32");
-    return f(Int32Epilogue{*i});
-  }
-  const ScaledEpilogueParams& s = std::get<ScaledEpilogueParams>(args);
-  auto scaled = [&](auto out_tag) {
-    using Out = decltype(out_tag);
-    if (s.asymmetric()) {
-      if (s.per_block()) throw std::logic_error("tcgemm: zero points with per-block scales");
-      return f(ScaledEpilogue<Out, false, true>{s});
-    }
-    if (s.per_block()) return f(ScaledEpilogue<Out, true>{s});
-    return f(ScaledEpilogue<Out, false>{s});
-  };
-  switch (out) {
-    case OutType::kBf16: return scaled(__nv_bfloat16{});
-    case OutType::kFp16: return scaled(__half{});
-    case OutType::kFp32: return scaled(float{});
-    case OutType::kInt32: break;
-  }
-  throw std::logic_error("tcgemm: the scaled epilogue writes a float type");
+  std::visit(
+      [&](const auto& params) {
+        if (!select_epilogue<AllEpilogues>(params, out, f)) throw std::logic_error(no_epilogue_reason(params, out));
+      },
+      args);
 }
 
 }  // namespace tcgemm
-
-// The epilogue functor types under names without commas, for the macro below.
-namespace tcgemm::epilogue_types {
-using Int32 = Int32Epilogue;
-using Bf16 = ScaledEpilogue<__nv_bfloat16, false>;
-using Fp16 = ScaledEpilogue<__half, false>;
-using Fp32 = ScaledEpilogue<float, false>;
-using Bf16PerBlock = ScaledEpilogue<__nv_bfloat16, true>;
-using Fp16PerBlock = ScaledEpilogue<__half, true>;
-using Fp32PerBlock = ScaledEpilogue<float, true>;
-using Bf16Asymmetric = ScaledEpilogue<__nv_bfloat16, false, true>;
-using Fp16Asymmetric = ScaledEpilogue<__half, false, true>;
-using Fp32Asymmetric = ScaledEpilogue<float, false, true>;
-}  // namespace tcgemm::epilogue_types
-
-// X(Epi, Arg) for every epilogue functor type: a kernel family's instantiation files expand their
-// launcher template with it, one config (Arg) per file.
-#define TCGEMM_FOR_EACH_EPILOGUE(X, Arg)              \
-  X(::tcgemm::epilogue_types::Int32, Arg)             \
-  X(::tcgemm::epilogue_types::Bf16, Arg)              \
-  X(::tcgemm::epilogue_types::Fp16, Arg)              \
-  X(::tcgemm::epilogue_types::Fp32, Arg)              \
-  X(::tcgemm::epilogue_types::Bf16PerBlock, Arg)      \
-  X(::tcgemm::epilogue_types::Fp16PerBlock, Arg)      \
-  X(::tcgemm::epilogue_types::Fp32PerBlock, Arg)      \
-  X(::tcgemm::epilogue_types::Bf16Asymmetric, Arg)    \
-  X(::tcgemm::epilogue_types::Fp16Asymmetric, Arg)    \
-  X(::tcgemm::epilogue_types::Fp32Asymmetric, Arg)

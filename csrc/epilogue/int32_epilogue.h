@@ -8,6 +8,7 @@
 
 #include "common/hd.h"
 #include "common/math.h"
+#include "common/problem.h"
 
 namespace tcgemm {
 
@@ -23,13 +24,17 @@ struct Int32EpilogueParams {
 };
 
 struct Int32Epilogue {
+  using Params = Int32EpilogueParams;
   using OutT = int32_t;
   using Acc = int32_t;
   static constexpr bool kMixedSigns = true;   // int8 and uint8 operands in any combination
   static constexpr bool kAddsPartials = true; // split-K: partial(sum) of every split adds onto epilogue(0)
   static constexpr bool kPromotes = false;    // no per-block scales
   static constexpr bool kHasFinish = true;    // offsets and beta * C: a second pass when needs_finish()
-  Int32EpilogueParams p;
+  static constexpr bool kKernelQuantizesA = false;  // A is int8 or uint8 as given
+  Params p;
+
+  static bool selects(const Params&, OutType out) { return out == OutType::kInt32; }
 
   // Nothing is loaded per row or column; apply() is the linear part, finish() the rest.
   struct Row {};

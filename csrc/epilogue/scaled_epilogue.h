@@ -24,6 +24,7 @@
 
 #include "common/hd.h"
 #include "common/math.h"
+#include "common/problem.h"
 #include "common/scale_layout.h"
 #include "epilogue/block_scales.h"
 
@@ -63,18 +64,37 @@ template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 #endif
 
+// The OutType of an output element type.
+template <class Out>
+constexpr OutType out_type_of() {
+  if constexpr (std::is_same_v<Out, __nv_bfloat16>) {
+    return OutType::kBf16;
+  } else if constexpr (std::is_same_v<Out, __half>) {
+    return OutType::kFp16;
+  } else {
+    static_assert(std::is_same_v<Out, float>, "the scaled epilogue writes bf16, fp16 or fp32");
+    return OutType::kFp32;
+  }
+}
+
 // PerBlock: the main loop promotes per-block scales. Asymmetric: A has zero points (never with
 // PerBlock); a separate functor so that the symmetric ones load and shuffle nothing more.
 template <class Out, bool PerBlock, bool Asymmetric = false>
 struct ScaledEpilogue {
   static_assert(!(PerBlock && Asymmetric), "zero points are applied to whole int32 sums, not per K block");
+  using Params = ScaledEpilogueParams;
   using OutT = Out;
   using Acc = std::conditional_t<PerBlock, float, int32_t>;  // what the main loop hands over
   static constexpr bool kMixedSigns = false;  // int8 x int8 only
   static constexpr bool kAddsPartials = false;  // rounded once, after the whole K sum: no split-K
   static constexpr bool kPromotes = PerBlock;
   static constexpr bool kHasFinish = false;
-  ScaledEpilogueParams p;
+  static constexpr bool kKernelQuantizesA = !Asymmetric;  // those kernels quantize A symmetrically
+  Params p;
+
+  static bool selects(const Params& s, OutType out) {
+    return out == out_type_of<Out>() && s.per_block() == PerBlock && s.asymmetric() == Asymmetric;
+  }
 
   // Per-block main loops promote K block kb of element (m, n) with a_block_scale(m, kb) *
   // b_block_scale(n, kb); a weight scale that does not depend on kb (per channel or per tensor)

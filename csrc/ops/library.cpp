@@ -1,6 +1,7 @@
 // The tcgemm op library: every schema in one TORCH_LIBRARY block (the kernels per dispatch key are
 // registered beside each op: gemm.cpp, scaled_gemm.cpp, quantize.cpp, quant_linear.cpp), the
-// backend queries, and the Python module init that makes the shared library importable as tcgemm._C.
+// backend queries (dispatch's capability table), and the Python module init that makes the shared
+// library importable as tcgemm._C.
 #include <Python.h>
 
 #include <ATen/cuda/CUDAContext.h>
@@ -34,6 +35,10 @@ std::string backend_names() {
   return out;
 }
 
+// For every backend in the order of tcgemm.BACKENDS, the epilogue families it runs:
+// "auto=int32+scaled+per_block,cpu=...,wmma=int32,...".
+std::string backend_epilogues() { return backend_epilogue_table(); }
+
 }  // namespace
 
 TORCH_LIBRARY(tcgemm, m) {
@@ -52,6 +57,7 @@ TORCH_LIBRARY(tcgemm, m) {
       "Tensor? input_zero_point=None, Tensor? weight_colsum=None) -> Tensor");
   m.def("available_backends(int device_index) -> str", &available_backends);
   m.def("backend_names() -> str", &backend_names);
+  m.def("backend_epilogues() -> str", &backend_epilogues);
 }
 
 }  // namespace tcgemm

@@ -58,10 +58,6 @@ struct QuantizeTargets {
   bool by_kernel = false;
 };
 
-// The contiguous scales tcgemm.quantize writes for m rows of k at `ptr` ([] per tensor, [M, 1]
-// per token, [M, ceil(K/128)] per group), as scaled_gemm's scale decoder reads them.
-ScaleTensor quantize_scales(QuantGranularity granularity, float* ptr, int64_t m, int64_t k);
-
 // Whether a static quantization of x's rows is one block that writes the returned scale.
 bool static_by_one_block(const at::Tensor& x, const Rows& r, QuantGranularity granularity, bool is_static);
 

@@ -59,11 +59,10 @@ QuantDtype check_x(const char* op, const at::Tensor& x) {
   return *dtype;
 }
 
-// Shape of the scales: [] per tensor, [M, 1] per token, [M, G] per group.
+// Shape of the scales (common/scale_layout.h: quantize_scales).
 std::vector<int64_t> scale_shape(QuantGranularity g, int64_t m, int64_t k) {
-  if (g == QuantGranularity::kTensor) return {};
-  if (g == QuantGranularity::kToken) return {m, 1};
-  return {m, scale_blocks(k)};
+  const ScaleTensor s = quantize_scales(g, nullptr, m, k);
+  return std::vector<int64_t>(s.sizes, s.sizes + s.dim);
 }
 
 // A given scale (fp32) or zero point (int32, `name`) of x quantized with granularity g.
@@ -168,19 +167,6 @@ void check_smooth(const char* op, const at::Tensor& s, const at::Tensor& x) {
                     num(x.size(-1)), "], got ", shape_str(s.sizes()));
   TORCH_CHECK_VALUE(s.device() == x.device(), op, ": argument 'smooth' must be on the same device as 'x' (",
                     x.device().str(), "), got ", s.device().str());
-}
-
-ScaleTensor quantize_scales(QuantGranularity granularity, float* ptr, int64_t m, int64_t k) {
-  const std::vector<int64_t> shape = scale_shape(granularity, m, k);
-  ScaleTensor s;
-  s.ptr = ptr;
-  s.dim = static_cast<int>(shape.size());
-  for (int i = 0; i < s.dim; ++i) s.sizes[i] = shape[i];
-  if (s.dim == 2) {  // contiguous
-    s.strides[0] = s.sizes[1];
-    s.strides[1] = 1;
-  }
-  return s;
 }
 
 std::optional<Rows> rows_of(const at::Tensor& x) {

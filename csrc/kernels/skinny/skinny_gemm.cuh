@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
+#include <tuple>
 #include <type_traits>
 
 #include <cuda_bf16.h>
@@ -399,7 +400,18 @@ void launch_quantizing(const GemmProblem& p, const Epi& epi, const QuantizeParam
 // The launchers of one tile config for every epilogue (one translation unit per config).
 #define TCGEMM_SKINNY_INSTANTIATE_ONE(Epi, Cfg) \
   template void tcgemm::skinny::launch<Cfg, Epi>(const tcgemm::GemmProblem&, const Epi&);
-// The launchers that quantize x in the kernel (symmetric scaled epilogues, x of the output's dtype).
-#define TCGEMM_SKINNY_INSTANTIATE_QUANTIZING(Epi, Cfg)                                              \
-  template void tcgemm::skinny::launch_quantizing<Cfg, Epi>(const tcgemm::GemmProblem&, const Epi&, \
-                                                            const tcgemm::QuantizeParams&, int, int);
+
+namespace tcgemm::skinny {
+// The launchers that quantize x in the kernel for config Cfg and each functor of Epis.
+template <class Cfg, class... Epis>
+constexpr auto quantizing_launchers(TypeList<Epis...>) {
+  return std::make_tuple(&launch_quantizing<Cfg, Epis>...);
+}
+}  // namespace tcgemm::skinny
+
+// The launchers that quantize x in the kernel, for config Cfg and every functor of
+// KernelQuantizingEpilogues (epilogue/epilogues.h): a type list, which explicit instantiations
+// cannot spell, so a table of their addresses that is kept in the object instantiates them.
+#define TCGEMM_SKINNY_INSTANTIATE_QUANTIZING(Cfg)                          \
+  [[gnu::used]] static constexpr auto tcgemm_skinny_quantizing_launchers = \
+      tcgemm::skinny::quantizing_launchers<Cfg>(tcgemm::KernelQuantizingEpilogues{});

@@ -36,9 +36,10 @@ inline bool quantizes_in_kernel(const QuantizeParams& xq) {
 }
 
 // The launcher that quantizes x (xq, quantizes_in_kernel) in the kernel instead of reading an
-// int8 A: Epi a symmetric scaled epilogue whose output type is x's; B as for launch(). Only the
-// Rows16Cols16 config is instantiated (M <= kQuantizeRows). The grid is persistent (at most
-// kBlocksPerSm blocks per SM, each taking tiles in turn), so that each block quantizes x once.
+// int8 A: Epi one of KernelQuantizingEpilogues (epilogue/epilogues.h: the symmetric scaled ones)
+// whose output type is x's; B as for launch(). Only the Rows16Cols16 config is instantiated
+// (M <= kQuantizeRows). The grid is persistent (at most kBlocksPerSm blocks per SM, each taking
+// tiles in turn), so that each block quantizes x once.
 // smem_optin: the device's largest dynamic shared memory per block, which decides whether the
 // first round of B is staged in shared memory while x is quantized (skinny_gemm.cuh).
 template <class Cfg, class Epi>
