@@ -7,16 +7,40 @@
     y = tcgemm.scaled_gemm(q, qw.t(), s, sw, bias)  # int8 GEMM with the scales fused -> bf16
     y = tcgemm.quant_linear(x, qw, sw, bias)        # quantize + scaled_gemm as one op (x's dtype)
     lin = tcgemm.QuantLinear.from_linear(linear)    # W8A8 drop-in for nn.Linear
+    lin = tcgemm.QuantLinear.from_linear(linear, scheme=tcgemm.W8A8_BLOCK)  # a scheme, as one value
     report = tcgemm.quantize_model(model)           # swaps a model's nn.Linear layers in place
 """
 
-from ._ops import BACKENDS, available_backends, gemm, int8_gemm, quant_linear, scaled_gemm
+from ._ops import BACKENDS, available_backends, backends_for, gemm, int8_gemm, quant_linear, scaled_gemm, supports
 from ._quantize import quantize
 from . import reference
 from .nn import QuantLinear, QuantizeReport, calibrate, quantize_model
+from .scheme import (
+    PRESETS,
+    W8A8_ASYMMETRIC,
+    W8A8_BLOCK,
+    W8A8_DYNAMIC,
+    W8A8_GROUP,
+    W8A8_STATIC,
+    W8A8_STATIC_ASYMMETRIC,
+    ActivationArgs,
+    QuantScheme,
+    WeightArgs,
+)
 
 __all__ = [
+    "ActivationArgs",
     "BACKENDS",
+    "PRESETS",
+    "QuantScheme",
+    "W8A8_ASYMMETRIC",
+    "W8A8_BLOCK",
+    "W8A8_DYNAMIC",
+    "W8A8_GROUP",
+    "W8A8_STATIC",
+    "W8A8_STATIC_ASYMMETRIC",
+    "WeightArgs",
+    "backends_for",
     "QuantLinear",
     "QuantizeReport",
     "available_backends",
@@ -28,5 +52,6 @@ __all__ = [
     "quantize_model",
     "reference",
     "scaled_gemm",
+    "supports",
 ]
 __version__ = "0.1.0"

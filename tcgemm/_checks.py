@@ -23,6 +23,7 @@ import torch
 
 from . import _scales
 from ._library import BACKENDS
+from .scheme import ACTIVATION_GRANULARITIES, LAYER_ACTIVATIONS
 
 Args = dict[str, Any]
 
@@ -38,7 +39,6 @@ _INT32_MIN, _INT32_END = -(2**31), 2**31
 _GEMM_OPERAND_DTYPES = (torch.int8, torch.uint8)
 _QUANTIZE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-_GRANULARITIES = ("tensor", "token", "group")
 
 
 @dataclass(frozen=True)
@@ -357,7 +357,7 @@ def _quantize_checks() -> list[Check]:
     """csrc/ops/quantize.cpp quantize."""
     return [
         *_quantize_x_checks(_QUANTIZE),
-        Check("granularity", ValueError, lambda x: x["granularity"] in _GRANULARITIES,
+        Check("granularity", ValueError, lambda x: x["granularity"] in ACTIVATION_GRANULARITIES,
               lambda x: f"{_QUANTIZE}: argument 'granularity' must be one of 'tensor', 'token', 'group'; "
               f"got '{x['granularity']}'"),
         *_given_scale_checks(_QUANTIZE, "scale", torch.float32),
@@ -405,8 +405,7 @@ def _ql_weight_scale_message(x: Args) -> str:
 
 
 def _ql_per_block_weight(x: Args):
-    s, (_, k, _) = x["weight_scale"], _ql_nkm(x)
-    return s.dim() == 2 and _scales.scale_blocks(k) > 1 and s.stride(1) != 0
+    return _scales.scale_varies_along_k(x["weight_scale"], _ql_weight_scale_layout(x), _ql_nkm(x)[1])
 
 
 def _ql_empty(x: Args):
@@ -453,7 +452,7 @@ def _quant_linear_checks() -> list[Check]:
     op = _QUANT_LINEAR
     return [
         _backend_name(op),
-        Check("activation", ValueError, lambda x: x["activation"] in ("token", "block", "static"),
+        Check("activation", ValueError, lambda x: x["activation"] in LAYER_ACTIVATIONS,
               lambda x: f"{op}: argument 'activation' must be 'token', 'block' or 'static', got '{x['activation']}'"),
         Check("x_dtype", TypeError, lambda x: x["x"].dtype in _QUANTIZE_DTYPES,
               lambda x: f"{op}: argument 'x' must have dtype torch.bfloat16, torch.float16 or torch.float32, "

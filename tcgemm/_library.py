@@ -14,3 +14,10 @@ except ImportError as exc:  # pragma: no cover - only without a build
 
 # Every backend name the ops take, in the library's order ("auto" first).
 BACKENDS: tuple[str, ...] = tuple(torch.ops.tcgemm.backend_names().split(","))
+
+# What each backend's kernels run, from dispatch's capability table: backend name -> the
+# epilogue families ("int32", "scaled", "per_block") it has kernels for, whatever the device.
+BACKEND_EPILOGUES: dict[str, frozenset[str]] = {
+    name: frozenset(families.split("+")) if families else frozenset()
+    for name, families in (entry.split("=") for entry in torch.ops.tcgemm.backend_epilogues().split(","))
+}

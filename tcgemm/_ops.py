@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 
 from ._checks import check_args, require_int32, require_str, require_tensor
-from ._library import BACKENDS  # noqa: F401  (tcgemm.BACKENDS)
+from ._library import BACKEND_EPILOGUES, BACKENDS  # noqa: F401  (tcgemm.BACKENDS)
 
 _GEMM = "tcgemm.gemm"
 _SCALED = "tcgemm.scaled_gemm"
@@ -35,7 +35,9 @@ def gemm(
         out: optional int32 [M, N] to write into (may be ``c`` itself); returned.
         backend: "auto", or force one: "cpu" (CPU tensors), "wmma", "wmma_simple", "sm80",
             "sm90" (Hopper, compute capability 9.0), "skinny" (the few-rows kernel that "sm80" and
-            "sm90" take for M <= 32 against a wide B; compute capability >= 8.0).
+            "sm90" hand M <= 8 rows, or <= 16 against a narrower B, when B is wide enough to fill
+            the GPU and K >= 512; forced, it takes any M; compute capability >= 8.0).
+            :func:`backends_for` lists the ones a device runs for an op.
 
     Returns:
         int32 [M, N] on the device of ``a``.
@@ -94,6 +96,44 @@ def available_backends(device: torch.device | str | int | None = None) -> list[s
     # The library checks the index (a ValueError naming the visible devices, also without a GPU).
     names = torch.ops.tcgemm.available_backends(index)
     return names.split(",") if names else []
+
+
+# The epilogue family each op's kernels run: the exact int32 GEMM, or the scaled one.
+_OP_EPILOGUES = {"gemm": "int32", "int8_gemm": "int32", "scaled_gemm": "scaled", "quant_linear": "scaled"}
+
+
+def supports(backend: str, op: str, scheme=None) -> bool:
+    """Whether ``backend``'s kernels run ``op`` ("gemm", "int8_gemm", "scaled_gemm" or
+    "quant_linear") with the scales of ``scheme`` (a :class:`tcgemm.QuantScheme`; per-block
+    scales need the promoting kernels), whatever the device. Read from the library's dispatch
+    table, so a new backend needs no edit here.
+
+    Example:
+        >>> tcgemm.supports("wmma", "scaled_gemm")
+        False
+    """
+    if op not in _OP_EPILOGUES:
+        raise ValueError(f"tcgemm.supports: argument 'op' must be one of {', '.join(map(repr, _OP_EPILOGUES))}, "
+                         f"got {op!r}")
+    if backend not in BACKEND_EPILOGUES:
+        raise ValueError(f"tcgemm.supports: argument 'backend' must be one of {', '.join(BACKENDS)}; got {backend!r}")
+    families = BACKEND_EPILOGUES[backend]
+    needed = _OP_EPILOGUES[op]
+    if needed == "scaled" and scheme is not None and scheme.per_block:
+        needed = "per_block"
+    return needed in families
+
+
+def backends_for(op: str, scheme=None, device: torch.device | str | int | None = None) -> list[str]:
+    """The backends of :func:`available_backends` (``device``'s, best first) that run ``op`` with
+    ``scheme`` (see :func:`supports`): e.g. ``backends_for("scaled_gemm")`` is ["sm90", "sm80",
+    "skinny"] on an H100/H200, ``backends_for("gemm", device="cpu")`` is ["cpu"].
+
+    Example:
+        >>> for backend in tcgemm.backends_for("quant_linear", tcgemm.W8A8_BLOCK):
+        ...     y = tcgemm.quant_linear(x, qw, sw, activation="block", backend=backend)
+    """
+    return [b for b in available_backends(device) if supports(b, op, scheme)]
 
 
 @torch.library.register_fake("tcgemm::gemm")

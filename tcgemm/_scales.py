@@ -40,6 +40,17 @@ def quantize_scale_shape(granularity: str, m, k) -> tuple:
     return {"tensor": (), "token": (m, 1), "group": (m, scale_blocks(k))}[granularity]
 
 
+# The layout each weight granularity of a layer stores its scales in (tcgemm.quant_linear's
+# weight_scale, told apart by rank: see decode_weight_scale).
+WEIGHT_LAYOUTS = {"channel": PER_ROW, "group": PER_ROW_BLOCK, "block": PER_BLOCK_128X128}
+
+
+def weight_scale_shape(n, k, granularity: str) -> tuple:
+    """Shape of the fp32 scales of a weight [N, K]: [N] per channel, [N, ceil(K/128)] per 1x128
+    group of each output channel, [ceil(N/128), ceil(K/128)] per 128x128 block."""
+    return {"channel": (n,), "group": (n, scale_blocks(k)), "block": (scale_blocks(n), scale_blocks(k))}[granularity]
+
+
 def _numel(shape: Sequence) -> object:
     n = 1
     for size in shape:
@@ -75,12 +86,6 @@ def _scale_b_matches(shape: list, n, k) -> Iterator[str]:
     if (len(shape) == 1 and shape[0] == n) or (len(shape) == 2 and shape[0] == 1 and shape[1] == n):
         yield PER_ROW
     yield from _weight_block_matches(shape, n, k_blocks(k))
-
-
-def scale_a_layouts(shape: Sequence, m, k) -> list[str]:
-    """Every layout of scale_a (of A [M, K]) that ``shape`` fits, in scaled_gemm's order:
-    per-tensor, per-token [M, 1], per-block 1x128 [M, ceil(K/128)]."""
-    return list(_scale_a_matches(list(shape), m, k))
 
 
 def scale_b_layouts(shape: Sequence, n, k) -> list[str]:
@@ -141,3 +146,17 @@ def expand_scale(scale: torch.Tensor, layout: str, rows: int, k: int) -> torch.T
     if layout == PER_BLOCK_128X128:
         return scale.repeat_interleave(SCALE_BLOCK, dim=0)[:rows]
     raise ValueError(f"expand_scale: unknown layout {layout!r}")
+
+
+def per_element(table: torch.Tensor, k: int) -> torch.Tensor:
+    """A [rows, ceil(K/128)] table of :func:`expand_scale` as one scale per element [rows, K]
+    (the last K block cut short)."""
+    if table.shape[1] == 1:
+        return table.expand(table.shape[0], k)
+    return table.repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
+
+
+def expand_weight_scale(scale: torch.Tensor, n: int, k: int, granularity: str) -> torch.Tensor:
+    """The scales of a weight [N, K] of ``granularity`` as one value per element [N, K]:
+    ``weight * expand_weight_scale(...)`` is the dequantized weight."""
+    return per_element(expand_scale(scale, WEIGHT_LAYOUTS[granularity], n, k), k)

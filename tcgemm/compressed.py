@@ -34,7 +34,9 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from ._scales import SCALE_BLOCK
 from .nn import QuantLinear
+from .scheme import QuantScheme, SchemeError
 
 _CONFIG = "config.json"
 # The tensors compressed-tensors adds to a quantized module.
@@ -67,51 +69,18 @@ def _value(v: Any) -> Any:
     return getattr(v, "value", v)
 
 
-def _granularities(group: str, scheme) -> tuple[str, str, bool]:
-    """(weight, activation, asymmetric activations) of QuantLinear for a config group, or ValueError."""
-    w, a = scheme.weights, scheme.input_activations
-
-    def bad(what: str) -> ValueError:
-        return ValueError(f"tcgemm.compressed: config group '{group}': {what}; tcgemm runs int8 W8A8 "
-                          "(symmetric int8 weights per channel, tensor, 1x128 group or 128x128 block; int8 activations per "
-                          "token, per 1x128 group or static per tensor, asymmetric per token or static per "
-                          "tensor with channel or tensor weights)")
-
-    if w is None or a is None:
-        raise bad("weights and input_activations must both be quantized (weight-only schemes are not W8A8)")
-    for role, args in (("weights", w), ("input_activations", a)):
-        if args.num_bits != 8 or _value(args.type) != "int":
-            raise bad(f"{role} are {args.num_bits}-bit {_value(args.type)}, not 8-bit int")
-    if not w.symmetric:
-        raise bad("weights are asymmetric (weight zero points are not supported)")
-    ws, as_ = _value(w.strategy), _value(a.strategy)
-    if w.dynamic:
-        raise bad("weights have dynamic scales")
-    if ws == "channel":
-        weight = "channel"
-    elif ws == "tensor":
-        weight = "tensor"
-    elif ws == "group" and w.group_size == 128:
-        weight = "group"
-    elif ws == "block" and list(w.block_structure or []) == [128, 128]:
-        weight = "block"
-    else:
-        raise bad(f"weight strategy '{ws}' (group_size {w.group_size}, block_structure {w.block_structure}) is not "
-                  "channel, tensor, group of 128 or 128x128 block")
-    if as_ == "token" and a.dynamic is True:
-        activation = "token"
-    elif as_ == "group" and a.group_size == 128 and a.dynamic is True:
-        activation = "block"
-    elif as_ == "tensor" and a.dynamic is False:
-        activation = "static"
-    else:
-        raise bad(f"input activation strategy '{as_}' (dynamic={a.dynamic}, group_size={a.group_size}) "
-                  "is not dynamic token, dynamic group of 128 or static tensor")
-    asymmetric = not a.symmetric
-    if asymmetric and (activation == "block" or weight not in ("channel", "tensor")):
-        raise bad(f"asymmetric activations with weight strategy '{ws}' and activation strategy '{as_}' "
-                  "(zero points need channel or tensor weights and token or static tensor activations)")
-    return weight, activation, asymmetric
+def _scheme_of(group: str, ct_scheme) -> QuantScheme:
+    """The tcgemm scheme of a config group (as the checkpoint states it: per-tensor weights stay
+    per tensor), or ValueError naming the group and the setting tcgemm does not run."""
+    try:
+        scheme = QuantScheme.from_compressed_tensors(ct_scheme)
+        scheme.layer_scheme()
+    except SchemeError as e:
+        raise ValueError(f"tcgemm.compressed: config group '{group}': {e.what}; tcgemm runs int8 W8A8 "
+                         "(symmetric int8 weights per channel, tensor, 1x128 group or 128x128 block; int8 activations per "
+                         "token, per 1x128 group or static per tensor, asymmetric per token or static per "
+                         "tensor with channel or tensor weights)") from None
+    return scheme
 
 
 def _read_checkpoint(path: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -175,7 +144,7 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
     fmt = qconfig.format
     if fmt not in ("int-quantized", "naive-quantized"):
         raise ValueError(f"tcgemm.compressed: checkpoint format '{fmt}' is not 'int-quantized' or 'naive-quantized'")
-    schemes = {g: (s, _granularities(g, s)) for g, s in qconfig.config_groups.items()}
+    schemes = {g: (s, _scheme_of(g, s)) for g, s in qconfig.config_groups.items()}
     report = CompressedReport()
     taken: set[str] = set()
     replacements: list[tuple[nn.Module, QuantLinear]] = []
@@ -195,11 +164,10 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
         seen[id(module)] = name
         if len(groups) > 1:
             raise ValueError(f"tcgemm.compressed: layer '{name}' matches config groups {groups}")
-        weight, activation, asymmetric = schemes[groups[0]][1]
+        scheme = schemes[groups[0]][1]
         dev = device if device is not None else module.weight.device
-        replacements.append(
-            (module, _layer_from_tensors(name, module, tensors, weight, activation, asymmetric, dev, taken)))
-        report.loaded[name] = f"weight={weight}, activation={activation}" + (", asymmetric" if asymmetric else "")
+        replacements.append((module, _layer_from_tensors(name, module, tensors, scheme, dev, taken)))
+        report.loaded[name] = str(scheme)
     leftover = sorted(k for k in tensors if k not in taken and (tensors[k].dtype == torch.int8 or k.endswith(_QUANT_SUFFIXES)))
     if leftover:
         raise ValueError(f"tcgemm.compressed: {len(leftover)} quantized tensors of the checkpoint belong to no "
@@ -222,8 +190,8 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
     return report
 
 
-def _layer_from_tensors(name: str, linear: nn.Linear, tensors: dict[str, torch.Tensor], weight: str,
-                        activation: str, asymmetric: bool, device, taken: set[str]) -> QuantLinear:
+def _layer_from_tensors(name: str, linear: nn.Linear, tensors: dict[str, torch.Tensor], scheme: QuantScheme,
+                        device, taken: set[str]) -> QuantLinear:
     def get(key: str, required: bool = True) -> Optional[torch.Tensor]:
         full = f"{name}.{key}"
         if full not in tensors:
@@ -243,18 +211,18 @@ def _layer_from_tensors(name: str, linear: nn.Linear, tensors: dict[str, torch.T
         raise ValueError(f"tcgemm.compressed: '{name}.weight_zero_point' is not zero (weight zero points are not "
                          "supported)")
     # A static asymmetric layer reads its zero point below; anywhere else one must be zero.
-    iz = get("input_zero_point", required=asymmetric and activation == "static")
-    if iz is not None and not (asymmetric and activation == "static") and bool(iz.ne(0).any()):
+    static_asymmetric = scheme.asymmetric and scheme.static
+    iz = get("input_zero_point", required=static_asymmetric)
+    if iz is not None and not static_asymmetric and bool(iz.ne(0).any()):
         raise ValueError(f"tcgemm.compressed: '{name}.input_zero_point' is not zero, but the config group's "
                          "activations are symmetric or dynamic")
     sw = get("weight_scale").float()
-    layer_weight = "channel" if weight == "tensor" else weight
-    layer = QuantLinear(k, n, bias=linear.bias is not None, weight=layer_weight, activation=activation, device=device,
-                        asymmetric=asymmetric)
-    if weight in ("group", "block"):
+    weight = scheme.weight
+    layer = QuantLinear(k, n, bias=linear.bias is not None, device=device, scheme=scheme.layer_scheme())
+    if scheme.weights.per_block:
         expected = tuple(layer.weight_scale.shape)
         if tuple(sw.shape) != expected:
-            what = "128x128 blocks" if weight == "block" else "groups of 128"
+            what = f"{SCALE_BLOCK}x{SCALE_BLOCK} blocks" if weight == "block" else f"groups of {SCALE_BLOCK}"
             raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' must be {list(expected)} for {what}, "
                              f"got {list(sw.shape)}")
     elif weight == "tensor":
@@ -273,7 +241,7 @@ def _layer_from_tensors(name: str, linear: nn.Linear, tensors: dict[str, torch.T
         layer.weight_scale.copy_(sw.reshape(layer.weight_scale.shape))
         if layer.bias is not None:
             layer.bias.copy_(bias.float())
-        if activation == "static":
+        if scheme.static:
             s = get("input_scale").float()
             if s.numel() != 1:
                 raise ValueError(f"tcgemm.compressed: '{name}.input_scale' must have one element, got {list(s.shape)}")
@@ -285,20 +253,6 @@ def _layer_from_tensors(name: str, linear: nn.Linear, tensors: dict[str, torch.T
             layer.input_zero_point.copy_(iz.reshape(()).to(torch.int32))
         layer.refresh_weight_colsum()
     return layer
-
-
-_SCHEMES = {
-    "weight": {
-        "channel": dict(strategy="channel"),
-        "group": dict(strategy="group", group_size=128),
-        "block": dict(strategy="block", block_structure=[128, 128]),
-    },
-    "activation": {
-        "token": dict(strategy="token", dynamic=True),
-        "block": dict(strategy="group", group_size=128, dynamic=True),
-        "static": dict(strategy="tensor", dynamic=False),
-    },
-}
 
 
 def save_compressed(model: nn.Module, path: str) -> None:
@@ -313,15 +267,14 @@ def save_compressed(model: nn.Module, path: str) -> None:
     QuantizationArgs, QuantizationConfig, QuantizationScheme, _ = _ct()
     os.makedirs(path, exist_ok=True)
     state = {k: v for k, v in model.state_dict().items()}
-    groups: dict[tuple[str, str], list[str]] = {}
+    groups: dict[QuantScheme, list[str]] = {}
     for name, module in model.named_modules():
         if not isinstance(module, QuantLinear):
             continue
         if module.smooth is not None:
             raise ValueError(f"tcgemm.compressed: layer '{name}' has SmoothQuant multipliers, which the "
                              "compressed-tensors format has no place for")
-        key = (module.weight_granularity, module.activation_granularity, module.asymmetric)
-        groups.setdefault(key, []).append(name)
+        groups.setdefault(module.scheme, []).append(name)
         prefix = f"{name}." if name else ""
         if module.weight_granularity == "channel":
             state[prefix + "weight_scale"] = module.weight_scale.reshape(-1, 1)
@@ -332,12 +285,11 @@ def save_compressed(model: nn.Module, path: str) -> None:
     if not groups:
         raise ValueError("tcgemm.compressed: the model has no QuantLinear layers to save")
     config_groups = {}
-    for i, ((w, a, asymmetric), names) in enumerate(sorted(groups.items())):
+    ordered = sorted(groups.items(), key=lambda item: (item[0].weight, item[0].activation, item[0].asymmetric))
+    for i, (scheme, names) in enumerate(ordered):
         config_groups[f"group_{i}"] = QuantizationScheme(
             targets=[f"re:^{re.escape(n)}$" for n in names],
-            weights=QuantizationArgs(num_bits=8, type="int", symmetric=True, dynamic=False, **_SCHEMES["weight"][w]),
-            input_activations=QuantizationArgs(num_bits=8, type="int", symmetric=not asymmetric,
-                                               **_SCHEMES["activation"][a]),
+            **{role: QuantizationArgs(**args) for role, args in scheme.to_compressed_tensors().items()},
         )
     qconfig = QuantizationConfig(config_groups=config_groups, format="int-quantized", quantization_status="compressed")
     # Tied tensors (e.g. an lm_head sharing the embedding) are written once, as transformers does.

@@ -25,7 +25,9 @@ from torch import nn
 
 import tcgemm  # the ops are looked up at call time, so this works while tcgemm/__init__ is loading
 
-from ._scales import SCALE_BLOCK, scale_blocks
+from ._scales import SCALE_BLOCK, WEIGHT_LAYOUTS, expand_scale, expand_weight_scale
+from ._scales import weight_scale_shape as _weight_scale_shape
+from .scheme import LAYER_ACTIVATIONS, PRESETS, WEIGHT_GRANULARITIES, QuantScheme, check_weight_granularity  # noqa: F401
 
 __all__ = [
     "Calibration", "QuantLinear", "QuantizeReport", "asymmetric_scale", "calibrate", "quantize_model",
@@ -35,9 +37,9 @@ __all__ = [
 WeightGranularity = Literal["channel", "group", "block"]
 ActivationGranularity = Literal["token", "block", "static"]
 SkipRule = Union[str, Iterable[str], Callable[[str, nn.Module], bool]]
+SchemeLike = Union[QuantScheme, str]
 
-WEIGHT_GRANULARITIES = ("channel", "group", "block")
-ACTIVATION_GRANULARITIES = ("token", "block", "static")
+ACTIVATION_GRANULARITIES = LAYER_ACTIVATIONS  # the keyword shorthands of QuantScheme.from_keywords
 _INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _QUANT_LINEAR = None
 
@@ -51,18 +53,23 @@ def _quant_linear_op():
     return _QUANT_LINEAR
 
 
-def _check_asymmetric(asymmetric: bool, weight: str, activation: str) -> None:
-    if asymmetric and (weight != "channel" or activation == "block"):
-        raise ValueError(
-            "tcgemm.nn: asymmetric activations need weight='channel' and activation='token' or 'static', got "
-            f"weight={weight!r}, activation={activation!r}"
-        )
-
-
-def _check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
-    if value not in choices:
-        raise ValueError(f"tcgemm.nn: {what} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-    return value
+def _scheme(where: str, scheme: Optional[SchemeLike], weight: str = "channel", activation: str = "token",
+            asymmetric: bool = False, smooth: Optional[float] = None) -> QuantScheme:
+    """The scheme a layer is built with: ``scheme`` (a QuantScheme or a preset name), or the one
+    its keyword shorthands stand for (QuantScheme.from_keywords); never both."""
+    if scheme is None:
+        return QuantScheme.from_keywords(weight, activation, asymmetric, smooth)
+    if isinstance(scheme, str):
+        if scheme not in PRESETS:
+            raise ValueError(f"{where}: scheme must be a QuantScheme or one of {', '.join(map(repr, PRESETS))}, "
+                             f"got {scheme!r}")
+        scheme = PRESETS[scheme]
+    if not isinstance(scheme, QuantScheme):
+        raise TypeError(f"{where}: scheme must be a QuantScheme or a preset name, got {type(scheme).__name__}")
+    if (weight, activation, bool(asymmetric), smooth) != ("channel", "token", False, None):
+        raise ValueError(f"{where}: pass scheme= or its shorthands weight=, activation=, asymmetric=, smooth=, "
+                         "not both")
+    return scheme.check_layer()
 
 
 def weight_scale_shape(out_features: int, in_features: int, granularity: str) -> tuple[int, ...]:
@@ -75,23 +82,7 @@ def weight_scale_shape(out_features: int, in_features: int, granularity: str) ->
         >>> weight_scale_shape(4096, 14336, "group")
         (4096, 112)
     """
-    _check_choice(granularity, WEIGHT_GRANULARITIES, "weight granularity")
-    if granularity == "channel":
-        return (out_features,)
-    if granularity == "group":
-        return (out_features, scale_blocks(in_features))
-    return (scale_blocks(out_features), scale_blocks(in_features))
-
-
-def _expand_weight_scale(scale: torch.Tensor, out_features: int, in_features: int, granularity: str) -> torch.Tensor:
-    """The weight scales of any granularity as one fp32 value per weight element [N, K] (edge
-    groups and blocks cut short): ``weight * _expand_weight_scale(...)`` is the dequantized weight."""
-    _check_choice(granularity, WEIGHT_GRANULARITIES, "weight granularity")
-    if granularity == "channel":
-        return scale.reshape(out_features, 1).expand(out_features, in_features)
-    if granularity == "block":
-        scale = scale.repeat_interleave(SCALE_BLOCK, dim=0)[:out_features]
-    return scale.repeat_interleave(SCALE_BLOCK, dim=1)[:, :in_features]
+    return _weight_scale_shape(out_features, in_features, check_weight_granularity(granularity))
 
 
 def quantize_weight(w: torch.Tensor, granularity: str = "channel") -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,7 +103,7 @@ def quantize_weight(w: torch.Tensor, granularity: str = "channel") -> tuple[torc
         >>> q, s = quantize_weight(linear.weight, "channel")
         >>> w_approx = q.float() * s[:, None]
     """
-    _check_choice(granularity, WEIGHT_GRANULARITIES, "weight granularity")
+    check_weight_granularity(granularity)
     if w.dim() != 2:
         raise ValueError(f"tcgemm.nn.quantize_weight: w must be 2-D [N, K], got shape {list(w.shape)}")
     if not w.is_floating_point():
@@ -134,12 +125,13 @@ def quantize_weight(w: torch.Tensor, granularity: str = "channel") -> tuple[torc
     amax = padded.view(nb, SCALE_BLOCK, kb, SCALE_BLOCK).amax(dim=(1, 3)).float()  # NaN stays NaN
     _, scale = tcgemm.quantize(amax.reshape(nb * kb, 1), "token")
     scale = scale.reshape(nb, kb)
-    # Each row's 1x128 groups take the scales of its 128x128 blocks; a NaN block quantizes to
-    # zeros and keeps its NaN scale, as tcgemm.quantize does for a group.
+    # Each row's 1x128 groups take the scales of its 128x128 blocks (the "group" layout of the
+    # same scales); a NaN block quantizes to zeros and keeps its NaN scale, as tcgemm.quantize
+    # does for a group.
     bad = scale.isnan()
-    rows = scale.masked_fill(bad, 1.0).repeat_interleave(SCALE_BLOCK, dim=0)[:n]
+    rows = expand_scale(scale.masked_fill(bad, 1.0), WEIGHT_LAYOUTS["block"], n, k)
     q, _ = tcgemm.quantize(w, "group", scale=rows)
-    zero = bad.repeat_interleave(SCALE_BLOCK, dim=0)[:n].repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
+    zero = expand_weight_scale(bad, n, k, "block")
     return q.masked_fill(zero, 0), scale  # no data-dependent branch: no host sync on a GPU
 
 
@@ -250,6 +242,11 @@ def calibrate(model: nn.Module) -> Iterator[Calibration]:
 class QuantLinear(nn.Module):
     """W8A8 linear layer: ``y = x @ W.T + b`` with int8 W and int8 activations, fp32 scales.
 
+    How it quantizes is one :class:`tcgemm.QuantScheme` (``scheme=``: a scheme or a preset name
+    such as ``"w8a8-block"``), kept as ``layer.scheme``; the keywords ``weight``, ``activation``
+    and ``asymmetric`` are shorthands for one (:meth:`tcgemm.QuantScheme.from_keywords`), and
+    ``weight_granularity``, ``activation_granularity`` and ``asymmetric`` read it back in their words.
+
     Buffers (plain tensors, all of them in ``state_dict``):
         ``weight``: int8 [out_features, in_features].
         ``weight_scale``: fp32 [out_features] (``weight="channel"``),
@@ -282,6 +279,7 @@ class QuantLinear(nn.Module):
         >>> y = qlin(torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16))   # bf16 [8, 14336]
         >>> fresh = QuantLinear(4096, 14336, weight="block", activation="block", device="cuda")
         >>> fresh.load_state_dict(qlin.state_dict())
+        >>> same = QuantLinear(4096, 14336, scheme=tcgemm.W8A8_BLOCK, device="cuda")
     """
 
     def __init__(
@@ -294,26 +292,25 @@ class QuantLinear(nn.Module):
         device: Optional[Union[torch.device, str, int]] = None,
         smooth: bool = False,
         asymmetric: bool = False,
+        *,
+        scheme: Optional[SchemeLike] = None,
     ) -> None:
         super().__init__()
         self.in_features = int(in_features)
         self.out_features = int(out_features)
-        self.weight_granularity: str = _check_choice(weight, WEIGHT_GRANULARITIES, "weight granularity")
-        self.activation_granularity: str = _check_choice(
-            activation, ACTIVATION_GRANULARITIES, "activation granularity"
-        )
-        self.asymmetric = bool(asymmetric)
-        _check_asymmetric(self.asymmetric, weight, activation)
+        self.scheme: QuantScheme = _scheme("QuantLinear", scheme, weight, activation, asymmetric)
+        self._op_activation = self.scheme.activation  # forward's argument, read once
+        smooth = bool(smooth) or self.scheme.smooth is not None
+        static = self.scheme.static
         self.register_buffer(
             "weight", torch.zeros(self.out_features, self.in_features, dtype=torch.int8, device=device)
         )
-        scale_shape = weight_scale_shape(self.out_features, self.in_features, weight)
+        scale_shape = self.scheme.weights.scale_shape(self.out_features, self.in_features)
         self.register_buffer("weight_scale", torch.ones(scale_shape, dtype=torch.float32, device=device))
         if bias:
             self.register_buffer("bias", torch.zeros(self.out_features, dtype=torch.float32, device=device))
         else:
             self.register_buffer("bias", None)
-        static = activation == "static"
         self.register_buffer("input_scale", torch.ones((), dtype=torch.float32, device=device) if static else None)
         self.register_buffer(
             "input_zero_point",
@@ -329,6 +326,21 @@ class QuantLinear(nn.Module):
         )
         if self.asymmetric:
             self.register_load_state_dict_post_hook(_refresh_colsum_after_load)
+
+    @property
+    def weight_granularity(self) -> str:
+        """The scheme's weight granularity: "channel", "group" or "block"."""
+        return self.scheme.weight
+
+    @property
+    def activation_granularity(self) -> str:
+        """The scheme's activations in the ``activation=`` shorthand: "token", "block" or "static"."""
+        return self._op_activation
+
+    @property
+    def asymmetric(self) -> bool:
+        """Whether the activations are quantized with a zero point."""
+        return self.scheme.asymmetric
 
     def refresh_weight_colsum(self) -> None:
         """Recomputes ``weight_colsum`` from ``weight`` (asymmetric layers; a no-op otherwise), on
@@ -348,10 +360,14 @@ class QuantLinear(nn.Module):
         smooth: Optional[float] = None,
         asymmetric: bool = False,
         input_range: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+        *,
+        scheme: Optional[SchemeLike] = None,
     ) -> "QuantLinear":
         """Quantizes a trained ``nn.Linear`` (any float dtype, any device; it is left untouched).
 
         Args:
+            scheme: a :class:`tcgemm.QuantScheme` or preset name (its ``smooth`` is the alpha
+                below); or its shorthands ``weight``, ``activation``, ``asymmetric``, ``smooth``.
             weight, activation: granularities (see the class).
             input_amax: the calibrated max |x| per input channel, fp32 [in_features] (from
                 :func:`calibrate`); needed by ``activation="static"`` and ``smooth``.
@@ -375,9 +391,10 @@ class QuantLinear(nn.Module):
         """
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"QuantLinear.from_linear: expected an nn.Linear, got {type(linear).__name__}")
-        _check_choice(activation, ACTIVATION_GRANULARITIES, "activation granularity")
-        static_asymmetric = activation == "static" and asymmetric
-        if ((activation == "static" and not asymmetric) or smooth is not None) and input_amax is None:
+        scheme = _scheme("QuantLinear.from_linear", scheme, weight, activation, asymmetric, smooth)
+        smooth = scheme.smooth
+        static_asymmetric = scheme.static and scheme.asymmetric
+        if ((scheme.static and not scheme.asymmetric) or smooth is not None) and input_amax is None:
             raise ValueError("QuantLinear.from_linear: activation='static' and smooth need input_amax (see calibrate)")
         if static_asymmetric and input_range is None:
             raise ValueError(
@@ -396,16 +413,7 @@ class QuantLinear(nn.Module):
                 f"got {list(input_amax.shape)}"
             )
         device = linear.weight.device
-        module = cls(
-            linear.in_features,
-            linear.out_features,
-            bias=linear.bias is not None,
-            weight=weight,
-            activation=activation,
-            device=device,
-            smooth=smooth is not None,
-            asymmetric=asymmetric,
-        )
+        module = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device=device, scheme=scheme)
         w = linear.weight.detach()
         amax = None if input_amax is None else input_amax.detach().to(device=device, dtype=torch.float32)
         if smooth is not None:
@@ -420,9 +428,9 @@ class QuantLinear(nn.Module):
             scale, zero = asymmetric_scale(lo.min(), hi.max())
             module.input_scale.copy_(scale)
             module.input_zero_point.copy_(zero)
-        elif activation == "static":
+        elif scheme.static:
             module.input_scale.copy_(torch.where(amax.max() > 0, amax.max() / 127.0, 1.0))
-        q, scale = quantize_weight(w, weight)
+        q, scale = quantize_weight(w, scheme.weight)
         module.weight.copy_(q)
         module.weight_scale.copy_(scale)
         module.refresh_weight_colsum()
@@ -437,16 +445,17 @@ class QuantLinear(nn.Module):
         Example:
             >>> err = (qlin.dequantize_weight() - linear.weight).abs().max()
         """
-        w = self.weight.float() * _expand_weight_scale(
+        w = self.weight.float() * expand_weight_scale(
             self.weight_scale, self.out_features, self.in_features, self.weight_granularity)
         if self.smooth is not None:
             w = w * self.smooth  # the layer multiplies its input by smooth: this is the weight x meets
         return w.to(dtype)
 
     def _forward_2d(self, x2d: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-        return torch.ops.tcgemm.quant_linear.default(
-            x2d, self.weight, self.weight_scale, bias, self.activation_granularity, self.input_scale, self.smooth,
-            "auto", self.asymmetric, self.input_zero_point, self.weight_colsum,
+        return _quant_linear_op()(
+            x2d, self.weight, self.weight_scale, bias=bias, activation=self._op_activation,
+            input_scale=self.input_scale, smooth=self.smooth, asymmetric=self.asymmetric,
+            input_zero_point=self.input_zero_point, weight_colsum=self.weight_colsum,
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -474,19 +483,24 @@ class QuantLinear(nn.Module):
             x2d = x.unsqueeze(0) if x.dim() == 1 else x.flatten(0, -2)
             return _QuantLinearFunction.apply(x2d, bias, self).reshape(*x.shape[:-1], self.out_features)
         # One op (tcgemm.quant_linear): quantize and GEMM behind one dispatch, [..., K] in place.
-        # A symmetric layer leaves the trailing arguments to their defaults (each argument the
+        # A symmetric layer leaves the zero-point arguments to their defaults (each argument the
         # dispatcher parses is host time).
-        if self.asymmetric:
+        if weight_colsum is not None:  # asymmetric
             return _quant_linear_op()(
-                x, weight, weight_scale, bias, self.activation_granularity, input_scale, smooth, "auto", True,
-                input_zero_point, weight_colsum,
+                x, weight, weight_scale, bias=bias, activation=self._op_activation, input_scale=input_scale,
+                smooth=smooth, asymmetric=True, input_zero_point=input_zero_point, weight_colsum=weight_colsum,
             )
-        return _quant_linear_op()(x, weight, weight_scale, bias, self.activation_granularity, input_scale, smooth)
+        return _quant_linear_op()(
+            x, weight, weight_scale, bias=bias, activation=self._op_activation, input_scale=input_scale, smooth=smooth)
 
     def __setstate__(self, state):
-        # A layer pickled whole by a version without asymmetric activations lacks these.
+        # A layer pickled whole by a version without schemes holds its shorthands instead (and,
+        # before asymmetric activations, lacks the zero-point buffers).
+        if "scheme" not in state:
+            state["scheme"] = QuantScheme.from_keywords(
+                state.pop("weight_granularity"), state.pop("activation_granularity"), state.pop("asymmetric", False))
+            state["_op_activation"] = state["scheme"].activation
         super().__setstate__(state)
-        self.__dict__.setdefault("asymmetric", False)
         for name in ("input_zero_point", "weight_colsum"):
             self._buffers.setdefault(name, None)
 
@@ -547,8 +561,8 @@ class QuantizeReport:
 
     def __str__(self) -> str:
         lines = [f"quantize_model: {len(self.swapped)} nn.Linear swapped for QuantLinear, {len(self.skipped)} skipped"]
-        lines += [f"  swapped  {name}" for name in self.swapped]
-        lines += [f"  skipped  {name}: {reason}" for name, reason in self.skipped]
+        lines += [f"  swapped  {name!r}" for name in self.swapped]
+        lines += [f"  skipped  {name!r}: {reason}" for name, reason in self.skipped]
         return "\n".join(lines)
 
 
@@ -579,6 +593,8 @@ def quantize_model(
     calibration: Optional[dict[str, torch.Tensor]] = None,
     smooth: Optional[float] = None,
     asymmetric: bool = False,
+    *,
+    scheme: Optional[SchemeLike] = None,
 ) -> QuantizeReport:
     """Replaces every ``nn.Linear`` inside ``model`` (recursively, in place) by a :class:`QuantLinear`.
 
@@ -588,6 +604,8 @@ def quantize_model(
         skip: qualified names (as in ``model.named_modules()``) to leave in float: exact names or
             ``fnmatch`` patterns (``"lm_head"``, ``"*.gate"``, ``"layers.0.*"``; ``*`` also matches
             dots), or a callable ``skip(name, module) -> bool``.
+        scheme: a :class:`tcgemm.QuantScheme` or preset name for every swapped layer; or its
+            shorthands ``weight``, ``activation``, ``smooth`` and ``asymmetric``.
         weight, activation: granularities, see :class:`QuantLinear`.
         min_features: leave layers with ``min(in_features, out_features) < min_features`` in float
             (tiny layers gain nothing from int8); 0 swaps every size.
@@ -611,13 +629,11 @@ def quantize_model(
         >>> report = quantize_model(model, skip=("lm_head", "*.gate"), weight="block", activation="block")
         >>> print(report)
     """
-    _check_choice(weight, WEIGHT_GRANULARITIES, "weight granularity")
-    _check_choice(activation, ACTIVATION_GRANULARITIES, "activation granularity")
-    _check_asymmetric(asymmetric, weight, activation)
-    needs_calibration = activation == "static" or smooth is not None
+    scheme = _scheme("quantize_model", scheme, weight, activation, asymmetric, smooth)
+    needs_calibration = scheme.needs_calibration
     if needs_calibration and calibration is None:
         raise ValueError("quantize_model: activation='static' and smooth need calibration= (see tcgemm.nn.calibrate)")
-    needs_ranges = activation == "static" and asymmetric
+    needs_ranges = scheme.static and scheme.asymmetric
     if needs_ranges and not isinstance(calibration, Calibration):
         raise ValueError(
             "quantize_model: activation='static' with asymmetric=True needs the input ranges of a Calibration "
@@ -644,9 +660,8 @@ def quantize_model(
                     if reason is None:
                         amax = calibration.get(name) if calibration is not None else None
                         converted[id(child)] = QuantLinear.from_linear(
-                            child, weight=weight, activation=activation, input_amax=amax if needs_calibration else None,
-                            smooth=smooth, asymmetric=asymmetric,
-                            input_range=calibration.ranges.get(name) if needs_ranges else None,
+                            child, input_amax=amax if needs_calibration else None,
+                            input_range=calibration.ranges.get(name) if needs_ranges else None, scheme=scheme,
                         )
                         report.swapped.append(name)
                     else:

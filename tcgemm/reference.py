@@ -7,7 +7,10 @@ from typing import Optional
 
 import torch
 
-from ._scales import SCALE_BLOCK, decode_scale_a, decode_scale_b, expand_scale, k_blocks, scale_blocks
+from ._scales import (
+    SCALE_BLOCK, decode_scale_a, decode_scale_b, expand_scale, k_blocks, per_element, quantize_scale_shape,
+)
+from .scheme import ACTIVATION_GRANULARITIES
 
 
 def wrap_int32(x: torch.Tensor) -> torch.Tensor:
@@ -91,11 +94,11 @@ def quantize_reference(
     """
     if not symmetric:
         return quantize_asym_reference(x, granularity, scale, zero_point, smooth)
-    if granularity not in ("tensor", "token", "group"):
+    if granularity not in ACTIVATION_GRANULARITIES:
         raise ValueError(f"quantize_reference: unknown granularity {granularity!r}")
     lead, k = tuple(x.shape[:-1]), x.shape[-1]
     m = math.prod(lead)
-    groups = scale_blocks(k)
+    groups = quantize_scale_shape("group", m, k)[1]
     xf = x.detach().cpu().float().reshape(m, k)
     if smooth is not None:
         xf = xf * smooth.detach().cpu().float().reshape(1, k)
@@ -117,7 +120,7 @@ def quantize_reference(
             return s.reshape(1, 1).expand(m, k)
         if granularity == "token":
             return s.reshape(m, 1).expand(m, k)
-        return s.reshape(m, groups).repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
+        return per_element(s.reshape(m, groups), k)
 
     nonfinite = per_group(~finite, False, lambda t, d: t.any(dim=d))
     if scale is not None:

@@ -1,0 +1,328 @@
+"""Quantization schemes: one typed, frozen description of how a layer's weights and input
+activations are quantized.
+
+    import tcgemm
+    scheme = tcgemm.QuantScheme(weights=tcgemm.WeightArgs("block"), activations=tcgemm.ActivationArgs("group"))
+    scheme = tcgemm.W8A8_BLOCK                                   # the same, as a preset
+    layer = tcgemm.QuantLinear.from_linear(linear, scheme=scheme)
+    tcgemm.quantize_model(model, scheme=tcgemm.W8A8_STATIC, calibration=amax)
+
+The granularity names are compressed-tensors' strategies, so a scheme converts to and from a
+compressed-tensors ``QuantizationScheme`` field by field (:meth:`QuantScheme.to_compressed_tensors`,
+:meth:`QuantScheme.from_compressed_tensors`). The keywords ``weight=``, ``activation=``,
+``asymmetric=`` and ``smooth=`` of :class:`tcgemm.QuantLinear` and :func:`tcgemm.quantize_model`
+are shorthands for a scheme (:meth:`QuantScheme.from_keywords`).
+
+Scale shapes (``SCALE_BLOCK`` = 128 along K; 128 along N for 128x128 blocks), for a weight
+[N, K] and activations [M, K]:
+
+==================  ==========================  =====================================
+granularity         weights                     activations
+==================  ==========================  =====================================
+``"tensor"``        (checkpoints only)          ``[]`` static
+``"token"``         --                          ``[M, 1]`` dynamic
+``"channel"``       ``[N]``                     --
+``"group"``         ``[N, ceil(K/128)]``        ``[M, ceil(K/128)]`` dynamic
+``"block"``         ``[ceil(N/128), ceil(K/128)]``  --
+==================  ==========================  =====================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Optional
+
+from ._scales import SCALE_BLOCK, quantize_scale_shape, weight_scale_shape
+
+__all__ = [
+    "ActivationArgs", "QuantScheme", "WeightArgs", "W8A8_ASYMMETRIC", "W8A8_BLOCK", "W8A8_DYNAMIC", "W8A8_GROUP",
+    "W8A8_STATIC", "W8A8_STATIC_ASYMMETRIC", "PRESETS",
+]
+
+# Weight granularities a layer computes with; "tensor" describes checkpoints (one scale for the
+# whole weight), which a layer holds as per-channel scales.
+WEIGHT_GRANULARITIES = ("channel", "group", "block")
+ACTIVATION_GRANULARITIES = ("tensor", "token", "group")
+WEIGHT_BITS = (8,)
+
+
+class SchemeError(ValueError):
+    """A scheme tcgemm does not run; ``what`` names the setting (without the prefix), for callers
+    that say where the scheme came from (a checkpoint's config group)."""
+
+    def __init__(self, what: str, where: str = "tcgemm.QuantScheme") -> None:
+        super().__init__(f"{where}: {what}")
+        self.what = what
+
+
+def check_weight_granularity(granularity: str) -> str:
+    """``granularity`` if a layer's weights can have it, else ValueError."""
+    if granularity not in WEIGHT_GRANULARITIES:
+        raise SchemeError(f"weight granularity must be one of {', '.join(map(repr, WEIGHT_GRANULARITIES))}, "
+                          f"got {granularity!r}", "tcgemm.nn")
+    return granularity
+
+
+def _bad(what: str) -> SchemeError:
+    return SchemeError(what)
+
+
+def _block_fields(granularity: str) -> dict[str, Any]:
+    """The block extents compressed-tensors spells out for a granularity (tcgemm's are fixed)."""
+    if granularity == "group":
+        return {"group_size": SCALE_BLOCK}
+    if granularity == "block":
+        return {"block_structure": [SCALE_BLOCK, SCALE_BLOCK]}
+    return {}
+
+
+def _field(args: Any, name: str, default: Any = None) -> Any:
+    """A field of a compressed-tensors QuantizationArgs or of a dict, enums as their values."""
+    value = args.get(name, default) if isinstance(args, Mapping) else getattr(args, name, default)
+    return getattr(value, "value", value)
+
+
+def _block_fields_match(args: Any, granularity: str) -> bool:
+    """Whether compressed-tensors' group size or block structure are the fixed ones of tcgemm."""
+    for name, expected in _block_fields(granularity).items():
+        got = _field(args, name)
+        if (list(got) if isinstance(got, (list, tuple)) else got) != expected:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class WeightArgs:
+    """How a weight [N, K] is quantized: ``bits``-bit signed integers, symmetric, one fp32 scale
+    per output channel (``"channel"``), per 1x128 group of each output channel along K
+    (``"group"``) or per 128x128 block (``"block"``)."""
+
+    granularity: Literal["channel", "group", "block", "tensor"] = "channel"
+    bits: int = 8
+    symmetric: bool = True
+
+    def __post_init__(self) -> None:
+        if self.granularity != "tensor":
+            check_weight_granularity(self.granularity)
+        if self.bits not in WEIGHT_BITS:
+            raise _bad(f"weights are {self.bits}-bit; tcgemm quantizes weights to {WEIGHT_BITS} bits")
+        if not self.symmetric:
+            raise _bad("weights are asymmetric (weight zero points are not supported)")
+
+    @property
+    def per_block(self) -> bool:
+        """Whether the scales change along K (the GEMM promotes partial sums per K block)."""
+        return self.granularity in ("group", "block")
+
+    def scale_shape(self, n: int, k: int) -> tuple[int, ...]:
+        """Shape of the fp32 scales of a weight [N, K]."""
+        return weight_scale_shape(n, k, self.granularity)
+
+    def to_compressed_tensors(self) -> dict[str, Any]:
+        """Keyword arguments of compressed-tensors' ``QuantizationArgs`` for these weights."""
+        return dict(num_bits=self.bits, type="int", symmetric=self.symmetric, dynamic=False,
+                    strategy=self.granularity, **_block_fields(self.granularity))
+
+    @classmethod
+    def from_compressed_tensors(cls, args: Any) -> "WeightArgs":
+        """The weights of a compressed-tensors ``QuantizationArgs`` (or its dict); SchemeError
+        naming the setting tcgemm does not run."""
+        bits, kind = _field(args, "num_bits"), _field(args, "type")
+        if bits not in WEIGHT_BITS or kind != "int":
+            raise _bad(f"weights are {bits}-bit {kind}, not {'/'.join(map(str, WEIGHT_BITS))}-bit int")
+        if not _field(args, "symmetric", True):
+            raise _bad("weights are asymmetric (weight zero points are not supported)")
+        if _field(args, "dynamic"):
+            raise _bad("weights have dynamic scales")
+        granularity = _field(args, "strategy")
+        if granularity not in WEIGHT_GRANULARITIES + ("tensor",) or not _block_fields_match(args, granularity):
+            raise _bad(f"weight strategy '{granularity}' (group_size {_field(args, 'group_size')}, block_structure "
+                       f"{_field(args, 'block_structure')}) is not channel, tensor, group of {SCALE_BLOCK} or "
+                       f"{SCALE_BLOCK}x{SCALE_BLOCK} block")
+        return cls(granularity, bits=bits)
+
+    def layer_weights(self) -> "WeightArgs":
+        """What a layer holds these weights as: one scale per tensor becomes that scale per channel."""
+        return dataclasses.replace(self, granularity="channel") if self.granularity == "tensor" else self
+
+
+@dataclass(frozen=True)
+class ActivationArgs:
+    """How a layer's input x [..., K] is quantized to int8: dynamically (scales computed per call)
+    per token (``"token"``) or per 1x128 group along K (``"group"``), or with a calibrated static
+    scale per tensor (``"tensor"``, ``dynamic=False``); symmetric, or with a zero point."""
+
+    granularity: Literal["token", "group", "tensor"] = "token"
+    dynamic: bool = True
+    symmetric: bool = True
+
+    def __post_init__(self) -> None:
+        if self.granularity not in ACTIVATION_GRANULARITIES:
+            raise _bad(f"activation granularity must be one of {', '.join(map(repr, ACTIVATION_GRANULARITIES))}, "
+                       f"got {self.granularity!r}")
+
+    @property
+    def per_block(self) -> bool:
+        return self.granularity == "group"
+
+    def scale_shape(self, m: int, k: int) -> tuple[int, ...]:
+        """Shape of the fp32 scales of activations [M, K] (what ``tcgemm.quantize`` returns)."""
+        return quantize_scale_shape(self.granularity, m, k)
+
+    def to_compressed_tensors(self) -> dict[str, Any]:
+        """Keyword arguments of compressed-tensors' ``QuantizationArgs`` for these activations."""
+        return dict(num_bits=8, type="int", symmetric=self.symmetric, dynamic=self.dynamic,
+                    strategy=self.granularity, **_block_fields(self.granularity))
+
+    @classmethod
+    def from_compressed_tensors(cls, args: Any) -> "ActivationArgs":
+        """The activations of a compressed-tensors ``QuantizationArgs`` (or its dict); SchemeError
+        naming the setting tcgemm does not run."""
+        bits, kind = _field(args, "num_bits"), _field(args, "type")
+        if bits != 8 or kind != "int":
+            raise _bad(f"input_activations are {bits}-bit {kind}, not 8-bit int")
+        granularity, dynamic = _field(args, "strategy"), _field(args, "dynamic")
+        if granularity not in ACTIVATION_GRANULARITIES or not _block_fields_match(args, granularity):
+            raise _bad(f"input activation strategy '{granularity}' (dynamic={dynamic}, group_size="
+                       f"{_field(args, 'group_size')}) is not dynamic token, dynamic group of {SCALE_BLOCK} or "
+                       "static tensor")
+        return cls(granularity, dynamic=dynamic is True, symmetric=bool(_field(args, "symmetric", True)))
+
+
+# The activation argument of the tcgemm.quant_linear op (and QuantLinear's `activation=` keyword):
+# one word per dynamic-ness and granularity the layer runs.
+_LAYER_ACTIVATIONS = {
+    "token": ActivationArgs("token", dynamic=True),
+    "block": ActivationArgs("group", dynamic=True),
+    "static": ActivationArgs("tensor", dynamic=False),
+}
+LAYER_ACTIVATIONS = tuple(_LAYER_ACTIVATIONS)
+
+
+@dataclass(frozen=True)
+class QuantScheme:
+    """How a linear layer is quantized: its weights, its input activations and, optionally,
+    SmoothQuant (``smooth``: the migration strength alpha; the layer then holds per-input-channel
+    multipliers).
+
+    Presets: :data:`W8A8_DYNAMIC` (the default), :data:`W8A8_STATIC`, :data:`W8A8_GROUP`,
+    :data:`W8A8_BLOCK`, :data:`W8A8_ASYMMETRIC`, :data:`W8A8_STATIC_ASYMMETRIC`; ``PRESETS`` by name.
+
+    Example:
+        >>> s = QuantScheme.from_keywords(weight="block", activation="block")
+        >>> s == W8A8_BLOCK
+        True
+        >>> dataclasses.replace(W8A8_STATIC, smooth=0.5)   # SmoothQuant on top of a preset
+    """
+
+    weights: WeightArgs = WeightArgs()
+    activations: ActivationArgs = ActivationArgs()
+    smooth: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.smooth is not None and not 0.0 <= float(self.smooth) <= 1.0:
+            raise ValueError(f"smooth_factors: alpha must be in [0, 1], got {self.smooth}")
+
+    # -- what a layer does with it ---------------------------------------------------------------
+    @property
+    def activation(self) -> str:
+        """The layer's activation word ("token", "block" or "static"): the ``activation``
+        argument of ``tcgemm.quant_linear``. ValueError for activations no layer runs."""
+        for word, args in _LAYER_ACTIVATIONS.items():
+            if (args.granularity, args.dynamic) == (self.activations.granularity, self.activations.dynamic):
+                return word
+        raise _bad(f"input activation strategy '{self.activations.granularity}' (dynamic={self.activations.dynamic}) "
+                   f"is not dynamic token, dynamic group of {SCALE_BLOCK} or static tensor")
+
+    @property
+    def weight(self) -> str:
+        return self.weights.granularity
+
+    @property
+    def asymmetric(self) -> bool:
+        return not self.activations.symmetric
+
+    @property
+    def static(self) -> bool:
+        return not self.activations.dynamic
+
+    @property
+    def per_block(self) -> bool:
+        """Whether the GEMM's scales change along K (group or block weights, group activations)."""
+        return self.weights.per_block or self.activations.per_block
+
+    @property
+    def needs_calibration(self) -> bool:
+        """Whether building a layer needs calibrated input statistics (:func:`tcgemm.calibrate`)."""
+        return self.static or self.smooth is not None
+
+    def check_layer(self) -> "QuantScheme":
+        """Raises ValueError if a :class:`tcgemm.QuantLinear` cannot run this scheme; returns it."""
+        activation = self.activation
+        check_weight_granularity(self.weight)
+        if self.asymmetric and (self.weight != "channel" or activation == "block"):
+            raise SchemeError(
+                "asymmetric activations need weight='channel' and activation='token' or 'static', got asymmetric "
+                f"activations with weight strategy '{self.weight}' and activation strategy "
+                f"'{self.activations.granularity}'", "tcgemm.nn")
+        return self
+
+    # -- shorthands ------------------------------------------------------------------------------
+    @classmethod
+    def from_keywords(cls, weight: str = "channel", activation: str = "token", asymmetric: bool = False,
+                      smooth: Optional[float] = None) -> "QuantScheme":
+        """The scheme the keywords of ``QuantLinear`` and ``quantize_model`` stand for:
+        ``weight`` "channel" | "group" | "block"; ``activation`` "token" (dynamic per token),
+        "block" (dynamic per 1x128 group) or "static" (static per tensor); ``asymmetric``
+        activations; ``smooth`` SmoothQuant's alpha."""
+        check_weight_granularity(weight)
+        if activation not in _LAYER_ACTIVATIONS:
+            raise SchemeError(f"activation granularity must be one of {', '.join(map(repr, LAYER_ACTIVATIONS))}, "
+                              f"got {activation!r}", "tcgemm.nn")
+        acts = dataclasses.replace(_LAYER_ACTIVATIONS[activation], symmetric=not asymmetric)
+        return cls(WeightArgs(weight), acts, smooth).check_layer()
+
+    # -- compressed-tensors ----------------------------------------------------------------------
+    def layer_scheme(self) -> "QuantScheme":
+        """The scheme a layer runs this one as (per-tensor weights held per channel), checked."""
+        return dataclasses.replace(self, weights=self.weights.layer_weights()).check_layer()
+
+    def to_compressed_tensors(self) -> dict[str, dict[str, Any]]:
+        """``weights`` and ``input_activations`` as keyword arguments of compressed-tensors'
+        ``QuantizationArgs``; ``QuantizationScheme(targets=..., **{k: QuantizationArgs(**v) ...})``.
+        SmoothQuant has no place in the format (ValueError)."""
+        if self.smooth is not None:
+            raise ValueError("tcgemm.QuantScheme: SmoothQuant multipliers have no place in compressed-tensors")
+        return {"weights": self.weights.to_compressed_tensors(),
+                "input_activations": self.activations.to_compressed_tensors()}
+
+    @classmethod
+    def from_compressed_tensors(cls, scheme: Any) -> "QuantScheme":
+        """The scheme of a compressed-tensors ``QuantizationScheme`` (or its dict); ValueError
+        naming the setting tcgemm does not run."""
+        weights, acts = _field(scheme, "weights"), _field(scheme, "input_activations")
+        if weights is None or acts is None:
+            raise _bad("weights and input_activations must both be quantized (weight-only schemes are not W8A8)")
+        return cls(WeightArgs.from_compressed_tensors(weights), ActivationArgs.from_compressed_tensors(acts))
+
+    def __str__(self) -> str:
+        text = f"weight={self.weight}, activation={self.activation}"
+        return text + (", asymmetric" if self.asymmetric else "") + (f", smooth={self.smooth}" if self.smooth else "")
+
+
+W8A8_DYNAMIC = QuantScheme()
+W8A8_STATIC = QuantScheme(activations=ActivationArgs("tensor", dynamic=False))
+W8A8_GROUP = QuantScheme(weights=WeightArgs("group"), activations=ActivationArgs("group"))
+W8A8_BLOCK = QuantScheme(weights=WeightArgs("block"), activations=ActivationArgs("group"))
+W8A8_ASYMMETRIC = QuantScheme(activations=ActivationArgs("token", symmetric=False))
+W8A8_STATIC_ASYMMETRIC = QuantScheme(activations=ActivationArgs("tensor", dynamic=False, symmetric=False))
+
+PRESETS: dict[str, QuantScheme] = {
+    "w8a8": W8A8_DYNAMIC,
+    "w8a8-static": W8A8_STATIC,
+    "w8a8-group": W8A8_GROUP,
+    "w8a8-block": W8A8_BLOCK,
+    "w8a8-asymmetric": W8A8_ASYMMETRIC,
+    "w8a8-static-asymmetric": W8A8_STATIC_ASYMMETRIC,
+}
