@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from benchmarks import report, timing
 
-# (name, K, N): the Llama-3 projections of the table.
+# (name, K, N): the projections of the decode layers of Llama-3 8B and 70B (gate and up fused).
 LAYERS = [
     ("8B qkv", 4096, 6144),
     ("8B o", 4096, 4096),
@@ -236,7 +236,7 @@ def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, st
               "per-channel weight, per-token activations, one op (`tcgemm.quant_linear`: one kernel where x holds at "
               "most 8192 values, up to 4 rows; else quantize and GEMM as overlapped launches); two ops: `quantize` "
               "then `scaled_gemm`; block: 128x128 weight and 1x128 activation scales. Speed-ups are against bf16 "
-              "`F.linear` in the same run.")
+              "`F.linear`, timed in the same process.")
     pre_rows = []
     for r in doc["prefill"]:
         g = r["graph"]

@@ -206,6 +206,10 @@ def demo_llama_mlp(reps: int, tokens: int = 2048, dim: int = 4096, hidden: int =
     torch.cuda.empty_cache()
 
 
+def _skipped(part: str) -> None:
+    print(f"\nSkipped: {part} (no CUDA device; this part needs a GPU)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python3 -m examples.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -214,7 +218,10 @@ def main() -> None:
     print(f"tcgemm {tcgemm.__version__}, torch {torch.__version__}")
     if not torch.cuda.is_available():
         ok = run_cpu()
+        _skipped("TOPS against torch._int_mm and bf16 matmul")
         demo_digits("cpu")
+        _skipped("digits MLP on the GPU")
+        _skipped("Llama-3-8B-style MLP block against bf16")
         raise SystemExit(0 if ok else 1)
     backends = tcgemm.available_backends("cuda")
     print(f"GPU: {torch.cuda.get_device_name()}, backends: {', '.join(backends)}")

@@ -11,6 +11,8 @@
 #              is an A/A run (one build, both sides): the noise between processes
 #   BENCHES    the timing commands, ';'-separated: python modules with their arguments, each taking
 #              --json PATH (default: the quick sweeps of bench_gemm and bench_scaled without peers)
+#   BENCH_SIDE base: time both sides with the base tree's benchmarks/ (when the working tree's
+#              use an API the base lacks); default: the working tree's
 #   AB_DIR     where the exported trees are built (default /tmp/tcgemm_ab); a later call on the same
 #              machine finds a tree built at the same commit and skips its build
 #   OUT        where the logs and results go (default benchmarks/results/ab)
@@ -113,6 +115,7 @@ echo "builds done in $(( $(date +%s) - start )) s"
 RUNNER=$AB_DIR/runner
 rm -rf "$RUNNER" && mkdir -p "$RUNNER"
 for d in benchmarks scripts examples; do ln -s "$ROOT/$d" "$RUNNER/$d"; done
+if [ "${BENCH_SIDE:-new}" = base ]; then rm "$RUNNER/benchmarks" && ln -s "$BASE/benchmarks" "$RUNNER/benchmarks"; fi
 for side in base new; do
   tree=$BASE; [ $side = new ] && tree=$NEW
   got=$(cd "$RUNNER" && PYTHONPATH=$tree python3 -c "import tcgemm; print(tcgemm.__file__)")

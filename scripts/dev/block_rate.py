@@ -1,4 +1,7 @@
-"""Per-block against per-channel scaled GEMM TOPS at the shapes of the per-block issue table.
+"""Per-block against per-channel scaled GEMM TOPS at the shapes of the 0.85x per-channel target.
+
+SHAPES, the six on which per-block scales are held to 0.85x of per-channel TOPS: 4096^3, 8192^3 and
+four Llama-3 layers at M = 512-4096.
 
     python3 -m scripts.dev.block_rate [--json PATH] [--shapes MxNxK ...]
 
@@ -43,7 +46,7 @@ def column_block_methods(sets, k):
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m scripts.dev.block_rate", description=__doc__.splitlines()[0])
     p.add_argument("--json", type=Path, default=None)
-    p.add_argument("--shapes", nargs="*", default=None, help="MxNxK (default: the issue table's six)")
+    p.add_argument("--shapes", nargs="*", default=None, help="MxNxK (default: the six of the 0.85x per-channel target)")
     p.add_argument("--columns", action="store_true", help="also [N, K/128] weight scales (default backend, sm80)")
     args = p.parse_args(argv)
     shapes = SHAPES if not args.shapes else [tuple(int(v) for v in s.split("x")) for s in args.shapes]

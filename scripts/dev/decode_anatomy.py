@@ -3,8 +3,8 @@
     python3 -m scripts.dev.decode_anatomy [--json PATH] [--host-only]
 
 Per layer shape and row count, in one CUDA graph of rotated weight copies (as bench_decode):
-bf16 F.linear; tcgemm.quantize alone; scaled_gemm on pre-quantized rows per backend (skinny,
-sm90, sm80); quant_linear (auto: both kernels, overlapped on sm_90). Then a graph of tiny
+bf16 F.linear; tcgemm.quantize alone; scaled_gemm on pre-quantized rows per backend (each of
+tcgemm.backends_for("scaled_gemm")); quant_linear (auto: both kernels, overlapped on sm_90). Then a graph of tiny
 kernels (the per-kernel cost of a graph), and host time per call of each layer of the stack
 (timing.host_us on a 256 x 256 layer).
 """
@@ -37,12 +37,11 @@ def layer_fns(k, n, m, device):
     fns = {
         "bf16": lambda i: F.linear(x, ws[i]),
         "quantize": lambda i: tcgemm.quantize(x, "token"),
-        "quant_linear": lambda i: torch.ops.tcgemm.quant_linear.default(x, qs[i], scales[i], None, "token", None, None, "auto"),
+        "quant_linear": lambda i: torch.ops.tcgemm.quant_linear.default(x, qs[i], scales[i], activation="token"),
     }
-    for backend in ("skinny", "sm90", "sm80"):
-        if backend in tcgemm.available_backends("cuda"):
-            fns[f"gemm_{backend}"] = (lambda b: lambda i: tcgemm.scaled_gemm(q, qs[i].t(), s, scales[i], None,
-                                                                               torch.bfloat16, backend=b))(backend)
+    for backend in tcgemm.backends_for("scaled_gemm", device=device):
+        fns[f"gemm_{backend}"] = (lambda b: lambda i: tcgemm.scaled_gemm(q, qs[i].t(), s, scales[i], None,
+                                                                           torch.bfloat16, backend=b))(backend)
     return fns, n_sets
 
 

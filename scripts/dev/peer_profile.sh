@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Nsight Compute side by side: the per-block kernel, the per-channel kernel and torch's fp8
-# block-scaled _scaled_mm (the peer) at one shape: launch configuration, pipe use, warp
+# block-scaled _scaled_mm (the per-block target is 1.05x its TOPS) at one shape: launch configuration, pipe use, warp
 # states and stalls per instruction (scripts/dev/ncu_target.py picks the calls by NVTX range).
 #
 #   bash scripts/dev/peer_profile.sh [MxNxK]        (GPU machine, after the build; OUT: where the
