@@ -187,11 +187,11 @@ def load_tcgemm(device: torch.device, requested: Optional[str],
     try:
         import tcgemm
 
-        available = list(tcgemm.available_backends(device))
+        available = tcgemm.backends_for("int8_gemm", device=device)
     except Exception as exc:  # benchmark the peers anyway
         print(f"!!! tcgemm unusable ({type(exc).__name__}: {exc}); running peers only")
         return None, []
-    print(f"tcgemm {os.path.dirname(tcgemm.__file__)}, backends available: {available}")
+    print(f"tcgemm {os.path.dirname(tcgemm.__file__)}, backends that run int8_gemm here: {available}")
     if requested is None:
         return tcgemm, [b for b in available if include_simple or b not in SLOW_BACKENDS]
     wanted = [b.strip() for b in requested.split(",") if b.strip()]

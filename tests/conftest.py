@@ -5,7 +5,9 @@ it multiplies in int64 on the CPU and wraps the result modulo 2**32 exactly as
 the int32 two's-complement contract of ``tcgemm.gemm`` requires.
 
 Helpers are handed to tests through fixtures (rather than ``from conftest
-import ...``) so the tests work under every pytest import mode.
+import ...``) so the tests work under every pytest import mode. This file is also
+the one place that knows whether a CUDA device is present: tests that need one
+are marked ``gpu`` and skipped here without it.
 """
 
 import zlib
@@ -23,9 +25,14 @@ VALUE_RANGE = {
     torch.uint8: (0, 256),
 }
 
-# Backend names used for test ids when CUDA is absent; every GPU test is then
-# skipped, so these are only labels that keep collection identical everywhere.
-NOMINAL_CUDA_BACKENDS = ("wmma", "wmma_simple", "sm80", "sm90", "skinny")
+# The reason every test marked ``gpu`` (itself, or through a parameter such as the "cuda"
+# device) is skipped on a machine without a CUDA device.
+NO_CUDA_REASON = "needs a CUDA device"
+
+DEVICES = ("cpu", pytest.param("cuda", marks=pytest.mark.gpu))
+
+# Fixtures that run a test once per CUDA backend whose kernels run an op, then once with "auto".
+BACKEND_FIXTURES = {"gemm_backend": "gemm", "scaled_backend": "scaled_gemm"}
 
 
 def pytest_configure(config):
@@ -35,22 +42,39 @@ def pytest_configure(config):
     )
 
 
-def cuda_backend_names():
-    """Backends to exercise on CUDA: every available one, plus "auto"."""
+def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
-        import tcgemm
+        return
+    skip = pytest.mark.skip(reason=NO_CUDA_REASON)
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)
 
-        names = list(tcgemm.available_backends("cuda"))
-    else:
-        names = list(NOMINAL_CUDA_BACKENDS)
-    if "auto" not in names:
-        names.append("auto")
-    return names
+
+def cuda_backends(op):
+    """The CUDA backends whose kernels run ``op``, best first: ``tcgemm.backends_for`` on this
+    GPU. Without a GPU, every GPU backend of the library that runs ``op``: names for the ids of
+    tests that are skipped."""
+    import tcgemm
+
+    if torch.cuda.is_available():
+        return tcgemm.backends_for(op, device="cuda")
+    host = {"auto", *tcgemm.available_backends("cpu")}
+    return [b for b in tcgemm.BACKENDS if b not in host and tcgemm.supports(b, op)]
 
 
 def pytest_generate_tests(metafunc):
-    if "gpu_backend" in metafunc.fixturenames:
-        metafunc.parametrize("gpu_backend", cuda_backend_names())
+    for fixture, op in BACKEND_FIXTURES.items():
+        if fixture in metafunc.fixturenames:
+            backends = [*cuda_backends(op), "auto"]
+            metafunc.parametrize(fixture, [pytest.param(b, marks=pytest.mark.gpu) for b in backends])
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    """Runs a test on the CPU and on CUDA (marked ``gpu``); a test's own parametrization of
+    ``device`` takes precedence."""
+    return request.param
 
 
 def wrap_int32(x):

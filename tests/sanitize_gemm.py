@@ -32,7 +32,7 @@ def _layer(gen, m, n, k, device="cuda"):
 def main() -> int:
     gen = torch.Generator().manual_seed(7)
     failures = 0
-    for backend in tcgemm.available_backends("cuda"):
+    for backend in tcgemm.backends_for("gemm", device="cuda"):
         for m, n, k in [(33, 17, 100), (130, 129, 257), (20, 200, 3000)]:
             for da, db, a_col in [(torch.int8, torch.int8, False), (torch.uint8, torch.int8, True)]:
                 low_a = -128 if da == torch.int8 else 0
@@ -79,7 +79,7 @@ def main() -> int:
               and torch.equal(s2.cpu().nan_to_num(-1), rs2.nan_to_num(-1)))
         failures += not ok
         print(f"quantize asymmetric {name}: {'exact' if ok else 'MISMATCH'}")
-    scaled = [b for b in tcgemm.available_backends("cuda") if b in ("sm90", "sm80", "skinny")]
+    scaled = tcgemm.backends_for("scaled_gemm", device="cuda")
     for backend in scaled:
         for m, n, k in [(33, 17, 100), (130, 129, 700)]:
             a = torch.randint(-127, 128, (m, k), generator=gen, dtype=torch.int8)

@@ -13,9 +13,6 @@ from torch import nn
 import tcgemm
 from tcgemm.reference import quantize_asym_reference, scaled_gemm_reference
 
-HAS_CUDA = torch.cuda.is_available()
-needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
-DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MANTISSA = {torch.float32: 23, torch.bfloat16: 7, torch.float16: 10}
@@ -66,7 +63,6 @@ def test_reference_definition_by_hand():
     assert z.flatten().tolist() == [-128, -128] and s[1, 0] == 1 and q[0, 1] == 127 and q[1].eq(-128).all()
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("k", [1, 7, 128, 1000, 4096, 20000])
@@ -90,7 +86,6 @@ def test_quantize_matches_reference(device, k, dtype, static, rng):
     assert ((deq - xf).abs() <= s.cpu() * 0.5001 + 1e-30).all()
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("layout", ["contiguous", "row_slice", "aligned_row_slice", "expanded"])
 @pytest.mark.parametrize("k", [136, 4096, 20000])
@@ -107,7 +102,6 @@ def test_quantize_layouts_and_smooth(device, dtype, layout, k, rng):
     check_equal(z, z_ref, "zero_point")
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mk", [(1, 4096), (4, 2048), (3, 1000), (33, 8192)], ids=str)
 def test_quantize_static_per_tensor(device, mk, rng):
     """Static per tensor, both GPU paths (one block for a few long rows, the grid otherwise)."""
@@ -121,7 +115,6 @@ def test_quantize_static_per_tensor(device, mk, rng):
     check_equal(z, z_ref, "zero_point")
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_quantize_bad_data(device, rng):
     """NaN / inf rows: dynamic scale NaN, zero point 0, q 0; static: q is the zero point where x is
     not finite and the returned scale NaN; on a GPU a bad static zero point marks its row NaN."""
@@ -178,9 +171,10 @@ def test_quantize_opcheck(rng):
 
 
 def _backends(device):
+    """The backends to run: "auto", and on the GPU each one that runs the scaled GEMM, forced."""
     if device == "cpu":
         return ["auto"]
-    return ["auto", *(b for b in tcgemm.available_backends(device) if b in ("sm90", "sm80", "skinny"))]
+    return ["auto", *tcgemm.backends_for("scaled_gemm", device=device)]
 
 
 def _assert_close_to_reference(got, ref64, out_dtype, a, b, sa, sb, za, context):
@@ -199,7 +193,6 @@ def _assert_close_to_reference(got, ref64, out_dtype, a, b, sa, sb, za, context)
     assert (err <= bound).all(), f"[{context}] max err {float(err.max())} (bound there {float(bound[err.argmax() // err.shape[1], err.argmax() % err.shape[1]])})"
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
 @pytest.mark.parametrize("mnk", [(1, 64, 256), (5, 300, 1000), (40, 513, 4096), (300, 256, 384)], ids=str)
 def test_scaled_gemm_with_zero_points(device, out_dtype, mnk, rng):
@@ -224,7 +217,6 @@ def test_scaled_gemm_with_zero_points(device, out_dtype, mnk, rng):
     assert (sym - no_bias).abs().max() > 0.1 * no_bias.abs().max()
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_scaled_gemm_per_tensor_zero_point_and_column_major_b(device, rng):
     m, n, k = 7, 200, 640
     a = torch.randint(-128, 128, (m, k), generator=rng, dtype=torch.int8)
@@ -267,7 +259,6 @@ def _layer_reference(x, weight, weight_scale, bias, activation, input_scale=None
     return qx, sx, zx, ref
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("activation", ["token", "static"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("rows", [1, 4, 16, 40, 300])
@@ -300,7 +291,7 @@ def test_quant_linear_asymmetric_is_quantize_then_scaled_gemm(device, activation
                                weight_scale, zx, activation)
 
 
-@needs_cuda
+@pytest.mark.gpu
 def test_quant_linear_asymmetric_cuda_graph(rng):
     layer = tcgemm.QuantLinear.from_linear(nn.Linear(512, 256).cuda(), asymmetric=True)
     x = skewed_x(4, 512, torch.bfloat16, rng, "cuda")
@@ -428,7 +419,6 @@ def test_quantlinear_asymmetric_errors(rng):
                               calibration={"0.0": torch.ones(256)})
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_quantlinear_asymmetric_backward(device, rng):
     layer = tcgemm.QuantLinear.from_linear(_trained_linear(rng).to(device), asymmetric=True)
     x = skewed_x(4, 256, torch.float32, rng, device).requires_grad_()
@@ -453,7 +443,6 @@ def test_cpu_refuses_zero_points_outside_int8(case):
                                 input_zero_point=torch.tensor(-129, dtype=torch.int32))
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_scaled_gemm_zero_points_outside_int8(device, rng):
     """A zero point outside [-128, 127] would void the exactness of the int32 correction: the CPU
     refuses it, a GPU (where checking would synchronise) makes its row NaN."""
@@ -497,8 +486,9 @@ def test_quantlinear_colsum_follows_the_weight_on_load(rng):
     assert torch.equal(fresh(x), layer(x))
     old = tcgemm.QuantLinear.from_linear(_trained_linear(rng))
     state = old.__getstate__() if hasattr(old, "__getstate__") else old.__dict__
-    state = dict(state)
-    state.pop("asymmetric")
+    state = dict(state)  # as a version before schemes and asymmetric layers pickled it
+    state.pop("scheme"), state.pop("_op_activation")
+    state.update(weight_granularity="channel", activation_granularity="token")
     state["_buffers"] = {k: v for k, v in state["_buffers"].items() if k not in ("input_zero_point", "weight_colsum")}
     revived = tcgemm.QuantLinear.__new__(tcgemm.QuantLinear)
     revived.__setstate__(state)

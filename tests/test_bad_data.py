@@ -15,8 +15,6 @@ from torch import nn
 import tcgemm
 from tcgemm.reference import quantize_reference, scaled_gemm_reference
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 GRANULARITIES = ("tensor", "token", "group")
 BAD_VALUES = (math.nan, math.inf, -math.inf)
@@ -27,9 +25,8 @@ POSITIONS = ((0, 0), (2, 127), (3, 128), (4, 290), (5, 299))
 
 def scaled_backends(device):
     """The scaled GEMM's backends on this device: "cpu", or "auto" and each forced GPU kernel."""
-    if device == "cpu":
-        return ["cpu"]
-    return ["auto"] + [b for b in tcgemm.available_backends() if b in ("sm90", "sm80", "skinny")]
+    forced = tcgemm.backends_for("scaled_gemm", device=device)
+    return forced if device == "cpu" else ["auto", *forced]
 
 
 def assert_same(got, expected, name):
@@ -47,7 +44,6 @@ def random_x(m, k, dtype, device, seed):
 # quantize: the rule, against the reference, dynamic and static
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("granularity", GRANULARITIES)
 @pytest.mark.parametrize("bad", BAD_VALUES, ids=str)
@@ -80,7 +76,6 @@ def test_nonfinite_input_matches_reference(bad, granularity, dtype, device):
         assert q[row, col] == 0 and s.isnan().sum() == 1, context
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_all_nan_row_and_inf_rows(device):
     x = torch.tensor([[math.nan] * 4, [math.inf, 1.0, -0.5, 0.25], [1.0, 2.0, -3.0, 0.0]], device=device)
     q, s = tcgemm.quantize(x, "token")
@@ -89,7 +84,6 @@ def test_all_nan_row_and_inf_rows(device):
     assert_same(s, quantize_reference(x, "token")[1], "scale")
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_nonfinite_in_strided_and_broadcast_x(device, dtype):
     """The scalar (any-stride) kernels follow the same rule: a transposed x, and an expand-ed row."""
@@ -122,7 +116,7 @@ def test_invalid_static_scale_raises_on_cpu(granularity, bad_scale):
         tcgemm.quantize(x, granularity, scale=scale)
 
 
-@needs_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("bad_scale", INVALID_SCALES, ids=str)
 @pytest.mark.parametrize("granularity", GRANULARITIES)
 def test_invalid_static_scale_gives_zeros_and_nan_on_gpu(granularity, bad_scale):
@@ -145,7 +139,7 @@ def test_invalid_static_scale_gives_zeros_and_nan_on_gpu(granularity, bad_scale)
     assert y[:3].isfinite().all() or granularity == "tensor"
 
 
-@needs_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(1, 4096), (2, 2048), (4, 4096), (6, 300), (5, 4000), (1, 1000), (64, 1024)], ids=str)
 @pytest.mark.parametrize("given_shape", [(), (1,), (1, 1)], ids=str)
 def test_static_per_tensor_on_gpu_small_and_large(given_shape, shape):
@@ -167,7 +161,6 @@ def test_static_per_tensor_on_gpu_small_and_large(given_shape, shape):
             assert_same(s, s_ref, f"scale {shape} bad={bad} given={float(given.reshape(-1)[0])}")
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_scaled_gemm_scales_are_plain_multipliers(device):
     """scaled_gemm applies its scales as given: NaN and inf propagate, 0 gives 0, a negative
     scale negates (documented; quantize is where scales are validated)."""
@@ -207,7 +200,6 @@ def _propagation_case(granularity, device, bad, seed):
     return x, clean, w
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("granularity", GRANULARITIES)
 @pytest.mark.parametrize("bad", BAD_VALUES, ids=str)
 def test_nonfinite_activation_gives_nan_outputs(bad, granularity, device):
@@ -233,7 +225,6 @@ def test_nonfinite_activation_gives_nan_outputs(bad, granularity, device):
         assert y[~linear.isfinite()].isnan().all(), backend
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("weight", ("channel", "group", "block"))
 @pytest.mark.parametrize("activation", ("token", "block"))
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -270,7 +261,6 @@ def test_quantlinear_propagates_like_linear(dtype, activation, weight, device):
         assert y[:, :128].isnan().all() and y[:, 128:].isfinite().all()
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_quantize_weight_block_with_nan(device):
     w = torch.randn(200, 300, device=device)
     w[130, 260] = math.nan
@@ -285,7 +275,6 @@ def test_quantize_weight_block_with_nan(device):
 # Extreme magnitudes: the scales are multiplied together before they meet the accumulator
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("out_dtype", (torch.float32, torch.bfloat16), ids=str)
 @pytest.mark.parametrize("granularity", ("tensor", "token"))
 def test_huge_activations_do_not_overflow(granularity, out_dtype, device):
@@ -321,7 +310,6 @@ def test_huge_activations_do_not_overflow(granularity, out_dtype, device):
 # Zero strides: an expand-ed x is read in place
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("granularity", GRANULARITIES)
 def test_expanded_x_matches_reference(granularity, dtype, device):
@@ -338,7 +326,7 @@ def test_expanded_x_matches_reference(granularity, dtype, device):
         assert_same(s, s_ref, f"{name} scale")
 
 
-@needs_cuda
+@pytest.mark.gpu
 def test_expanded_x_is_not_materialised_on_gpu():
     x = torch.tensor([1.5], dtype=torch.bfloat16, device="cuda").expand(1 << 14, 1 << 15)
     torch.cuda.synchronize()
@@ -368,7 +356,6 @@ def test_expanded_x_is_not_materialised_on_cpu():
 # QuantLinear backward
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("weight", ("channel", "group", "block"))
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
 def test_quantlinear_input_gradient(dtype, weight, device):
@@ -390,7 +377,6 @@ def test_quantlinear_input_gradient(dtype, weight, device):
     assert layer.weight.grad is None and not layer.weight.requires_grad
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_quantlinear_bias_gradient_and_lora_step(device):
     """A LoRA-style adapter trains on a frozen int8 base: gradients reach the adapter through it."""
     torch.manual_seed(2)
@@ -406,7 +392,6 @@ def test_quantlinear_bias_gradient_and_lora_step(device):
     torch.testing.assert_close(base.bias.grad, (2 * y / y.numel()).detach().sum(dim=0))
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_quantlinear_buffers_made_parameters(device):
     """A bias (or SmoothQuant multiplier) turned into an nn.Parameter leaves the buffers: forward
     still finds it, with and without grad, and uses it."""

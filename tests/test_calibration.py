@@ -19,8 +19,6 @@ import tcgemm
 from tcgemm.nn import QuantLinear, calibrate, quantize_model, smooth_factors
 from tcgemm.reference import quantize_reference
 
-HAS_CUDA = torch.cuda.is_available()
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device"))]
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 
 
@@ -40,7 +38,6 @@ def outlier_input(m, k, seed, channels=(3, 17, 40, 101), factor=50.0):
     return x
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("granularity", ["tensor", "token", "group"])
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
@@ -59,7 +56,6 @@ def test_quantize_with_smooth_is_the_reference(m, k, static, granularity, dtype,
         assert not torch.equal(q, tcgemm.quantize(x, granularity)[0])
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_quantize_smooth_strided_input(device):
     base = outlier_input(6, 600, seed=1).to(device)
     x = base[:, ::2]  # K stride 2: the scalar path
@@ -70,7 +66,6 @@ def test_quantize_smooth_strided_input(device):
         assert torch.equal(q.cpu(), q_ref.cpu()) and torch.equal(s.cpu(), s_ref.cpu())
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("activation", ["token", "block", "static"])
 @pytest.mark.parametrize("m", [1, 5, 40])
@@ -132,7 +127,6 @@ def planted_outlier_model(seed=0):
     return model
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_smoothquant_on_planted_outlier_channels(device):
     """A few input channels 50x larger: per-token scales are set by them and the rest of each
     token loses ~6 bits; SmoothQuant moves the difference into the weight."""
@@ -156,7 +150,6 @@ def test_smoothquant_on_planted_outlier_channels(device):
     assert results["static smooth"] >= results["static"] + 6.0
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_static_and_smooth_state_dict_round_trip(device):
     model = planted_outlier_model().to(device)
     calib = outlier_input(32, 256, seed=4).to(device)

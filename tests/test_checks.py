@@ -14,7 +14,6 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import tcgemm
 from tcgemm._checks import CHECKS, first_failing
 
-HAS_CUDA = torch.cuda.is_available()
 I8, I32 = torch.int8, torch.int32
 
 
@@ -314,6 +313,11 @@ CASES = [
     for op, bad in BAD.items()
     for i, (name, change) in enumerate(bad)
 ]
+# The real op of a two-device check needs a CUDA device; its fake runs anywhere.
+REAL_CASES = [
+    pytest.param(*case.values, id=case.id, marks=pytest.mark.gpu if case.values[1] in TWO_DEVICE_CHECKS else ())
+    for case in CASES
+]
 
 
 def _args(op, change, dev):
@@ -348,31 +352,40 @@ def test_every_check_has_a_bad_input():
     assert TWO_DEVICE_CHECKS | CPU_ONLY_CHECKS <= {c.name for checks in CHECKS.values() for c in checks}
 
 
-@pytest.mark.parametrize("op, name, change", CASES)
-def test_real_op_and_fake_raise_the_same(op, name, change):
-    dev = "cuda" if name in TWO_DEVICE_CHECKS else "cpu"
-    real = None
-    if dev == "cpu" or HAS_CUDA:
-        args = _args(op, change, dev)
-        expected = _expected(op, name, args)
-        real = _call(op, args)
-        assert real == expected, f"real op: {real}\n table: {expected}"
+def _device(name):
+    return "cuda" if name in TWO_DEVICE_CHECKS else "cpu"
 
+
+@pytest.mark.parametrize("op, name, change", CASES)
+def test_fake_and_meta_raise_as_the_table_says(op, name, change):
+    dev = _device(name)
     with FakeTensorMode():  # fake CUDA tensors need no GPU
         args = _args(op, change, dev)
         expected = _expected(op, name, args)
         fake = _call(op, args)
     assert fake == expected, f"fake: {fake}\ntable: {expected}"
-    if real is not None:
-        assert fake == real
 
     if name not in TWO_DEVICE_CHECKS | CPU_ONLY_CHECKS:
         args = _args(op, change, "meta")
         expected = _expected(op, name, args)
         meta = _call(op, args)
         assert meta == expected, f"meta: {meta}\ntable: {expected}"
-        if real is not None:
-            assert meta == real
+
+
+@pytest.mark.parametrize("op, name, change", REAL_CASES)
+def test_real_op_and_fake_raise_the_same(op, name, change):
+    dev = _device(name)
+    args = _args(op, change, dev)
+    expected = _expected(op, name, args)
+    real = _call(op, args)
+    assert real == expected, f"real op: {real}\n table: {expected}"
+
+    with FakeTensorMode():
+        fake = _call(op, _args(op, change, dev))
+    assert fake == real
+
+    if name not in TWO_DEVICE_CHECKS | CPU_ONLY_CHECKS:
+        assert _call(op, _args(op, change, "meta")) == real
 
 
 # Inputs at the edges of the checks that every implementation accepts.
@@ -432,8 +445,11 @@ def test_backends_come_from_the_library():
     assert tcgemm.BACKENDS == tuple(torch.ops.tcgemm.backend_names().split(","))
     assert tcgemm.BACKENDS[:2] == ("auto", "cpu")
     assert set(tcgemm.available_backends("cpu")) <= set(tcgemm.BACKENDS)
-    if HAS_CUDA:
-        assert set(tcgemm.available_backends("cuda")) <= set(tcgemm.BACKENDS)
+
+
+@pytest.mark.gpu
+def test_cuda_backends_come_from_the_library():
+    assert set(tcgemm.available_backends("cuda")) <= set(tcgemm.BACKENDS)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -32,9 +32,6 @@ from safetensors.torch import save_file  # noqa: E402
 
 import tcgemm.compressed as tc  # noqa: E402
 
-HAS_CUDA = torch.cuda.is_available()
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device"))]
-
 
 def float_model(seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -126,7 +123,6 @@ def reference_forward(model, x):
     return x
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("weights,activations,asymmetric", [
     ("channel", "token", False), ("channel", "static", False), ("tensor", "token", False), ("block", "group", False),
     ("block", "static", False), ("group", "token", False), ("group", "group", False), ("channel", "token", True),

@@ -18,15 +18,15 @@ import tcgemm
 
 DEV = "cuda"
 
-
-def _has_sm90():
-    return torch.cuda.is_available() and "sm90" in tcgemm.available_backends("cuda")
+pytestmark = pytest.mark.gpu
 
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not _has_sm90(), reason="needs the sm90 backend (compute capability 9.0, sm_90a build)"),
-]
+@pytest.fixture(autouse=True)
+def _needs_sm90():
+    """The sm90 backend on this GPU (without a GPU the ``gpu`` mark has skipped the test already)."""
+    if "sm90" not in tcgemm.available_backends("cuda"):
+        pytest.skip("needs the sm90 backend (compute capability 9.0, sm_90a build)")
+
 
 # (M, N, K) -> plan chosen on a 132-SM H200 (other SM counts may pick another plan; still exact).
 PLAN_SHAPES = [

@@ -18,9 +18,6 @@ from torch import nn
 import tcgemm
 from tcgemm.nn import QuantizeReport, QuantLinear, quantize_model, quantize_weight, weight_scale_shape
 
-HAS_CUDA = torch.cuda.is_available()
-needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
-DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 COMBOS = [("channel", "token"), ("channel", "block"), ("group", "token"), ("group", "block"), ("block", "token"),
           ("block", "block")]
@@ -150,7 +147,6 @@ def quantize_weight_definition(w: torch.Tensor, granularity: str) -> tuple[torch
     return torch.round(w / full).clamp(-127, 127).to(torch.int8), scale
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
 @pytest.mark.parametrize("n,k", [(1, 1), (64, 96), (130, 300), (257, 1000), (128, 129), (3, 0)], ids=str)
 @pytest.mark.parametrize("granularity", ["channel", "group", "block"])
@@ -177,7 +173,6 @@ def test_quantize_weight_is_the_definition_bit_for_bit(granularity, n, k, dtype,
 # ---------------------------------------------------------------------------- forward
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("lead", [(5,), (2, 3)], ids=["2d", "3d"])
 @pytest.mark.parametrize("weight,activation", COMBOS)
@@ -189,7 +184,6 @@ def test_forward_dtype_and_shape(weight, activation, lead, dtype, device):
     assert y.isfinite().all()
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("in_features,out_features", SHAPES)
 @pytest.mark.parametrize("weight,activation", COMBOS)
@@ -207,7 +201,6 @@ def test_forward_matches_dequantized_reference(weight, activation, in_features, 
     torch.testing.assert_close(y.double().cpu(), ref, rtol=rtol, atol=rtol * ref.abs().max().item())
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("weight,activation", COMBOS)
 def test_sqnr_against_float_layer(weight, activation, dtype, device):
@@ -220,14 +213,12 @@ def test_sqnr_against_float_layer(weight, activation, dtype, device):
     assert got >= SQNR_BOUND_DB, f"SQNR {got:.1f} dB < {SQNR_BOUND_DB} dB ({weight}/{activation}, {dtype}, {device})"
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_empty_batch(device):
     q = QuantLinear.from_linear(gaussian_linear(64, 32, device=device))
     assert tuple(q(torch.empty(0, 64, device=device)).shape) == (0, 32)
     assert tuple(q(torch.empty(2, 0, 64, device=device)).shape) == (2, 0, 32)
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_one_dimensional_input(device):
     q = QuantLinear.from_linear(gaussian_linear(64, 32, device=device))
     x = randn(64, device=device)
@@ -450,12 +441,7 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
         return 100.0 * (model(x).argmax(dim=1).cpu() == y).double().mean().item()
 
 
-@pytest.mark.parametrize("device,dtype", [
-    ("cpu", torch.float32),
-    ("cpu", torch.bfloat16),
-    pytest.param("cuda", torch.float32, marks=needs_cuda),
-    pytest.param("cuda", torch.bfloat16, marks=needs_cuda),
-], ids=["cpu-fp32", "cpu-bf16", "cuda-fp32", "cuda-bf16"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("weight,activation", [("channel", "token"), ("block", "block")])
 def test_trained_digits_mlp(digits_mlp, weight, activation, device, dtype):
     float_model, x_test, y_test = digits_mlp
@@ -513,7 +499,7 @@ def test_compile_fullgraph_traces_cpu(weight, activation):
         assert torch.equal(compiled(x), model(x))
 
 
-@needs_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("weight,activation", COMBOS)
 def test_compile_fullgraph_matches_eager_cuda(weight, activation, dtype):
@@ -526,7 +512,7 @@ def test_compile_fullgraph_matches_eager_cuda(weight, activation, dtype):
             assert torch.equal(compiled(x), model(x)), f"M={m}"
 
 
-@needs_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("weight,activation", COMBOS)
 def test_cuda_graph_capture_and_replay(weight, activation):
     model = quant_mlp("cuda", weight, activation)

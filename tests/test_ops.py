@@ -155,7 +155,7 @@ def test_out_sharing_memory_with_an_operand_is_rejected():
         tcgemm.int8_gemm(a, b, out=out)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_mixed_devices_are_rejected():
     a, b = _ops()
     with pytest.raises(ValueError, match=r"argument 'b' must be on the same device as 'a' \(cuda:0\), got cpu"):
@@ -166,13 +166,13 @@ def test_mixed_devices_are_rejected():
         tcgemm.int8_gemm(a.cuda(), b.cuda(), out=torch.zeros(5, 3, dtype=torch.int32))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_available_backends_rejects_a_missing_cuda_device():
     with pytest.raises(ValueError, match="argument 'device' must name one of the .* visible CUDA devices, got index 99"):
         tcgemm.available_backends(99)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_unavailable_backend_is_rejected():
     major, minor = torch.cuda.get_device_capability()
     if major >= 8:
@@ -182,7 +182,7 @@ def test_unavailable_backend_is_rejected():
         tcgemm.int8_gemm(a.cuda(), b.cuda(), backend="sm80")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_sm90_needs_compute_capability_9_0():
     major, minor = torch.cuda.get_device_capability()
     if (major, minor) == (9, 0):
@@ -192,7 +192,7 @@ def test_sm90_needs_compute_capability_9_0():
         tcgemm.int8_gemm(a.cuda(), b.cuda(), backend="sm90")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_sm90_needs_sm90a_machine_code():
     if torch.cuda.get_device_capability() != (9, 0) or "sm90" in tcgemm.available_backends("cuda"):
         pytest.skip("needs a compute capability 9.0 GPU and a build without sm_90a (TORCH_CUDA_ARCH_LIST=9.0)")

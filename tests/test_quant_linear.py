@@ -14,9 +14,6 @@ import torch
 import tcgemm
 from tcgemm.nn import quantize_weight
 
-HAS_CUDA = torch.cuda.is_available()
-needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
-DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 _GRANULARITY = {"token": "token", "block": "group"}
 
@@ -59,7 +56,6 @@ FUSED_VECTORS_PER_THREAD = 4
 BIASES = [None, torch.float32, torch.bfloat16]
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("activation", ["token", "block"])
 @pytest.mark.parametrize("weight", WEIGHTS)
@@ -73,7 +69,6 @@ def test_matches_quantize_then_scaled_gemm(lead, n, k, bias, weight, activation,
     assert torch.equal(got, unfused(x, q, s, b, activation))
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_strided_and_broadcast_inputs(device):
     q, s, b = make_layer(64, 256, "channel", torch.float32, device)
     base = torch.randn(6, 512, generator=_gen(3)).to(device)
@@ -88,7 +83,6 @@ def test_strided_and_broadcast_inputs(device):
         assert torch.equal(got, unfused(x.contiguous(), q, s, b, "token"))
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_empty_problems(device):
     q, s, b = make_layer(8, 64, "channel", torch.float32, device)
     x = torch.randn(0, 64, device=device)
@@ -121,7 +115,6 @@ def test_python_wrapper_argument_types():
         tcgemm.quant_linear(x, q, s, None, "group")
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("activation", ["token", "block"])
 def test_opcheck(activation, device):
     for weight in WEIGHTS:
@@ -147,13 +140,7 @@ def test_compile_dynamic_shapes_cpu():
 # GPU: every backend of the scaled GEMM, the few-rows kernel's row counts, overlap.
 
 
-def _scaled_backends():
-    if not HAS_CUDA:
-        return ["auto"]
-    return ["auto"] + [b for b in tcgemm.available_backends("cuda") if b in ("sm80", "sm90", "skinny")]
-
-
-@needs_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("activation", ["token", "block"])
 @pytest.mark.parametrize("weight", WEIGHTS)
 @pytest.mark.parametrize("m", [1, 3, 4, 8, 16, 17, 32, 100])
@@ -162,7 +149,7 @@ def test_gpu_every_backend_and_row_count(m, weight, activation):
     q, s, b = make_layer(n, k, weight, torch.float32, "cuda", seed=m)
     for dtype in (torch.bfloat16, torch.float16):
         x = torch.randn(m, k, generator=_gen(m)).to(device="cuda", dtype=dtype)
-        for backend in _scaled_backends():
+        for backend in ["auto", *tcgemm.backends_for("quant_linear", device="cuda")]:
             if backend == "skinny" and m > 32:
                 continue
             got = tcgemm.quant_linear(x, q, s, b, activation, backend=backend)
@@ -173,7 +160,7 @@ def _nan_equal(a, b):
     return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
 
 
-@needs_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("activation", ["token", "block", "static"])
 @pytest.mark.parametrize("weight", WEIGHTS)
@@ -219,7 +206,7 @@ def _cuda_kernels(fn):
             if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]
 
 
-@needs_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("activation", ["token", "block", "static"])
 @pytest.mark.parametrize("m,k,row_stride,n", [
@@ -254,7 +241,7 @@ def test_gpu_one_kernel_at_a_few_rows(m, k, row_stride, n, activation, dtype):
     assert ("quantize" in kernels[0]) != one_kernel, kernels  # the quantize kernel comes first when there are two
 
 
-@needs_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("m", [1, 8])
 def test_weight_written_just_before_the_layer(m):
     """A weight written just before the layer (a copy_ into it) is what the layer reads. At 8 rows
@@ -274,7 +261,7 @@ def test_weight_written_just_before_the_layer(m):
             assert torch.equal(layer(x), expected[i]), f"repetition {rep}"
 
 
-@needs_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("m", [1, 16, 64])
 def test_consecutive_layers_in_a_cuda_graph(m):
     """A stack of layers, each reading the output of the one before, captured in one graph: the
@@ -314,7 +301,7 @@ def test_consecutive_layers_in_a_cuda_graph(m):
                 assert torch.equal(static_out, expected), f"{fn.__name__} seed={seed}"
 
 
-@needs_cuda
+@pytest.mark.gpu
 def test_compile_fullgraph_cuda():
     torch._dynamo.reset()
     q, s, b = make_layer(4096, 512, "channel", torch.float32, "cuda")

@@ -8,8 +8,6 @@ import torch
 import tcgemm
 from tcgemm.reference import quantize_reference
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 GRANULARITIES = ("tensor", "token", "group")
 ODD_K = (1, 7, 127, 128, 129, 1000, 4097)
@@ -270,7 +268,7 @@ def test_torch_compile_fullgraph_cpu(rng):
 # GPU
 
 
-@needs_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
 @pytest.mark.parametrize("granularity", GRANULARITIES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -302,7 +300,6 @@ def hard_rows(scales, k, generator):
     return torch.stack(rows)
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_exact_on_hard_quotients(device, dtype, rng):
     """The GPU divides with a once-per-scale reciprocal and FMA correction steps where the scale
@@ -322,7 +319,7 @@ def test_exact_on_hard_quotients(device, dtype, rng):
         check_quantize(finite.to(device), granularity, False, f"dynamic {granularity} {dtype}")
 
 
-@needs_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("granularity", GRANULARITIES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -333,7 +330,7 @@ def test_gpu_layouts(k, layout, granularity, dtype, rng):
     check_quantize(x, granularity, True, f"cuda {layout} K={k} static")
 
 
-@needs_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("granularity", GRANULARITIES)
 @pytest.mark.parametrize("mk", [(4099, 64), (20001, 8), (1, 65536), (3, 100003), (70000, 136)], ids=str)
 def test_gpu_grid_shapes(mk, granularity, rng):
@@ -344,7 +341,7 @@ def test_gpu_grid_shapes(mk, granularity, rng):
     check_quantize(x, granularity, False, f"cuda M={m} K={k}")
 
 
-@needs_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("granularity", GRANULARITIES)
 def test_gpu_empty_input(granularity):
     for m, k in ((0, 5), (4, 0)):
@@ -354,7 +351,7 @@ def test_gpu_empty_input(granularity):
         check_equal(s, quantize_reference(x, granularity)[1], "scale")
 
 
-@needs_cuda
+@pytest.mark.gpu
 def test_gpu_uses_the_current_stream(rng):
     x = make_x(64, 4096, torch.bfloat16, rng, device="cuda")
     side = torch.cuda.Stream()
@@ -367,7 +364,7 @@ def test_gpu_uses_the_current_stream(rng):
         check_equal(s, quantize_reference(x, g)[1], f"{g} scale")
 
 
-@needs_cuda
+@pytest.mark.gpu
 def test_gpu_scale_on_another_device_is_rejected():
     x = torch.randn(5, 64, device="cuda")
     with pytest.raises(ValueError, match=r"argument 'scale' must be on the same device as 'x' \(cuda:0\), got cpu"):
@@ -376,7 +373,7 @@ def test_gpu_scale_on_another_device_is_rejected():
         tcgemm.quantize(x, "tensor", scale=torch.tensor(1.0))
 
 
-@needs_cuda
+@pytest.mark.gpu
 def test_gpu_torch_compile_fullgraph(rng):
     x = make_x(33, 1000, torch.bfloat16, rng, device="cuda")
     static = quantize_reference(x, "token")[1].to("cuda")
@@ -394,7 +391,7 @@ def test_gpu_torch_compile_fullgraph(rng):
     check_equal(outs[3][0], quantize_reference(x * 2, "token", static * 2)[0], "static q")
 
 
-@needs_cuda
+@pytest.mark.gpu
 def test_gpu_cuda_graph_capture(rng):
     x = make_x(17, 1000, torch.float16, rng, device="cuda")
     static = torch.full((17, 1), 0.01, device="cuda")

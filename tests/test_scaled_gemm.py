@@ -17,7 +17,6 @@ import torch
 import tcgemm
 from tcgemm.reference import scaled_gemm_reference
 
-HAS_CUDA = torch.cuda.is_available()
 GRANULARITIES = [
     "tensor-tensor",     # scale_a [], scale_b [1]
     "token-channel",     # [M, 1] x [N]
@@ -249,37 +248,29 @@ def test_fake_tensor_shapes():
 
 
 # ---------------------------------------------------------------------------------------------
-# GPU: every scaled backend of this GPU, forced.
+# GPU: every backend of this GPU that runs the scaled GEMM, forced, and "auto" (the
+# ``scaled_backend`` parameter comes from conftest).
 
-def _scaled_backends():
-    if not HAS_CUDA:
-        return ["sm80", "sm90", "skinny"]  # labels only: the tests skip
-    return [b for b in tcgemm.available_backends("cuda") if b in ("sm80", "sm90", "skinny")] + ["auto"]
-
-
-gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
 GPU_SHAPES = [(1, 1, 1), (7, 13, 200), (33, 130, 300), (129, 257, 1000), (256, 384, 640), (300, 1000, 2048),
               (1000, 520, 4097)]
 
 
-@gpu
-@pytest.mark.parametrize("backend", _scaled_backends())
+@pytest.mark.gpu
 @pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
 @pytest.mark.parametrize("gran", GRANULARITIES)
-def test_gpu_matches_reference(backend, gran, out_dtype):
-    gen = torch.Generator().manual_seed(zlib.crc32(f"{backend}{gran}{out_dtype}".encode()))
+def test_gpu_matches_reference(scaled_backend, gran, out_dtype):
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{scaled_backend}{gran}{out_dtype}".encode()))
     for i, (m, n, k) in enumerate(GPU_SHAPES):
         a, b = _operands(m, n, k, "cuda", gen, b_layout="weight" if i % 2 == 0 else "rowmajor")
         sa, sb = _scales(gran, m, n, k, "cuda", gen)
         bias = (torch.randn(n, generator=gen) * 4).to("cuda", torch.float16) if i % 3 != 1 else None
         _poison_allocator(m * n, out_dtype, "cuda")
-        out = tcgemm.scaled_gemm(a, b, sa, sb, bias, out_dtype, backend=backend)
-        _check(out, a, b, sa, sb, bias, out_dtype, f"{backend} {gran} {(m, n, k)}")
+        out = tcgemm.scaled_gemm(a, b, sa, sb, bias, out_dtype, backend=scaled_backend)
+        _check(out, a, b, sa, sb, bias, out_dtype, f"{scaled_backend} {gran} {(m, n, k)}")
 
 
-@gpu
-@pytest.mark.parametrize("backend", _scaled_backends())
-def test_gpu_decode_shapes(backend):
+@pytest.mark.gpu
+def test_gpu_decode_shapes(scaled_backend):
     """Few rows against a wide weight (mostly what auto, sm80 and sm90 give the skinny kernel), K tails."""
     gen = torch.Generator().manual_seed(23)
     for m, n, k in [(1, 4096, 4096), (9, 2200, 4100), (32, 4096, 1030), (16, 8192, 640), (12, 8200, 1100)]:
@@ -289,11 +280,11 @@ def test_gpu_decode_shapes(backend):
             bias = torch.randn(n, generator=gen).cuda()
             for out_dtype in (torch.bfloat16, torch.float32):
                 _poison_allocator(m * n, out_dtype, "cuda")
-                out = tcgemm.scaled_gemm(a, b, sa, sb, bias, out_dtype, backend=backend)
-                _check(out, a, b, sa, sb, bias, out_dtype, f"{backend} {gran} {(m, n, k)} {out_dtype}")
+                out = tcgemm.scaled_gemm(a, b, sa, sb, bias, out_dtype, backend=scaled_backend)
+                _check(out, a, b, sa, sb, bias, out_dtype, f"{scaled_backend} {gran} {(m, n, k)} {out_dtype}")
 
 
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["sm90", "sm80", "auto"])
 def test_gpu_per_block_many_tiles(backend):
     """More output tiles than SMs: the persistent sm90 per-block kernel runs one CTA's K blocks on
@@ -313,9 +304,8 @@ def test_gpu_per_block_many_tiles(backend):
             _check(out, a, b, sa, sb, bias, torch.bfloat16, f"{backend} {gran} {(m, n, k)}")
 
 
-@gpu
-@pytest.mark.parametrize("backend", _scaled_backends())
-def test_gpu_views_and_odd_strides(backend):
+@pytest.mark.gpu
+def test_gpu_views_and_odd_strides(scaled_backend):
     """Sliced activations, an output row stride TMA cannot describe (N odd), a single row."""
     gen = torch.Generator().manual_seed(11)
     for m, n, k in [(5, 7, 129), (70, 33, 515), (1, 4095, 3000)]:
@@ -325,25 +315,24 @@ def test_gpu_views_and_odd_strides(backend):
         for gran in ("token-channel", "block-block", "block-chanblock"):
             sa, sb = _scales(gran, m, n, k, "cuda", gen)
             bias = torch.randn(n, generator=gen).cuda()
-            out = tcgemm.scaled_gemm(a, b, sa, sb, bias, torch.bfloat16, backend=backend)
-            _check(out, a, b, sa, sb, bias, torch.bfloat16, f"{backend} {gran} {(m, n, k)}")
+            out = tcgemm.scaled_gemm(a, b, sa, sb, bias, torch.bfloat16, backend=scaled_backend)
+            _check(out, a, b, sa, sb, bias, torch.bfloat16, f"{scaled_backend} {gran} {(m, n, k)}")
 
 
-@gpu
+@pytest.mark.gpu
 def test_gpu_backends_agree_with_cpu():
     gen = torch.Generator().manual_seed(5)
     a, b = _operands(200, 300, 1500, "cpu", gen)
     for gran in ("token-channel", "block-block"):
         sa, sb = _scales(gran, 200, 300, 1500, "cpu", gen)
         cpu = tcgemm.scaled_gemm(a, b, sa, sb, None, torch.float32)
-        for backend in _scaled_backends():
+        for backend in [*tcgemm.backends_for("scaled_gemm", device="cuda"), "auto"]:
             got = tcgemm.scaled_gemm(a.cuda(), b.cuda(), sa.cuda(), sb.cuda(), None, torch.float32, backend=backend)
             torch.testing.assert_close(got.cpu(), cpu, rtol=1e-3, atol=1e-4)  # fp32 sums in another order
 
 
-@gpu
-@pytest.mark.parametrize("backend", _scaled_backends())
-def test_gpu_channel_block_weight_scales_per_column(backend):
+@pytest.mark.gpu
+def test_gpu_channel_block_weight_scales_per_column(scaled_backend):
     """[N, KB] weight scales: every column of a 128-column block and every K block takes its own
     scale. Ones times ones, scale_b(n, kb) = 2^-(n % 7) * (kb + 1): the exact sum
     128 * sum_kb scale_b(n, kb) is representable, so every backend must return it exactly."""
@@ -354,12 +343,12 @@ def test_gpu_channel_block_weight_scales_per_column(backend):
     sb = (torch.exp2(-(cols % 7))[:, None] * torch.arange(1, 4, dtype=torch.float32)[None, :]).cuda()
     sa = torch.ones(m, 3, device="cuda")
     _poison_allocator(m * n, torch.float32, "cuda")
-    out = tcgemm.scaled_gemm(a, b, sa, sb, None, torch.float32, backend=backend)
+    out = tcgemm.scaled_gemm(a, b, sa, sb, None, torch.float32, backend=scaled_backend)
     expected = (128 * sb.sum(dim=1))[None, :].expand(m, n)
     assert torch.equal(out, expected)
 
 
-@gpu
+@pytest.mark.gpu
 def test_gpu_errors():
     a, b, sa, sb = _args(device="cuda")
     with pytest.raises(ValueError, match=r"argument 'scale_b' must be on the same device"):
@@ -370,7 +359,7 @@ def test_gpu_errors():
         tcgemm.scaled_gemm(a, b, sa, sb, backend="wmma")
 
 
-@gpu
+@pytest.mark.gpu
 def test_gpu_cuda_graph_and_compile():
     gen = torch.Generator().manual_seed(9)
     a, b = _operands(256, 512, 1024, "cuda", gen)
