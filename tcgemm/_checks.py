@@ -192,21 +192,14 @@ def _scale_b_layout(x: Args) -> Optional[str]:
 
 def _scale_a_message(x: Args) -> str:
     m, _, k = _mnk(x)
-    kb = _scales.k_blocks(k)
-    return (f"{_SCALED}: argument 'scale_a' must have shape [] or [1] (per-tensor), [M, 1] = [{m}, 1] (per-token) "
-            f"or [M, ceil(K/128)] = [{m}, {kb}] (per-block 1x128), got {_shape(x['scale_a'])}")
-
-
-def _weight_block_shapes(n, kb) -> str:
-    """The two per-block weight-scale shapes, as the ops' messages name them."""
-    return (f"[ceil(N/128), ceil(K/128)] = [{_scales.scale_blocks(n)}, {kb}] (per-block 128x128) or "
-            f"[N, ceil(K/128)] = [{n}, {kb}]")
+    return (f"{_SCALED}: argument 'scale_a' must have shape {_scales.scale_a_shapes(m, _scales.k_blocks(k))}, "
+            f"got {_shape(x['scale_a'])}")
 
 
 def _scale_b_message(x: Args) -> str:
     _, n, k = _mnk(x)
-    return (f"{_SCALED}: argument 'scale_b' must have shape [] or [1] (per-tensor), [N] = [{n}] or [1, N] "
-            f"(per-channel), {_weight_block_shapes(n, _scales.k_blocks(k))}, got {_shape(x['scale_b'])}")
+    return (f"{_SCALED}: argument 'scale_b' must have shape {_scales.scale_b_shapes(n, _scales.k_blocks(k))}, "
+            f"got {_shape(x['scale_b'])}")
 
 
 def _per_block(x: Args):
@@ -400,8 +393,8 @@ def _ql_weight_scale_layout(x: Args) -> Optional[str]:
 
 def _ql_weight_scale_message(x: Args) -> str:
     n, k, _ = _ql_nkm(x)
-    return (f"{_QUANT_LINEAR}: argument 'weight_scale' must have shape [N] = [{n}] (per-channel), "
-            f"{_weight_block_shapes(n, _scales.scale_blocks(k))}, got {_shape(x['weight_scale'])}")
+    return (f"{_QUANT_LINEAR}: argument 'weight_scale' must have shape "
+            f"{_scales.weight_scale_shapes(n, _scales.scale_blocks(k))}, got {_shape(x['weight_scale'])}")
 
 
 def _ql_per_block_weight(x: Args):

@@ -114,6 +114,25 @@ def decode_weight_scale(shape: Sequence, n, k) -> Optional[str]:
     return next(_weight_block_matches(shape, n, scale_blocks(k)), None)
 
 
+# The shapes each decoder accepts, as the ops' error messages name them (csrc/common/scale_layout.h
+# words them the same): m, n the operand's rows, kb its K blocks as the decoder counts them.
+def weight_block_shapes(n, kb) -> str:
+    return (f"[ceil(N/128), ceil(K/128)] = [{scale_blocks(n)}, {kb}] (per-block 128x128) or "
+            f"[N, ceil(K/128)] = [{n}, {kb}]")
+
+
+def scale_a_shapes(m, kb) -> str:
+    return f"[] or [1] (per-tensor), [M, 1] = [{m}, 1] (per-token) or [M, ceil(K/128)] = [{m}, {kb}] (per-block 1x128)"
+
+
+def scale_b_shapes(n, kb) -> str:
+    return f"[] or [1] (per-tensor), [N] = [{n}] or [1, N] (per-channel), {weight_block_shapes(n, kb)}"
+
+
+def weight_scale_shapes(n, kb) -> str:
+    return f"[N] = [{n}] (per-channel), {weight_block_shapes(n, kb)}"
+
+
 def scale_b_is_ambiguous(shape: Sequence, n, k) -> bool:
     """Whether ``shape`` fits several scale_b layouts that mean different things, so that
     scaled_gemm reads it as the first of them (:func:`decode_scale_b`) whatever was meant.

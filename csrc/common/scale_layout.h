@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "common/hd.h"
 
@@ -117,6 +118,24 @@ inline std::optional<ScaleOperand> decode_weight_scale(const ScaleTensor& s, int
     return op;
   }
   return decode_scale_b_blocks(s, n, kb);
+}
+
+// The shapes each decoder above accepts, as the ops' error messages name them (m, n: the rows of
+// the operand; kb: its K blocks, as the decoder was given them).
+inline std::string weight_block_shapes(int64_t n, int64_t kb) {
+  return "[ceil(N/128), ceil(K/128)] = [" + std::to_string(scale_blocks(n)) + ", " + std::to_string(kb) +
+         "] (per-block 128x128) or [N, ceil(K/128)] = [" + std::to_string(n) + ", " + std::to_string(kb) + "]";
+}
+inline std::string scale_a_shapes(int64_t m, int64_t kb) {
+  return "[] or [1] (per-tensor), [M, 1] = [" + std::to_string(m) + ", 1] (per-token) or [M, ceil(K/128)] = [" +
+         std::to_string(m) + ", " + std::to_string(kb) + "] (per-block 1x128)";
+}
+inline std::string scale_b_shapes(int64_t n, int64_t kb) {
+  return "[] or [1] (per-tensor), [N] = [" + std::to_string(n) + "] or [1, N] (per-channel), " +
+         weight_block_shapes(n, kb);
+}
+inline std::string weight_scale_shapes(int64_t n, int64_t kb) {
+  return "[N] = [" + std::to_string(n) + "] (per-channel), " + weight_block_shapes(n, kb);
 }
 
 }  // namespace tcgemm

@@ -112,10 +112,6 @@ void check_asymmetric_k(const char* op, int64_t k, const char* zero_name);
 at::Tensor checked_bias_f32(const char* op, const std::optional<at::Tensor>& bias, int64_t n, const at::Tensor& ref,
                             const char* ref_name);
 
-// The two per-block weight-scale shapes ([ceil(N/128), kb] and [N, kb]) as the scaled_gemm and
-// quant_linear shape errors name them (scaled_gemm.cpp).
-std::string weight_block_shapes(int64_t n, int64_t kb);
-
 // The pointer and shape of an fp32 scale tensor as common/scale_layout.h reads it.
 ScaleTensor scale_tensor(const at::Tensor& s);
 

@@ -102,8 +102,8 @@ ScaleOperand describe_weight_scale(const at::Tensor& s, int64_t n, int64_t k) {
                    dtype_name(s.scalar_type()));
   const int64_t kb = scale_blocks(k);
   const std::optional<ScaleOperand> op = s.dim() <= 2 ? decode_weight_scale(scale_tensor(s), n, kb) : std::nullopt;
-  TORCH_CHECK_VALUE(op.has_value(), kOp, ": argument 'weight_scale' must have shape [N] = [", num(n),
-                    "] (per-channel), ", weight_block_shapes(n, kb), ", got ", shape_str(s.sizes()));
+  TORCH_CHECK_VALUE(op.has_value(), kOp, ": argument 'weight_scale' must have shape ", weight_scale_shapes(n, kb),
+                    ", got ", shape_str(s.sizes()));
   return *op;
 }
 

@@ -34,16 +34,15 @@ void check_scale_tensor(const at::Tensor& s, const char* name, const at::Tensor&
 // The shapes common/scale_layout.h decodes; the messages list them.
 ScaleOperand describe_scale_a(const at::Tensor& s, int64_t m, int64_t kb) {
   const std::optional<ScaleOperand> op = s.dim() <= 2 ? decode_scale_a(scale_tensor(s), m, kb) : std::nullopt;
-  TORCH_CHECK_VALUE(op.has_value(), kOp, ": argument 'scale_a' must have shape [] or [1] (per-tensor), [M, 1] = [",
-                    num(m), ", 1] (per-token) or [M, ceil(K/128)] = [", num(m), ", ", num(kb),
-                    "] (per-block 1x128), got ", shape_str(s.sizes()));
+  TORCH_CHECK_VALUE(op.has_value(), kOp, ": argument 'scale_a' must have shape ", scale_a_shapes(m, kb), ", got ",
+                    shape_str(s.sizes()));
   return *op;
 }
 
 ScaleOperand describe_scale_b(const at::Tensor& s, int64_t n, int64_t kb) {
   const std::optional<ScaleOperand> op = s.dim() <= 2 ? decode_scale_b(scale_tensor(s), n, kb) : std::nullopt;
-  TORCH_CHECK_VALUE(op.has_value(), kOp, ": argument 'scale_b' must have shape [] or [1] (per-tensor), [N] = [", num(n),
-                    "] or [1, N] (per-channel), ", weight_block_shapes(n, kb), ", got ", shape_str(s.sizes()));
+  TORCH_CHECK_VALUE(op.has_value(), kOp, ": argument 'scale_b' must have shape ", scale_b_shapes(n, kb), ", got ",
+                    shape_str(s.sizes()));
   return *op;
 }
 
@@ -109,11 +108,6 @@ void run_on_cpu(const char* op, Backend requested, const at::Tensor& a, const at
 }
 
 }  // namespace
-
-std::string weight_block_shapes(int64_t n, int64_t kb) {
-  return "[ceil(N/128), ceil(K/128)] = [" + num(scale_blocks(n)) + ", " + num(kb) +
-         "] (per-block 128x128) or [N, ceil(K/128)] = [" + num(n) + ", " + num(kb) + "]";
-}
 
 ScaleTensor scale_tensor(const at::Tensor& s) {
   ScaleTensor t;
