@@ -27,7 +27,9 @@ import tcgemm  # the ops are looked up at call time, so this works while tcgemm/
 
 from ._scales import SCALE_BLOCK, WEIGHT_LAYOUTS, expand_scale, expand_weight_scale
 from ._scales import weight_scale_shape as _weight_scale_shape
-from .scheme import LAYER_ACTIVATIONS, PRESETS, WEIGHT_GRANULARITIES, QuantScheme, check_weight_granularity  # noqa: F401
+from .scheme import (  # noqa: F401  (WEIGHT_GRANULARITIES: tcgemm.nn's name for them)
+    LAYER_ACTIVATIONS, PRESETS, WEIGHT_GRANULARITIES, WEIGHT_QUANTIZED_AS, QuantScheme, check_weight_granularity,
+)
 
 __all__ = [
     "Calibration", "QuantLinear", "QuantizeReport", "asymmetric_scale", "calibrate", "quantize_model",
@@ -112,11 +114,10 @@ def quantize_weight(w: torch.Tensor, granularity: str = "channel") -> tuple[torc
     if w.dtype not in _INPUT_DTYPES:
         w = w.to(torch.float32)  # tcgemm.quantize reads bf16, fp16 and fp32 (those exactly, as fp32)
     n, k = w.shape
-    if granularity == "channel":
-        q, scale = tcgemm.quantize(w, "token")
-        return q, scale.reshape(n)
-    if granularity == "group":
-        return tcgemm.quantize(w, "group")
+    rows_as = WEIGHT_QUANTIZED_AS.get(granularity)
+    if rows_as is not None:  # w's rows are tcgemm.quantize's tokens
+        q, scale = tcgemm.quantize(w, rows_as)
+        return q, scale.reshape(weight_scale_shape(n, k, granularity))
     # The rule that turns an amax into a scale is tcgemm.quantize's: quantizing the block amaxes
     # one per row gives amax / 127 (1.0 for 0, NaN for a block holding NaN or inf) as their
     # scales. Zero padding to whole blocks leaves every block's amax unchanged.

@@ -45,6 +45,9 @@ __all__ = [
 WEIGHT_GRANULARITIES = ("channel", "group", "block")
 ACTIVATION_GRANULARITIES = ("tensor", "token", "group")
 WEIGHT_BITS = (8,)
+# The granularity of tcgemm.quantize that gives a weight's scales, its rows taken as tokens (the
+# granularities without one, 128x128 blocks, take their amax over 2-D blocks: nn.quantize_weight).
+WEIGHT_QUANTIZED_AS = {"channel": "token", "group": "group"}
 
 
 class SchemeError(ValueError):
