@@ -36,7 +36,8 @@ from typing import Any, Literal, Mapping, Optional
 from ._scales import SCALE_BLOCK, quantize_scale_shape, weight_scale_shape
 
 __all__ = [
-    "ActivationArgs", "QuantScheme", "WeightArgs", "W8A8_ASYMMETRIC", "W8A8_BLOCK", "W8A8_DYNAMIC", "W8A8_GROUP",
+    "ActivationArgs", "QuantScheme", "WeightArgs", "W8A8_ASYMMETRIC", "W8A8_BLOCK", "W8A8_CHANNEL_GROUP",
+    "W8A8_DYNAMIC", "W8A8_GROUP",
     "W8A8_STATIC", "W8A8_STATIC_ASYMMETRIC", "PRESETS",
 ]
 
@@ -210,7 +211,7 @@ class QuantScheme:
     multipliers).
 
     Presets: :data:`W8A8_DYNAMIC` (the default), :data:`W8A8_STATIC`, :data:`W8A8_GROUP`,
-    :data:`W8A8_BLOCK`, :data:`W8A8_ASYMMETRIC`, :data:`W8A8_STATIC_ASYMMETRIC`; ``PRESETS`` by name.
+    :data:`W8A8_CHANNEL_GROUP`, :data:`W8A8_BLOCK`, :data:`W8A8_ASYMMETRIC`, :data:`W8A8_STATIC_ASYMMETRIC`; ``PRESETS`` by name.
 
     Example:
         >>> s = QuantScheme.from_keywords(weight="block", activation="block")
@@ -317,6 +318,9 @@ class QuantScheme:
 W8A8_DYNAMIC = QuantScheme()
 W8A8_STATIC = QuantScheme(activations=ActivationArgs("tensor", dynamic=False))
 W8A8_GROUP = QuantScheme(weights=WeightArgs("group"), activations=ActivationArgs("group"))
+# Per-channel weights with 1x128 activation groups: an outlier channel of x costs precision in
+# its own group of 128 only, and the weight keeps one scale per channel.
+W8A8_CHANNEL_GROUP = QuantScheme(activations=ActivationArgs("group"))
 W8A8_BLOCK = QuantScheme(weights=WeightArgs("block"), activations=ActivationArgs("group"))
 W8A8_ASYMMETRIC = QuantScheme(activations=ActivationArgs("token", symmetric=False))
 W8A8_STATIC_ASYMMETRIC = QuantScheme(activations=ActivationArgs("tensor", dynamic=False, symmetric=False))
@@ -325,6 +329,7 @@ PRESETS: dict[str, QuantScheme] = {
     "w8a8": W8A8_DYNAMIC,
     "w8a8-static": W8A8_STATIC,
     "w8a8-group": W8A8_GROUP,
+    "w8a8-channel-group": W8A8_CHANNEL_GROUP,
     "w8a8-block": W8A8_BLOCK,
     "w8a8-asymmetric": W8A8_ASYMMETRIC,
     "w8a8-static-asymmetric": W8A8_STATIC_ASYMMETRIC,

@@ -40,10 +40,12 @@ def test_presets_name_the_common_recipes():
     assert tcgemm.W8A8_STATIC == QuantScheme.from_keywords(activation="static")
     assert tcgemm.W8A8_BLOCK == QuantScheme.from_keywords(weight="block", activation="block")
     assert tcgemm.W8A8_GROUP == QuantScheme.from_keywords(weight="group", activation="block")
+    assert tcgemm.W8A8_CHANNEL_GROUP == QuantScheme.from_keywords(activation="block")
     assert tcgemm.W8A8_ASYMMETRIC == QuantScheme.from_keywords(asymmetric=True)
     assert tcgemm.W8A8_STATIC_ASYMMETRIC == QuantScheme.from_keywords(activation="static", asymmetric=True)
     assert set(tcgemm.PRESETS.values()) == {tcgemm.W8A8_DYNAMIC, tcgemm.W8A8_STATIC, tcgemm.W8A8_BLOCK,
-                                            tcgemm.W8A8_GROUP, tcgemm.W8A8_ASYMMETRIC, tcgemm.W8A8_STATIC_ASYMMETRIC}
+                                            tcgemm.W8A8_GROUP, tcgemm.W8A8_CHANNEL_GROUP, tcgemm.W8A8_ASYMMETRIC,
+                                            tcgemm.W8A8_STATIC_ASYMMETRIC}
     for preset in tcgemm.PRESETS.values():
         assert preset.check_layer() is preset
     with pytest.raises(dataclasses.FrozenInstanceError):
