@@ -454,7 +454,7 @@ class QuantLinear(nn.Module):
 
     def _forward_2d(self, x2d: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
         return _quant_linear_op()(
-            x2d, self.weight, self.weight_scale, bias=bias, activation=self._op_activation,
+            x2d, self.weight, self.weight_scale, bias, activation=self._op_activation,
             input_scale=self.input_scale, smooth=self.smooth, asymmetric=self.asymmetric,
             input_zero_point=self.input_zero_point, weight_colsum=self.weight_colsum,
         )
@@ -484,15 +484,18 @@ class QuantLinear(nn.Module):
             x2d = x.unsqueeze(0) if x.dim() == 1 else x.flatten(0, -2)
             return _QuantLinearFunction.apply(x2d, bias, self).reshape(*x.shape[:-1], self.out_features)
         # One op (tcgemm.quant_linear): quantize and GEMM behind one dispatch, [..., K] in place.
-        # A symmetric layer leaves the zero-point arguments to their defaults (each argument the
-        # dispatcher parses is host time).
+        # What every layer has by position (x, the weight and its scales, the bias, the activation
+        # word); the options a scheme adds by keyword, only when the layer has them: each argument
+        # the dispatcher parses is host time, a keyword about 0.5 us more than a position.
+        op, activation = _quant_linear_op(), self._op_activation
         if weight_colsum is not None:  # asymmetric
-            return _quant_linear_op()(
-                x, weight, weight_scale, bias=bias, activation=self._op_activation, input_scale=input_scale,
-                smooth=smooth, asymmetric=True, input_zero_point=input_zero_point, weight_colsum=weight_colsum,
-            )
-        return _quant_linear_op()(
-            x, weight, weight_scale, bias=bias, activation=self._op_activation, input_scale=input_scale, smooth=smooth)
+            return op(x, weight, weight_scale, bias, activation, input_scale=input_scale, smooth=smooth,
+                      asymmetric=True, input_zero_point=input_zero_point, weight_colsum=weight_colsum)
+        if smooth is not None:
+            return op(x, weight, weight_scale, bias, activation, input_scale=input_scale, smooth=smooth)
+        if input_scale is not None:
+            return op(x, weight, weight_scale, bias, activation, input_scale=input_scale)
+        return op(x, weight, weight_scale, bias, activation)
 
     def __setstate__(self, state):
         # A layer pickled whole by a version without schemes holds its shorthands instead (and,
