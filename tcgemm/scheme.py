@@ -68,10 +68,6 @@ def check_weight_granularity(granularity: str) -> str:
     return granularity
 
 
-def _bad(what: str) -> SchemeError:
-    return SchemeError(what)
-
-
 def _block_fields(granularity: str) -> dict[str, Any]:
     """The block extents compressed-tensors spells out for a granularity (tcgemm's are fixed)."""
     if granularity == "group":
@@ -110,9 +106,9 @@ class WeightArgs:
         if self.granularity != "tensor":
             check_weight_granularity(self.granularity)
         if self.bits not in WEIGHT_BITS:
-            raise _bad(f"weights are {self.bits}-bit; tcgemm quantizes weights to {WEIGHT_BITS} bits")
+            raise SchemeError(f"weights are {self.bits}-bit; tcgemm quantizes weights to {WEIGHT_BITS} bits")
         if not self.symmetric:
-            raise _bad("weights are asymmetric (weight zero points are not supported)")
+            raise SchemeError("weights are asymmetric (weight zero points are not supported)")
 
     @property
     def per_block(self) -> bool:
@@ -134,14 +130,14 @@ class WeightArgs:
         naming the setting tcgemm does not run."""
         bits, kind = _field(args, "num_bits"), _field(args, "type")
         if bits not in WEIGHT_BITS or kind != "int":
-            raise _bad(f"weights are {bits}-bit {kind}, not {'/'.join(map(str, WEIGHT_BITS))}-bit int")
+            raise SchemeError(f"weights are {bits}-bit {kind}, not {'/'.join(map(str, WEIGHT_BITS))}-bit int")
         if not _field(args, "symmetric", True):
-            raise _bad("weights are asymmetric (weight zero points are not supported)")
+            raise SchemeError("weights are asymmetric (weight zero points are not supported)")
         if _field(args, "dynamic"):
-            raise _bad("weights have dynamic scales")
+            raise SchemeError("weights have dynamic scales")
         granularity = _field(args, "strategy")
         if granularity not in WEIGHT_GRANULARITIES + ("tensor",) or not _block_fields_match(args, granularity):
-            raise _bad(f"weight strategy '{granularity}' (group_size {_field(args, 'group_size')}, block_structure "
+            raise SchemeError(f"weight strategy '{granularity}' (group_size {_field(args, 'group_size')}, block_structure "
                        f"{_field(args, 'block_structure')}) is not channel, tensor, group of {SCALE_BLOCK} or "
                        f"{SCALE_BLOCK}x{SCALE_BLOCK} block")
         return cls(granularity, bits=bits)
@@ -163,7 +159,7 @@ class ActivationArgs:
 
     def __post_init__(self) -> None:
         if self.granularity not in ACTIVATION_GRANULARITIES:
-            raise _bad(f"activation granularity must be one of {', '.join(map(repr, ACTIVATION_GRANULARITIES))}, "
+            raise SchemeError(f"activation granularity must be one of {', '.join(map(repr, ACTIVATION_GRANULARITIES))}, "
                        f"got {self.granularity!r}")
 
     @property
@@ -185,10 +181,10 @@ class ActivationArgs:
         naming the setting tcgemm does not run."""
         bits, kind = _field(args, "num_bits"), _field(args, "type")
         if bits != 8 or kind != "int":
-            raise _bad(f"input_activations are {bits}-bit {kind}, not 8-bit int")
+            raise SchemeError(f"input_activations are {bits}-bit {kind}, not 8-bit int")
         granularity, dynamic = _field(args, "strategy"), _field(args, "dynamic")
         if granularity not in ACTIVATION_GRANULARITIES or not _block_fields_match(args, granularity):
-            raise _bad(f"input activation strategy '{granularity}' (dynamic={dynamic}, group_size="
+            raise SchemeError(f"input activation strategy '{granularity}' (dynamic={dynamic}, group_size="
                        f"{_field(args, 'group_size')}) is not dynamic token, dynamic group of {SCALE_BLOCK} or "
                        "static tensor")
         return cls(granularity, dynamic=dynamic is True, symmetric=bool(_field(args, "symmetric", True)))
@@ -236,7 +232,7 @@ class QuantScheme:
         for word, args in _LAYER_ACTIVATIONS.items():
             if (args.granularity, args.dynamic) == (self.activations.granularity, self.activations.dynamic):
                 return word
-        raise _bad(f"input activation strategy '{self.activations.granularity}' (dynamic={self.activations.dynamic}) "
+        raise SchemeError(f"input activation strategy '{self.activations.granularity}' (dynamic={self.activations.dynamic}) "
                    f"is not dynamic token, dynamic group of {SCALE_BLOCK} or static tensor")
 
     @property
@@ -307,7 +303,7 @@ class QuantScheme:
         naming the setting tcgemm does not run."""
         weights, acts = _field(scheme, "weights"), _field(scheme, "input_activations")
         if weights is None or acts is None:
-            raise _bad("weights and input_activations must both be quantized (weight-only schemes are not W8A8)")
+            raise SchemeError("weights and input_activations must both be quantized (weight-only schemes are not W8A8)")
         return cls(WeightArgs.from_compressed_tensors(weights), ActivationArgs.from_compressed_tensors(acts))
 
     def __str__(self) -> str:
