@@ -234,8 +234,9 @@ def quant_linear(
     quantized on the fly, what :class:`tcgemm.QuantLinear` computes.
 
     Bit for bit ``tcgemm.scaled_gemm(*tcgemm.quantize(x2d, g, scale=s, smooth=smooth),
-    weight.t(), weight_scale, bias, out_dtype=x.dtype)`` with ``g`` = "token", "group" or
-    "tensor" (with ``s = input_scale``), behind one dispatch: on a GPU of compute
+    weight.t(), weight_scale, bias, out_dtype=x.dtype)`` with ``g`` the granularity of the
+    activations (:class:`tcgemm.ActivationArgs`: "token" for ``activation="token"``, "group" for
+    "block", "tensor" with ``s = input_scale`` for "static"), behind one dispatch: on a GPU of compute
     capability 9.0 the few-rows GEMM starts streaming the weight while the activations are still
     being quantized (programmatic dependent launch).
 
@@ -246,7 +247,8 @@ def quant_linear(
             or ``[N, ceil(K/128)]`` per channel and 1x128 block (told apart by rank).
         bias: optional [N], any float dtype (applied in fp32).
         activation: "token" (one scale per row of x), "block" (per row and 128-wide K block), or
-            "static" (the calibrated per-tensor ``input_scale``: no amax pass).
+            "static" (the calibrated per-tensor ``input_scale``: no amax pass); a
+            :class:`tcgemm.QuantScheme`'s ``activation`` is this word for its activations.
         input_scale: fp32, one element; required with ``activation="static"``, else None.
         smooth: optional fp32 ``[K]`` SmoothQuant multipliers applied to x in the quantize pass
             (the weight carries their reciprocals).
