@@ -35,10 +35,6 @@ std::string backend_names() {
   return out;
 }
 
-// For every backend in the order of tcgemm.BACKENDS, the epilogue families it runs:
-// "auto=int32+scaled+per_block,cpu=...,wmma=int32,...".
-std::string backend_epilogues() { return backend_epilogue_table(); }
-
 }  // namespace
 
 TORCH_LIBRARY(tcgemm, m) {
@@ -57,7 +53,8 @@ TORCH_LIBRARY(tcgemm, m) {
       "Tensor? input_zero_point=None, Tensor? weight_colsum=None) -> Tensor");
   m.def("available_backends(int device_index) -> str", &available_backends);
   m.def("backend_names() -> str", &backend_names);
-  m.def("backend_epilogues() -> str", &backend_epilogues);
+  // Per backend, in tcgemm.BACKENDS order, the epilogue families it runs: "auto=int32+scaled+per_block,...".
+  m.def("backend_epilogues() -> str", &backend_epilogue_table);
 }
 
 }  // namespace tcgemm
