@@ -377,13 +377,68 @@ def _quantize_asym_checks() -> list[Check]:
     ]
 
 
+def _ql_packed(x: Args) -> bool:
+    """Whether quant_linear's weight is packed 4-bit (uint8 [N, K/2])."""
+    return x["weight"].dtype == torch.uint8
+
+
 def _ql_nkm(x: Args):
     """(N, K, rows) of quant_linear: x [..., K] is seen as rows of K."""
     w, xs = x["weight"], x["x"].shape
     rows = 1
     for size in xs[:-1]:
         rows = rows * size
-    return w.shape[0], w.shape[1], rows
+    return w.shape[0], xs[-1] if _ql_packed(x) else w.shape[1], rows
+
+
+def _packed_checks(op: str, name: str, k: Callable[[Args], Any], k_from: str,
+                   applies: Callable[[Args], Any] = lambda x: True, reachable: tuple[str, ...] = ()) -> list[Check]:
+    """csrc/ops/int4.cpp check_packed_weight: uint8 [N, K/2] for an even K, contiguous along K.
+    ``reachable``: the checks an op can fail (all when empty): a weight known to be uint8 passes
+    the dtype, a K read off the packed rows the K checks."""
+    def when(cond):
+        return lambda x: not applies(x) or cond(x)
+
+    checks = [
+        Check(f"{name}_packed_dim", ValueError, when(lambda x: x[name].dim() == 2),
+              lambda x: f"{op}: argument '{name}' (4-bit) must be a 2-D tensor [N, K/2], got a {x[name].dim()}-D "
+              "tensor"),
+        Check(f"{name}_packed_dtype", TypeError, when(lambda x: x[name].dtype == torch.uint8),
+              lambda x: f"{op}: argument '{name}' (4-bit) must have dtype torch.uint8 (two 4-bit values per byte), "
+              f"got {x[name].dtype}"),
+        Check(f"{name}_packed_k_even", ValueError, when(lambda x: k(x) % 2 == 0),
+              lambda x: f"{op}: a 4-bit '{name}' packs two values per byte along K, so K ({k_from}) must be even, "
+              f"got K = {k(x)}"),
+        Check(f"{name}_packed_shape", ValueError, when(lambda x: x[name].shape[1] == k(x) // 2),
+              lambda x: f"{op}: argument '{name}' (4-bit) must have shape [N, K/2] = [{x[name].shape[0]}, "
+              f"{k(x) // 2}] for K = {k(x)} ({k_from}), got {_shape(x[name])}"),
+        Check(f"{name}_packed_stride", ValueError, when(lambda x: x[name].stride(1) == 1 or x[name].shape[1] <= 1),
+              lambda x: f"{op}: argument '{name}' (4-bit) must be contiguous along K (stride 1 in its last "
+              f"dimension), got strides {list(x[name].stride())}"),
+        Check(f"{name}_packed_size", ValueError,
+              when(lambda x: x[name].shape[0] < _MAX_DIM and k(x) < _MAX_DIM),
+              lambda x: f"{op}: argument '{name}' has a dimension >= 2^30, which is not supported"),
+    ]
+    return [c for c in checks if not reachable or c.name[len(name) + 1:] in reachable]
+
+
+def _group_scale_checks(op: str, name: str, nk: Callable[[Args], Any], ref: str) -> list[Check]:
+    """csrc/ops/int4.cpp check_group_scale (its values are checked on CPU tensors after these)."""
+    def given(cond):
+        return lambda x: x[name] is None or cond(x)
+
+    def shape(x):
+        n, k = nk(x)
+        return [n, _scales.scale_blocks(k)]
+
+    return [
+        Check(f"{name}_dtype", TypeError, given(lambda x: x[name].dtype == torch.int8),
+              lambda x: f"{op}: argument '{name}' must have dtype torch.int8, got {x[name].dtype}"),
+        _same_device(op, name, ref=ref),
+        Check(f"{name}_shape", ValueError, given(lambda x: list(x[name].shape) == shape(x)),
+              lambda x: f"{op}: argument '{name}' must have shape [N, ceil(K/128)] = {shape(x)}, got "
+              f"{_shape(x[name])}"),
+    ]
 
 
 def _ql_weight_scale_layout(x: Args) -> Optional[str]:
@@ -452,9 +507,12 @@ def _quant_linear_checks() -> list[Check]:
               f"got {x['x'].dtype}"),
         Check("x_dim", ValueError, lambda x: x["x"].dim() >= 1,
               lambda x: f"{op}: argument 'x' must have at least one dimension [..., K], got a 0-D tensor"),
-        *_operand(op, "weight", "[N, K]", (torch.int8,)),
+        *_packed_checks(op, "weight", lambda x: x["x"].shape[-1], "the last dimension of 'x'", _ql_packed,
+                        ("packed_dim", "packed_k_even", "packed_shape", "packed_stride", "packed_size")),
+        *[Check(c.name, c.error, (lambda h: lambda x: _ql_packed(x) or h(x))(c.holds), c.message)
+          for c in _operand(op, "weight", "[N, K]", (torch.int8,))],
         _same_device(op, "weight", ref="x"),
-        Check("k_match", ValueError, lambda x: x["x"].shape[-1] == x["weight"].shape[1],
+        Check("k_match", ValueError, lambda x: _ql_packed(x) or x["x"].shape[-1] == x["weight"].shape[1],
               lambda x: f"{op}: in_features mismatch: 'x' is [..., K] = {_shape(x['x'])} but 'weight' is [N, K] = "
               f"{_shape(x['weight'])}"),
         Check("weight_scale_dtype", TypeError, lambda x: x["weight_scale"].dtype == torch.float32,
@@ -462,6 +520,13 @@ def _quant_linear_checks() -> list[Check]:
         Check("weight_scale_shape", ValueError, lambda x: _ql_weight_scale_layout(x) is not None,
               _ql_weight_scale_message),
         _same_device(op, "weight_scale", ref="x"),
+        Check("weight_group_scale_unpacked", ValueError, lambda x: x["weight_group_scale"] is None or _ql_packed(x),
+              lambda x: f"{op}: argument 'weight_group_scale' is used only with a 4-bit 'weight' (torch.uint8)"),
+        Check("weight_group_scale_per_channel", ValueError,
+              lambda x: x["weight_group_scale"] is None or not _ql_per_block_weight(x),
+              lambda x: f"{op}: argument 'weight_group_scale' (two-level scales) needs a per-channel "
+              "'weight_scale' [N]"),
+        *_group_scale_checks(op, "weight_group_scale", lambda x: _ql_nkm(x)[:2], "x"),
         Check("bias_shape", ValueError,
               lambda x: x["bias"] is None or (x["bias"].dim() == 1 and x["bias"].shape[0] == _ql_nkm(x)[0]),
               lambda x: f"{op}: argument 'bias' must have shape [N] = [{_ql_nkm(x)[0]}], got {_shape(x['bias'])}"),
@@ -494,6 +559,35 @@ def _quant_linear_checks() -> list[Check]:
     ]
 
 
+def _unpack_int4_checks() -> list[Check]:
+    """csrc/ops/int4.cpp unpack_int4."""
+    op = "tcgemm.unpack_int4"
+
+    def k(x):
+        return 2 * x["packed"].shape[1] if x["packed"].dim() == 2 else 0
+
+    return [
+        *_packed_checks(op, "packed", k, "twice the bytes of a row",
+                        reachable=("packed_dim", "packed_dtype", "packed_stride", "packed_size")),
+        *_group_scale_checks(op, "group_scale", lambda x: (x["packed"].shape[0], k(x)), "packed"),
+    ]
+
+
+def _gemm_int4_checks() -> list[Check]:
+    """csrc/ops/int4.cpp gemm_int4."""
+    op = "tcgemm.gemm_int4"
+    return [
+        _backend_name(op),
+        *_operand(op, "a", "[M, K]", (torch.int8,)),
+        _same_device(op, "b"),
+        *_packed_checks(op, "b", lambda x: x["a"].shape[1], "the columns of 'a'"),
+        *_group_scale_checks(op, "group_scale", lambda x: (x["b"].shape[0], x["a"].shape[1]), "a"),
+        Check("k_overflow", ValueError, lambda x: x["a"].shape[1] <= _MAX_UNBLOCKED_K,
+              lambda x: f"{op}: K = {x['a'].shape[1]} > {_MAX_UNBLOCKED_K} could overflow the int32 accumulator"),
+        _cpu_backend(op, lambda x: x["a"].shape[0] == 0 or x["b"].shape[0] == 0 or x["a"].shape[1] == 0),
+    ]
+
+
 # Argument kinds the ops' schemas would reject with a bare RuntimeError ("Expected a value of type
 # ..."): the Python wrappers check them first, as TypeError (or ValueError for an int out of range)
 # naming the argument.
@@ -523,6 +617,8 @@ CHECKS: dict[str, list[Check]] = {
     "quantize": _quantize_checks(),
     "quantize_asym": _quantize_asym_checks(),
     "quant_linear": _quant_linear_checks(),
+    "unpack_int4": _unpack_int4_checks(),
+    "gemm_int4": _gemm_int4_checks(),
 }
 
 _RAISE = {ValueError: torch._check_value, TypeError: torch._check_type}

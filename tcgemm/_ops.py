@@ -12,6 +12,8 @@ from ._library import BACKEND_EPILOGUES, BACKENDS  # noqa: F401  (tcgemm.BACKEND
 _GEMM = "tcgemm.gemm"
 _SCALED = "tcgemm.scaled_gemm"
 _QUANT_LINEAR = "tcgemm.quant_linear"
+_UNPACK_INT4 = "tcgemm.unpack_int4"
+_INT4_GEMM = "tcgemm.int4_gemm"
 
 
 def gemm(
@@ -99,7 +101,8 @@ def available_backends(device: torch.device | str | int | None = None) -> list[s
 
 
 # The epilogue family each op's kernels run: the exact int32 GEMM, or the scaled one.
-_OP_EPILOGUES = {"gemm": "int32", "int8_gemm": "int32", "scaled_gemm": "scaled", "quant_linear": "scaled"}
+_OP_EPILOGUES = {"gemm": "int32", "int8_gemm": "int32", "int4_gemm": "int32", "scaled_gemm": "scaled",
+                 "quant_linear": "scaled"}
 
 
 def supports(backend: str, op: str, scheme=None) -> bool:
@@ -229,8 +232,9 @@ def quant_linear(
     asymmetric: bool = False,
     input_zero_point: Optional[torch.Tensor] = None,
     weight_colsum: Optional[torch.Tensor] = None,
+    weight_group_scale: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    """The W8A8 linear layer as one op: ``x @ (weight * weight_scale).T + bias`` with ``x``
+    """The W8A8 (or W4A8) linear layer as one op: ``x @ (weight * weight_scale).T + bias`` with ``x``
     quantized on the fly, what :class:`tcgemm.QuantLinear` computes.
 
     Bit for bit ``tcgemm.scaled_gemm(*tcgemm.quantize(x2d, g, scale=s, smooth=smooth),
@@ -242,7 +246,9 @@ def quant_linear(
 
     Args:
         x: [..., K] bf16, fp16 or fp32; any strides.
-        weight: int8 [N, K] (``nn.Linear`` layout).
+        weight: int8 [N, K] (``nn.Linear`` layout), or 4-bit weights packed two per byte along K:
+            uint8 [N, K/2] (:func:`tcgemm.pack_int4`; K even), whose int8 weight is
+            :func:`unpack_int4` ``(weight, weight_group_scale)``.
         weight_scale: fp32 ``[N]`` per channel, ``[ceil(N/128), ceil(K/128)]`` per 128x128 block,
             or ``[N, ceil(K/128)]`` per channel and 1x128 block (told apart by rank).
         bias: optional [N], any float dtype (applied in fp32).
@@ -262,6 +268,11 @@ def quant_linear(
         weight_colsum: optional int32 ``[N]``, ``weight.sum(1, dtype=torch.int32)``, with
             ``asymmetric`` only; computed per call when omitted (:class:`tcgemm.QuantLinear`
             keeps it).
+        weight_group_scale: two-level scales of a 4-bit ``weight``: int8 ``[N, ceil(K/128)]``
+            in [1, 16], one per 1x128 group, with a per-channel ``weight_scale`` ``[N]``: the
+            layer computes with the int8 weight ``q * weight_group_scale`` and accumulates over
+            all of K in int32 (values outside [1, 16] raise ValueError for CPU tensors; CUDA
+            tensors are not read on the host).
 
     Returns:
         [..., N] of ``x.dtype``.
@@ -273,7 +284,8 @@ def quant_linear(
     for name, value in (("x", x), ("weight", weight), ("weight_scale", weight_scale)):
         require_tensor(_QUANT_LINEAR, name, value)
     for name, value in (("bias", bias), ("input_scale", input_scale), ("smooth", smooth),
-                        ("input_zero_point", input_zero_point), ("weight_colsum", weight_colsum)):
+                        ("input_zero_point", input_zero_point), ("weight_colsum", weight_colsum),
+                        ("weight_group_scale", weight_group_scale)):
         require_tensor(_QUANT_LINEAR, name, value, optional=True)
     require_str(_QUANT_LINEAR, "activation", activation)
     require_str(_QUANT_LINEAR, "backend", backend)
@@ -281,16 +293,78 @@ def quant_linear(
         raise TypeError(f"{_QUANT_LINEAR}: argument 'asymmetric' must be a bool, got {type(asymmetric).__name__}")
     return torch.ops.tcgemm.quant_linear.default(
         x, weight, weight_scale, bias, activation, input_scale, smooth, backend, asymmetric, input_zero_point,
-        weight_colsum,
+        weight_colsum, weight_group_scale,
     )
 
 
 @torch.library.register_fake("tcgemm::quant_linear")
 def _quant_linear_fake(x, weight, weight_scale, bias=None, activation="token", input_scale=None, smooth=None,
-                       backend="auto", asymmetric=False, input_zero_point=None, weight_colsum=None):
+                       backend="auto", asymmetric=False, input_zero_point=None, weight_colsum=None,
+                       weight_group_scale=None):
     check_args(
         "quant_linear", x=x, weight=weight, weight_scale=weight_scale, bias=bias, activation=activation,
         input_scale=input_scale, smooth=smooth, backend=backend, asymmetric=asymmetric,
-        input_zero_point=input_zero_point, weight_colsum=weight_colsum,
+        input_zero_point=input_zero_point, weight_colsum=weight_colsum, weight_group_scale=weight_group_scale,
     )
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def unpack_int4(packed: torch.Tensor, group_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The int8 weight of a packed 4-bit one: ``q[n, k]`` (times ``group_scale[n, k // 128]``).
+
+    Packing (:func:`tcgemm.pack_int4`): byte ``j`` of row ``n`` holds ``q[n, 2j]`` in its low
+    nibble and ``q[n, 2j + 1]`` in its high nibble, two's complement values in [-8, 7].
+
+    Args:
+        packed: uint8 [N, K/2], contiguous along K, on the CPU or a CUDA device.
+        group_scale: optional int8 ``[N, ceil(K/128)]`` two-level group scales in [1, 16].
+
+    Returns:
+        int8 [N, K] on ``packed``'s device.
+
+    Example:
+        >>> w8 = tcgemm.unpack_int4(packed, group_scale)   # what the int32 GEMM computes with
+    """
+    require_tensor(_UNPACK_INT4, "packed", packed)
+    require_tensor(_UNPACK_INT4, "group_scale", group_scale, optional=True)
+    return torch.ops.tcgemm.unpack_int4.default(packed, group_scale)
+
+
+@torch.library.register_fake("tcgemm::unpack_int4")
+def _unpack_int4_fake(packed, group_scale=None):
+    check_args("unpack_int4", packed=packed, group_scale=group_scale)
+    return packed.new_empty((packed.shape[0], 2 * packed.shape[1]), dtype=torch.int8)
+
+
+def int4_gemm(a: torch.Tensor, b: torch.Tensor, group_scale: Optional[torch.Tensor] = None, *,
+              backend: str = "auto") -> torch.Tensor:
+    """``a @ unpack_int4(b, group_scale).T`` as exact int32 (wrapping modulo 2**32): an int8
+    activation against a packed 4-bit weight.
+
+    Every backend gives the int32 result of :func:`int8_gemm` on the unpacked weight, bit for
+    bit. The few-rows (skinny) kernel streams the packed bytes and unpacks them in registers;
+    the other backends compute with the unpacked int8 weight.
+
+    Args:
+        a: int8 [M, K]; any strides.
+        b: packed 4-bit weight, uint8 [N, K/2] (``nn.Linear`` layout, two values per byte along K).
+        group_scale: optional int8 ``[N, ceil(K/128)]`` in [1, 16].
+        backend: as for :func:`gemm`.
+
+    Returns:
+        int32 [M, N] on ``a``'s device.
+
+    Example:
+        >>> acc = tcgemm.int4_gemm(qx, packed, group_scale)   # == int8_gemm(qx, unpack_int4(packed, group_scale).t())
+    """
+    require_tensor(_INT4_GEMM, "a", a)
+    require_tensor(_INT4_GEMM, "b", b)
+    require_tensor(_INT4_GEMM, "group_scale", group_scale, optional=True)
+    require_str(_INT4_GEMM, "backend", backend)
+    return torch.ops.tcgemm.gemm_int4.default(a, b, group_scale, backend)
+
+
+@torch.library.register_fake("tcgemm::gemm_int4")
+def _gemm_int4_fake(a, b, group_scale=None, backend="auto"):
+    check_args("gemm_int4", a=a, b=b, group_scale=group_scale, backend=backend)
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=torch.int32)

@@ -141,6 +141,27 @@ def main() -> int:
                     failures += not ok
                     print(f"quant_linear skinny {m}x{n}x{k} {act} smooth={sm is not None}: "
                           f"{'exact' if ok else 'MISMATCH'}")
+    # Packed 4-bit weights (two-level group scales or none): the few-rows kernel that streams them
+    # (forced, and through quant_linear's in-kernel quantization) and the unpacking of the others,
+    # each against the int8 GEMM of the unpacked weight.
+    for m, n, k in [(1, 300, 1008), (3, 140, 530), (17, 40, 264), (2, 8464, 512)]:
+        a = torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8).cuda()
+        packed = torch.randint(0, 256, (n, k // 2), generator=gen, dtype=torch.uint8).cuda()
+        gs = torch.randint(1, 17, (n, (k + 127) // 128), generator=gen, dtype=torch.int8).cuda()
+        for backend in tcgemm.backends_for("gemm", device="cuda"):
+            for group in (None, gs):
+                got = tcgemm.int4_gemm(a, packed, group, backend=backend)
+                ok = torch.equal(got, tcgemm.int8_gemm(a, tcgemm.unpack_int4(packed, group).t(), backend=backend))
+                failures += not ok
+                print(f"int4_gemm {backend:12s} {m}x{n}x{k} groups={group is not None}: {'exact' if ok else 'MISMATCH'}")
+        x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+        ws = torch.rand(n, generator=gen).cuda()
+        for act in ("token", "block"):
+            y = tcgemm.quant_linear(x, packed, ws, activation=act, weight_group_scale=gs, backend="skinny")
+            ref = tcgemm.quant_linear(x, tcgemm.unpack_int4(packed, gs), ws, activation=act, backend="skinny")
+            ok = torch.equal(y, ref)
+            failures += not ok
+            print(f"quant_linear 4-bit skinny {m}x{n}x{k} {act}: {'exact' if ok else 'MISMATCH'}")
     torch.cuda.synchronize()
     return 1 if failures else 0
 

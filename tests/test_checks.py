@@ -14,7 +14,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import tcgemm
 from tcgemm._checks import CHECKS, first_failing
 
-I8, I32 = torch.int8, torch.int32
+I8, I32, U8 = torch.int8, torch.int32, torch.uint8
 
 
 def _ones(*shape, dtype=torch.float32, device="cpu"):
@@ -48,19 +48,36 @@ def _quantize_asym_base(dev):
 def _quant_linear_base(dev):  # x [2, 3, 256], weight [N, K] = [8, 256]
     return dict(x=_ones(2, 3, 256, device=dev), weight=_ones(8, 256, dtype=I8, device=dev),
                 weight_scale=_ones(8, device=dev), bias=None, activation="token", input_scale=None, smooth=None,
-                backend="auto", asymmetric=False, input_zero_point=None, weight_colsum=None)
+                backend="auto", asymmetric=False, input_zero_point=None, weight_colsum=None, weight_group_scale=None)
+
+
+def _unpack_int4_base(dev):  # a packed 4-bit weight [N, K/2] = [8, 128]
+    return dict(packed=_ones(8, 128, dtype=U8, device=dev), group_scale=None)
+
+
+def _gemm_int4_base(dev):  # a [4, 256] against a packed [8, 128] (K = 256)
+    return dict(a=_ones(4, 256, dtype=I8, device=dev), b=_ones(8, 128, dtype=U8, device=dev), group_scale=None,
+                backend="auto")
 
 
 BASE = {"gemm": _gemm_base, "gemm_out": _gemm_out_base, "scaled_gemm": _scaled_base, "quantize": _quantize_base,
-        "quantize_asym": _quantize_asym_base, "quant_linear": _quant_linear_base}
+        "quantize_asym": _quantize_asym_base, "quant_linear": _quant_linear_base, "unpack_int4": _unpack_int4_base,
+        "gemm_int4": _gemm_int4_base}
 
 
 def _zeros_i32(*shape, device="cpu"):
     return torch.zeros(shape, dtype=I32, device=device)
 
 
-def _big_rows(rows, cols, dev):
-    return torch.zeros(1, cols, dtype=I8, device=dev).expand(rows, cols)  # a stride-0 view: no memory
+def _big_rows(rows, cols, dev, dtype=I8):
+    return torch.zeros(1, cols, dtype=dtype, device=dev).expand(rows, cols)  # a stride-0 view: no memory
+
+
+def _packed_layer(**extra):
+    """quant_linear with a packed 4-bit weight [8, 128] (K = 256) and per-channel scales."""
+    def change(x, dev):
+        return {"weight": _ones(8, 128, dtype=U8, device=dev), **{name: f(dev) for name, f in extra.items()}}
+    return change
 
 
 def _out_alias_a(x, dev):
@@ -239,7 +256,20 @@ _QUANT_LINEAR_BAD = [
     ("x_dtype", lambda x, dev: {"x": x["x"].double()}),
     ("x_dim", lambda x, dev: {"x": _ones(device=dev)}),
     ("weight_dim", lambda x, dev: {"weight": x["weight"][0]}),
-    ("weight_dtype", lambda x, dev: {"weight": x["weight"].to(torch.uint8)}),
+    ("weight_dtype", lambda x, dev: {"weight": x["weight"].to(torch.int32)}),
+    ("weight_packed_dim", lambda x, dev: {"weight": _ones(128, dtype=U8, device=dev)}),
+    ("weight_packed_k_even", lambda x, dev: {"x": _ones(2, 255, device=dev), "weight": _ones(8, 127, dtype=U8,
+                                                                                               device=dev)}),
+    ("weight_packed_shape", lambda x, dev: {"weight": x["weight"].to(U8)}),  # [N, K] where [N, K/2] is packed
+    ("weight_packed_stride", lambda x, dev: {"weight": _ones(128, 8, dtype=U8, device=dev).t()}),
+    ("weight_packed_size", lambda x, dev: {"weight": _big_rows(2**30, 128, dev, U8)}),
+    ("weight_group_scale_unpacked", lambda x, dev: {"weight_group_scale": _ones(8, 2, dtype=I8, device=dev)}),
+    ("weight_group_scale_per_channel", _packed_layer(weight_scale=lambda dev: _ones(8, 2, device=dev),
+                                                     weight_group_scale=lambda dev: _ones(8, 2, dtype=I8,
+                                                                                          device=dev))),
+    ("weight_group_scale_dtype", _packed_layer(weight_group_scale=lambda dev: _ones(8, 2, device=dev))),
+    ("weight_group_scale_device", _packed_layer(weight_group_scale=lambda dev: _ones(8, 2, dtype=I8))),
+    ("weight_group_scale_shape", _packed_layer(weight_group_scale=lambda dev: _ones(8, 3, dtype=I8, device=dev))),
     ("weight_size", lambda x, dev: {"weight": _big_rows(2**30, 256, dev)}),
     ("weight_device", lambda x, dev: {"weight": x["weight"].cpu()}),
     ("k_match", lambda x, dev: {"x": _ones(2, 255, device=dev)}),
@@ -292,7 +322,38 @@ _QUANT_LINEAR_BAD = [
     ("backend_on_cpu", lambda x, dev: {"backend": "sm90"}),
     ("backend_on_cpu", lambda x, dev: {"backend": "skinny"}),
 ]
+_UNPACK_INT4_BAD = [
+    ("packed_packed_dim", lambda x, dev: {"packed": _ones(128, dtype=U8, device=dev)}),
+    ("packed_packed_dtype", lambda x, dev: {"packed": _ones(8, 128, dtype=I8, device=dev)}),
+    ("packed_packed_stride", lambda x, dev: {"packed": _ones(128, 8, dtype=U8, device=dev).t()}),
+    ("packed_packed_size", lambda x, dev: {"packed": _big_rows(2**30, 128, dev, U8)}),
+    ("group_scale_dtype", lambda x, dev: {"group_scale": _ones(8, 2, device=dev)}),
+    ("group_scale_device", lambda x, dev: {"group_scale": _ones(8, 2, dtype=I8)}),
+    ("group_scale_shape", lambda x, dev: {"group_scale": _ones(8, 1, dtype=I8, device=dev)}),
+]
+_GEMM_INT4_BAD = [
+    ("backend_name", lambda x, dev: {"backend": "fast"}),
+    ("a_dim", lambda x, dev: {"a": x["a"][0]}),
+    ("a_dtype", lambda x, dev: {"a": x["a"].to(U8)}),
+    ("a_size", lambda x, dev: {"a": _big_rows(2**30, 256, dev)}),
+    ("b_device", lambda x, dev: {"b": x["b"].cpu()}),
+    ("b_packed_dim", lambda x, dev: {"b": x["b"][0]}),
+    ("b_packed_dtype", lambda x, dev: {"b": x["b"].to(I8)}),
+    ("b_packed_k_even", lambda x, dev: {"a": _ones(4, 255, dtype=I8, device=dev), "b": _ones(8, 127, dtype=U8,
+                                                                                              device=dev)}),
+    ("b_packed_shape", lambda x, dev: {"b": _ones(8, 256, dtype=U8, device=dev)}),
+    ("b_packed_stride", lambda x, dev: {"b": _ones(128, 8, dtype=U8, device=dev).t()}),
+    ("b_packed_size", lambda x, dev: {"b": _big_rows(2**30, 128, dev, U8)}),
+    ("group_scale_dtype", lambda x, dev: {"group_scale": _ones(8, 2, device=dev)}),
+    ("group_scale_device", lambda x, dev: {"group_scale": _ones(8, 2, dtype=I8)}),
+    ("group_scale_shape", lambda x, dev: {"group_scale": _ones(2, 8, dtype=I8, device=dev)}),
+    ("k_overflow", lambda x, dev: {"a": torch.zeros(1, 131072, dtype=I8, device=dev),
+                                   "b": torch.zeros(1, 65536, dtype=U8, device=dev)}),
+    ("backend_on_cpu", lambda x, dev: {"backend": "sm90"}),
+]
 BAD = {
+    "unpack_int4": _UNPACK_INT4_BAD,
+    "gemm_int4": _GEMM_INT4_BAD,
     "quant_linear": _QUANT_LINEAR_BAD,
     "gemm": _GEMM_BAD + _GEMM_ONLY_BAD,
     "gemm_out": _GEMM_BAD + _GEMM_OUT_BAD,
@@ -304,7 +365,7 @@ BAD = {
 TWO_DEVICE_CHECKS = {"b_device", "c_device", "out_device", "scale_a_device", "scale_b_device", "bias_device",
                      "scale_device", "weight_device", "weight_scale_device", "input_scale_device", "smooth_device",
                      "zero_point_a_device", "colsum_b_device", "zero_point_device", "input_zero_point_device",
-                     "weight_colsum_device"}
+                     "weight_colsum_device", "weight_group_scale_device", "group_scale_device"}
 # Checks meta tensors cannot trigger: they concern the CPU.
 CPU_ONLY_CHECKS = {"backend_on_cpu"}
 
@@ -390,6 +451,12 @@ def test_real_op_and_fake_raise_the_same(op, name, change):
 
 # Inputs at the edges of the checks that every implementation accepts.
 GOOD = [
+    ("quant_linear", _packed_layer(weight_group_scale=lambda dev: torch.full((8, 2), 16, dtype=I8, device=dev))),
+    ("quant_linear", _packed_layer(weight_scale=lambda dev: _ones(8, 2, device=dev), activation=lambda dev: "block")),
+    ("quant_linear", _packed_layer(asymmetric=lambda dev: True)),
+    ("unpack_int4", lambda x, dev: {"group_scale": _ones(8, 2, dtype=I8, device=dev)}),
+    ("gemm_int4", lambda x, dev: {"group_scale": _ones(8, 2, dtype=I8, device=dev)}),
+    ("gemm_int4", lambda x, dev: {"a": _ones(0, 256, dtype=I8, device=dev), "backend": "sm90"}),  # nothing to compute
     ("gemm", lambda x, dev: {"a": _ones(0, 7, dtype=I8, device=dev), "backend": "sm80"}),  # nothing to compute
     ("gemm", lambda x, dev: {"alpha": 2**31 - 1, "beta": -(2**31), "c": torch.zeros(5, 3, dtype=I32, device=dev)}),
     ("gemm", lambda x, dev: {"c": torch.zeros(1, 3, dtype=I32, device=dev).expand(5, 3), "beta": 1}),

@@ -39,6 +39,12 @@ struct GemmProblem {
   Operand a;  // [M, K]
   Operand b;  // B^T, [N, K]
   Output d;   // [M, N]
+  // B as packed 4-bit values (common/int4.h; b.ptr its bytes, b.stride_row bytes between rows),
+  // read by the skinny kernel only (dispatch/launch.h: reads_packed_b), each value times its int8
+  // group scale b_group_scale[n * b_group_scale_stride + k / 128] where one is given.
+  bool b_int4 = false;
+  const int8_t* b_group_scale = nullptr;
+  int64_t b_group_scale_stride = 0;
   // Split-K (set by dispatch, for epilogues that can add partial sums): K is cut into split_k
   // ranges of whole K blocks, each adding epilogue.partial(its sum) onto D with wrapping atomics,
   // after D was filled with epilogue(0) (epilogue/int32_epilogue_fill.h).

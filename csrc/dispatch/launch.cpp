@@ -35,7 +35,7 @@ void run_skinny(const GemmProblem& p, const EpilogueArgs& epilogue, const Device
 }
 
 void run_sm80(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
-  if (use_skinny(p.m, p.n, p.k, dev.sm_count, /*vs_sm90=*/false)) return run_skinny(p, epilogue, dev);
+  if (use_skinny(p.m, p.n, p.k, dev.sm_count, /*vs_sm90=*/false, p.b_int4)) return run_skinny(p, epilogue, dev);
   const Sm80Plan plan = plan_sm80(p.m, p.n, p.k, epilogue_family_of(epilogue), dev.sm_count, dev.smem_optin);
   p.split_k = plan.split_k;
   prefill_for_split(p, epilogue);
@@ -49,7 +49,7 @@ void run_sm80(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev
 }
 
 void run_sm90(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
-  if (use_skinny(p.m, p.n, p.k, dev.sm_count, /*vs_sm90=*/true)) return run_skinny(p, epilogue, dev);
+  if (use_skinny(p.m, p.n, p.k, dev.sm_count, /*vs_sm90=*/true, p.b_int4)) return run_skinny(p, epilogue, dev);
   const auto* scaled = std::get_if<ScaledEpilogueParams>(&epilogue);
   const bool column_scales = scaled != nullptr && scaled->b.per_row_block();
   const Sm90Plan plan = plan_sm90(p.m, p.n, p.k, epilogue_family_of(epilogue), column_scales, dev.sm_count);
@@ -79,6 +79,7 @@ void run_wmma(const GemmProblem& p, const EpilogueArgs& epilogue, const DeviceIn
 }  // namespace
 
 void run_gpu(Backend b, const GemmProblem& p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
+  if (p.b_int4 && !reads_packed_b(b, p, dev)) throw std::logic_error("tcgemm: run_gpu got 4-bit B off the skinny route");
   if (p.k == 0) {  // A @ B is all zeros: no GEMM kernel needed
     const auto* int32 = std::get_if<Int32EpilogueParams>(&epilogue);
     if (int32 == nullptr) throw std::logic_error("tcgemm: run_gpu got K = 0 for an epilogue without a fill");
@@ -96,13 +97,17 @@ void run_gpu(Backend b, const GemmProblem& p, const EpilogueArgs& epilogue, cons
   throw std::logic_error(std::string("tcgemm: run_gpu got non-GPU backend ") + backend_name(b));
 }
 
-bool runs_on_skinny(Backend b, int m, int n, int k, const DeviceInfo& dev) {
+bool runs_on_skinny(Backend b, int m, int n, int k, const DeviceInfo& dev, bool b_int4) {
   switch (b) {
     case Backend::kSkinny: return true;
-    case Backend::kSm80: return use_skinny(m, n, k, dev.sm_count, /*vs_sm90=*/false);
-    case Backend::kSm90: return use_skinny(m, n, k, dev.sm_count, /*vs_sm90=*/true);
+    case Backend::kSm80: return use_skinny(m, n, k, dev.sm_count, /*vs_sm90=*/false, b_int4);
+    case Backend::kSm90: return use_skinny(m, n, k, dev.sm_count, /*vs_sm90=*/true, b_int4);
     default: return false;
   }
+}
+
+bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev) {
+  return runs_on_skinny(b, p.m, p.n, p.k, dev, /*b_int4=*/true) && skinny::packed_b_fits(p.b, p.n) && p.a.is_signed;
 }
 
 void run_skinny_quantizing(const GemmProblem& p, const ScaledEpilogueParams& e, const QuantizeParams& xq,

@@ -16,7 +16,13 @@ void run_gpu(Backend b, const GemmProblem& p, const EpilogueArgs& epilogue, cons
 
 // Whether resolved GPU backend b runs an M x N x K GEMM on the skinny kernel (its own route, or
 // the few-rows route of sm80 / sm90).
-bool runs_on_skinny(Backend b, int m, int n, int k, const DeviceInfo& dev);
+// b_int4: B is packed 4-bit (plan.h use_skinny).
+bool runs_on_skinny(Backend b, int m, int n, int k, const DeviceInfo& dev, bool b_int4 = false);
+
+// Whether resolved GPU backend b computes p with its packed 4-bit B (p.b_int4) as it is: the
+// skinny kernel on its route, B's rows as it loads them. Otherwise the binding layer unpacks B
+// into int8 first (kernels/int4/unpack_int4.h) and every backend runs the int8 weight.
+bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev);
 
 // The scaled GEMM p (a symmetric epilogue, D of x's dtype) on the skinny kernel, which quantizes
 // A from the float rows xq describes itself (skinny::quantizes_in_kernel(xq)); p.a is not read.

@@ -16,7 +16,11 @@ namespace tcgemm {
 // M = 8 at N = 8192 1.02x; M = 16 at N = 4096 1.19x, but at N = 8192 0.95-0.98x (sm90 89.5-92.0,
 // skinny 87.3-87.7, cuBLASLt 88.4-88.9) and M = 12 0.98-0.99x: the 9-16 row bound sits between
 // the two measured widths.
-bool use_skinny(int m, int n, int k, int sm_count, bool vs_sm90) {
+// A packed 4-bit B (b_int4) takes the skinny kernel at every M <= 16: the other kernels would
+// compute with its unpacked int8 weight, and unpacking moves 1.5 bytes a weight before the GEMM
+// streams one (H100, bench_decode M = 16, N >= 8192: 0.74-0.83x bf16 that way).
+bool use_skinny(int m, int n, int k, int sm_count, bool vs_sm90, bool b_int4) {
+  if (b_int4) return m <= 16;
   const bool few_rows = m <= 8 || (m <= 16 && n <= (vs_sm90 ? 6144 : 8192));
   return few_rows && (n + 15) / 16 >= sm_count && k >= 512;
 }

@@ -7,7 +7,7 @@ namespace tcgemm {
 // Skinny problems (few rows of A against a wide B: decode-time linear layers) stream B; the
 // skinny kernel reads it straight into registers with many K blocks in flight, on sm80 and sm90
 // alike. vs_sm90: whether the alternative is the sm90 kernels (else the sm80 ones).
-bool use_skinny(int m, int n, int k, int sm_count, bool vs_sm90);
+bool use_skinny(int m, int n, int k, int sm_count, bool vs_sm90, bool b_int4 = false);
 
 enum class SkinnyConfig { kRows16Cols16, kRows16Cols32, kRows32Cols16 };
 SkinnyConfig plan_skinny(int m, int n, int sm_count);

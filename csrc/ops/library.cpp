@@ -50,7 +50,10 @@ TORCH_LIBRARY(tcgemm, m) {
   m.def(
       "quant_linear(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None, str activation='token', "
       "Tensor? input_scale=None, Tensor? smooth=None, str backend='auto', bool asymmetric=False, "
-      "Tensor? input_zero_point=None, Tensor? weight_colsum=None) -> Tensor");
+      "Tensor? input_zero_point=None, Tensor? weight_colsum=None, Tensor? weight_group_scale=None) -> Tensor");
+  // Packed 4-bit weights (common/int4.h).
+  m.def("unpack_int4(Tensor packed, Tensor? group_scale=None) -> Tensor");
+  m.def("gemm_int4(Tensor a, Tensor b, Tensor? group_scale=None, str backend='auto') -> Tensor");
   m.def("available_backends(int device_index) -> str", &available_backends);
   m.def("backend_names() -> str", &backend_names);
   // Per backend, in tcgemm.BACKENDS order, the epilogue families it runs: "auto=int32+scaled+per_block,...".

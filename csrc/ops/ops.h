@@ -22,6 +22,21 @@ constexpr int64_t kMaxUnblockedK = 131071;
 // The element types tcgemm.quantize reads (quantize.cpp); nullopt for any other.
 std::optional<QuantDtype> quant_dtype_of(at::ScalarType t);
 
+// tcgemm.gemm on its arguments (gemm.cpp).
+at::Tensor gemm(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& c, int64_t alpha,
+                int64_t beta, std::string_view backend);
+
+// Packed 4-bit weights (int4.cpp; common/int4.h has the format). A packed weight `name`: uint8
+// [N, K/2], contiguous along K, for K (from `k_from`, in messages) even.
+void check_packed_weight(const char* op, const at::Tensor& w, const char* name, int64_t k, const char* k_from);
+// Two-level group scales `name`: int8 [N, ceil(K/128)] on the device of `ref`; on the CPU also
+// their values, in [kInt4GroupScaleMin, kInt4GroupScaleMax].
+void check_group_scale(const char* op, const at::Tensor& s, const char* name, int64_t n, int64_t k,
+                       const at::Tensor& ref, const char* ref_name);
+// The int8 [N, K] weight of a checked packed one, times its group scales where given (rows padded
+// to 16 bytes: every GPU backend reads it in place), on its device and stream.
+at::Tensor unpack_int4_to_int8(const at::Tensor& packed, const at::Tensor* group_scale, int64_t k);
+
 // Static scales must be positive finite numbers: checked on CPU tensors (quantize.cpp).
 void check_static_scale_values(const char* op, const char* name, const at::Tensor& s);
 
@@ -82,6 +97,10 @@ struct ScaledGemmCall {
   // memory and gives the device.
   const Operand* a_rows = nullptr;
   int64_t m = 0, k = 0;
+  // B given as a packed 4-bit weight [N, K/2] (b_rows), with its int8 group scales or none: the
+  // skinny kernel reads it as it is (reads_packed_b), other backends its unpacked int8 weight.
+  bool b_int4 = false;
+  const at::Tensor* b_group_scale = nullptr;
   // Or A quantized by the GEMM kernel itself from the float rows xq describes (quant_linear at a
   // few rows, where gemm_quantizes_a said so; m and k as above): one kernel for the layer.
   const QuantizeParams* quantize_a = nullptr;

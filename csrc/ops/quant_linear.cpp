@@ -114,7 +114,8 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at:
                         const std::optional<at::Tensor>& input_scale, const std::optional<at::Tensor>& smooth,
                         std::string_view backend_arg, bool asymmetric,
                         const std::optional<at::Tensor>& input_zero_point,
-                        const std::optional<at::Tensor>& weight_colsum) {
+                        const std::optional<at::Tensor>& weight_colsum,
+                        const std::optional<at::Tensor>& weight_group_scale) {
   const Backend requested = parse_backend_arg(kOp, backend_arg);
   const QuantGranularity granularity = parse_activation(activation_arg);
   const std::optional<QuantDtype> dtype = quant_dtype_of(x.scalar_type());
@@ -122,14 +123,26 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at:
                    ": argument 'x' must have dtype torch.bfloat16, torch.float16 or torch.float32, got ",
                    dtype_name(x.scalar_type()));
   TORCH_CHECK_VALUE(x.dim() >= 1, kOp, ": argument 'x' must have at least one dimension [..., K], got a 0-D tensor");
-  check_operand(kOp, weight, "weight", "[N, K]", /*signed_only=*/true);
+  const bool packed = weight.scalar_type() == at::kByte;  // 4-bit, two values per byte along K
+  if (packed) {
+    check_packed_weight(kOp, weight, "weight", x.size(-1), "the last dimension of 'x'");
+  } else {
+    check_operand(kOp, weight, "weight", "[N, K]", /*signed_only=*/true);
+  }
   check_same_device(kOp, weight, "weight", x, "x");
-  const int64_t n = weight.size(0), k = weight.size(1);
+  const int64_t n = weight.size(0), k = packed ? x.size(-1) : weight.size(1);
   TORCH_CHECK_VALUE(x.size(-1) == k, kOp, ": in_features mismatch: 'x' is [..., K] = ", shape_str(x.sizes()),
                     " but 'weight' is [N, K] = ", shape_str(weight.sizes()));
   ScaledEpilogueParams e;
   e.b = describe_weight_scale(weight_scale, n, k);
   check_same_device(kOp, weight_scale, "weight_scale", x, "x");
+  const at::Tensor* group_scale = weight_group_scale.has_value() ? &*weight_group_scale : nullptr;
+  if (group_scale != nullptr) {  // two-level 4-bit scales
+    TORCH_CHECK_VALUE(packed, kOp, ": argument 'weight_group_scale' is used only with a 4-bit 'weight' (torch.uint8)");
+    TORCH_CHECK_VALUE(!e.b.per_block(), kOp,
+                      ": argument 'weight_group_scale' (two-level scales) needs a per-channel 'weight_scale' [N]");
+    check_group_scale(kOp, *group_scale, "weight_group_scale", n, k, x, "x");
+  }
   const at::Tensor bias_f32 = checked_bias_f32(kOp, bias, n, x, "x");
   check_input_scale(input_scale, activation_arg, x);
   if (smooth.has_value()) check_smooth(kOp, *smooth, x);
@@ -169,7 +182,9 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   }
   ScaledGemmCall call;
   call.overlap = x.is_cuda();
-  call.b_rows = true;  // the weight [N, K] as it is
+  call.b_rows = true;  // the weight [N, K] (or [N, K/2] packed) as it is
+  call.b_int4 = packed;
+  call.b_group_scale = group_scale;
   call.out_shape = out_shape;
   call.m = m;
   call.k = k;
@@ -190,7 +205,11 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   if (asymmetric) {
     asym.enabled = true;
     asym.zero_point = input_zero_point;
-    call.colsum_i32 = colsum.defined() ? colsum : at::sum(weight, {1}, /*keepdim=*/false, at::kInt);  // sum_k W[n, k]
+    if (colsum.defined()) {
+      call.colsum_i32 = colsum;
+    } else {  // sum_k W[n, k] of the int8 weight (unpacked)
+      call.colsum_i32 = at::sum(packed ? unpack_int4_to_int8(weight, group_scale, k) : weight, {1}, false, at::kInt);
+    }
   }
   // The quantized rows, their scales and zero points share one scratch allocation (each
   // allocation is host time at decode): rows of round_up(K, 16) bytes, which every backend reads in

@@ -76,6 +76,16 @@ OutType out_type_of(at::ScalarType t) {
   return OutType::kFp32;
 }
 
+// A packed 4-bit B (p.b_int4) replaced in p by its unpacked int8 weight, which is returned (it
+// must outlive the launch).
+at::Tensor unpack_b(GemmProblem& p, const at::Tensor& b, const ScaledGemmCall& call) {
+  const at::Tensor w = unpack_int4_to_int8(b, call.b_group_scale, p.k);
+  p.b = describe(w, false);
+  p.b_int4 = false;
+  p.b_group_scale = nullptr;
+  return w;
+}
+
 void run_cuda(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b, GemmProblem& p,
               const ScaledEpilogueParams& e, const ScaledGemmCall& call) {
   const c10::cuda::CUDAGuard guard(a.device());
@@ -89,17 +99,23 @@ void run_cuda(const char* op, Backend requested, const at::Tensor& a, const at::
   Backend backend = Backend::kAuto;
   const std::string why_not = resolve_gpu_backend(requested, dev, e, &backend);
   TORCH_CHECK_VALUE(why_not.empty(), op, ": ", why_not, " (argument 'backend')");
-  const OperandCopies copies = fit_operands(backend, a, b, p, call.b_rows);  // alive until the launch is enqueued
+  const bool native_int4 = p.b_int4 && reads_packed_b(backend, p, dev);
+  const at::Tensor unpacked = p.b_int4 && !native_int4 ? unpack_b(p, b, call) : at::Tensor();
+  // alive until the launch is enqueued; a packed B read as it is stays out of it
+  const OperandCopies copies =
+      native_int4 ? OperandCopies{} : fit_operands(backend, a, unpacked.defined() ? unpacked : b, p, call.b_rows);
   p.stream = at::cuda::getCurrentCUDAStream(a.device().index()).stream();
-  // An operand copy is a kernel between the quantize and the GEMM that writes what the GEMM
-  // reads before its griddep_wait: no overlap then.
-  p.pdl = call.overlap && has_pdl(dev) && !copies.a.defined() && !copies.b.defined();
+  // An operand copy (or the unpacking) is a kernel between the quantize and the GEMM that writes
+  // what the GEMM reads before its griddep_wait: no overlap then.
+  p.pdl = call.overlap && has_pdl(dev) && !copies.a.defined() && !copies.b.defined() && !unpacked.defined();
   run_gpu(backend, p, e, dev);
 }
 
 void run_on_cpu(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b, GemmProblem& p,
-                const ScaledEpilogueParams& e, at::Tensor& out, bool b_rows) {
-  const OperandCopies k_major = cpu_k_major_operands(op, requested, a, b, p, b_rows);
+                const ScaledEpilogueParams& e, at::Tensor& out, const ScaledGemmCall& call) {
+  const at::Tensor unpacked = p.b_int4 ? unpack_b(p, b, call) : at::Tensor();
+  const OperandCopies k_major =
+      cpu_k_major_operands(op, requested, a, unpacked.defined() ? unpacked : b, p, call.b_rows);
   // fp32 results, rounded once to the output dtype by torch (round to nearest even).
   at::Tensor f32 = out.scalar_type() == at::kFloat ? out : at::empty(out.sizes(), out.options().dtype(at::kFloat));
   p.d = Output{f32.data_ptr<float>(), p.n, OutType::kFp32};
@@ -173,11 +189,17 @@ at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor&
   }
   GemmProblem p = described ? gemm_problem(*a_rows, m, k, b, out.data_ptr(), n, out_type_of(out_dtype), call.b_rows)
                             : gemm_problem(a, b, out.data_ptr(), n, out_type_of(out_dtype), call.b_rows);
+  const at::Tensor group_scale = call.b_group_scale != nullptr ? call.b_group_scale->contiguous() : at::Tensor();
+  if (call.b_int4) {
+    p.b_int4 = true;
+    p.b_group_scale = group_scale.defined() ? group_scale.const_data_ptr<int8_t>() : nullptr;
+    p.b_group_scale_stride = group_scale.defined() ? group_scale.size(1) : 0;
+  }
   if (a.is_cuda()) {
     run_cuda(op, requested, a, b, p, e, call);
   } else {
     TORCH_CHECK_VALUE(a.is_cpu(), op, ": argument 'a' must be a CPU or CUDA tensor, got ", a.device().str());
-    run_on_cpu(op, requested, a, b, p, e, out, call.b_rows);
+    run_on_cpu(op, requested, a, b, p, e, out, call);
   }
   return out;
 }
@@ -189,8 +211,10 @@ bool gemm_quantizes_a(Backend requested, const at::Tensor& weight, const ScaledE
   Backend backend = Backend::kAuto;
   if (!resolve_gpu_backend(requested, dev, e, &backend).empty()) return false;  // the plain path names the error
   const int64_t n = weight.size(0);
-  return runs_on_skinny(backend, static_cast<int>(xq.m), static_cast<int>(n), static_cast<int>(xq.k), dev) &&
-         operand_fits(Backend::kSkinny, describe(weight, false), n, xq.k);
+  const bool packed = weight.scalar_type() == at::kByte;  // quant_linear's 4-bit weight
+  return runs_on_skinny(backend, static_cast<int>(xq.m), static_cast<int>(n), static_cast<int>(xq.k), dev, packed) &&
+         (packed ? skinny::packed_b_fits(describe(weight, false), n)
+                 : operand_fits(Backend::kSkinny, describe(weight, false), n, xq.k));
 }
 
 at::Tensor scaled_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,

@@ -26,6 +26,14 @@
 //     waits (griddep_wait) before it touches anything else. Only the first wave of blocks
 //     prefetches: a later block starts after the kernel before it has finished.
 //     After its main loop a block lets the next kernel be scheduled.
+//   4-bit B (GemmProblem::b_int4, common/int4.h): a K block of a row is 64 bytes, a lane's share
+//     one 16-byte load (16t) holding K 32t .. 32t + 31, so A's lane bytes follow (32t + 16v). At
+//     k-step s the packed word s unpacks into the two B words the mma takes (times 16: the
+//     nibbles shifted into the high half of their bytes). Each K block's int32 sums then lose the
+//     factor 16 exactly (an arithmetic shift) and are added times the block's int8 group scale
+//     (two-level scales: the sum over all of K equals that of the unpacked int8 weight, bit for
+//     bit, since int32 arithmetic wraps) or promoted with per-block fp32 scales. Half the bytes
+//     of B per K block: about twice as many K blocks in flight.
 //   A quantized in the kernel (tcgemm.quant_linear at up to 4 rows, skinny_quantize.cuh): each
 //     block of a persistent grid quantizes the float rows of x into shared memory once, then
 //     takes its tiles reading A from there; the epilogue reads the block's scales.
@@ -41,6 +49,7 @@
 #include <cuda_fp16.h>
 
 #include "common/cuda_check.h"
+#include "common/int4.h"
 #include "common/math.h"
 #include "common/problem.h"
 #include "epilogue/block_scales.h"
@@ -66,8 +75,18 @@ enum class From { kStream, kCached, kShared };
 // Byte of a K block where piece v (0, 1) of lane t's 16-byte loads starts: each load instruction
 // of a warp reads 64 contiguous bytes of a row (two whole sectors; with 32 contiguous bytes per
 // lane, each instruction read half of every sector it touched and the next one asked for the
-// other half again).
-__device__ __forceinline__ int lane_bytes(int t, int v) { return 16 * t + 64 * v; }
+// other half again). Against 4-bit B, whose K block a lane reads as the 16 bytes at 16t (K 32t ..
+// 32t + 31), A's lane bytes are those K.
+template <bool BInt4 = false>
+__device__ __forceinline__ int lane_bytes(int t, int v) {
+  return BInt4 ? 32 * t + 16 * v : 16 * t + 64 * v;
+}
+
+// Bytes of a K block of one row of B.
+template <bool BInt4>
+constexpr int b_block_bytes() {
+  return BInt4 ? kBK / kInt4PerByte : kBK;
+}
 
 // Piece v (16 bytes) of a lane's 32 bytes of a row into words 4v .. 4v + 3 of its 8.
 __device__ __forceinline__ void put_piece(uint32_t (&r)[8], int v, uint4 x) {
@@ -80,12 +99,12 @@ __device__ __forceinline__ void put_piece(uint32_t (&r)[8], int v, uint4 x) {
 // Lane t's 32 bytes of K block kb of one operand row (lane_bytes) as 8 little-endian words.
 // Masked: bytes at or past k read as zero (and are not touched). Rows in shared memory are padded
 // to whole K blocks.
-template <From Src, bool Masked>
+template <From Src, bool Masked, bool BInt4 = false>
 __device__ __forceinline__ void load_row32(uint32_t (&r)[8], const uint8_t* row, int kb, int t, int64_t k,
                                            uint64_t policy) {
 #pragma unroll
   for (int v = 0; v < 2; ++v) {
-    const int64_t kv = int64_t{kb} * kBK + lane_bytes(t, v);
+    const int64_t kv = int64_t{kb} * kBK + lane_bytes<BInt4>(t, v);
     uint4 x;
     if (Src == From::kShared) {
       x = *reinterpret_cast<const uint4*>(row + kv);
@@ -101,6 +120,66 @@ __device__ __forceinline__ void load_row32(uint32_t (&r)[8], const uint8_t* row,
     put_piece(r, v, x);
   }
 }
+
+// Lane t's 16 bytes of K block kb of a packed 4-bit row (K 32t .. 32t + 31) as 4 words; masked:
+// bytes at or past bytes = K / 2 read as zero.
+template <bool Masked>
+__device__ __forceinline__ void load_packed16(uint32_t (&r)[4], const uint8_t* row, int kb, int t, int64_t bytes,
+                                              uint64_t policy) {
+  const int64_t at = int64_t{kb} * b_block_bytes<true>() + 16 * t;
+  uint4 x;
+  if (!Masked || at + 16 <= bytes) {
+    x = ptx::ld_global_stream_v4(row + at, policy);
+  } else {
+    uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      if (at + i < bytes) w[i / 4] |= static_cast<uint32_t>(row[at + i]) << (8 * (i % 4));
+    x = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+  r[0] = x.x;
+  r[1] = x.y;
+  r[2] = x.z;
+  r[3] = x.w;
+}
+
+// Lane t's share of K block kb of a row of B (k values): 8 words of int8, or 4 of packed 4-bit.
+template <bool BInt4, bool Masked, int Words>
+__device__ __forceinline__ void load_b(uint32_t (&r)[Words], const uint8_t* row, int kb, int t, int64_t k,
+                                       uint64_t policy) {
+  if constexpr (BInt4) {
+    load_packed16<Masked>(r, row, kb, t, k / kInt4PerByte, policy);
+  } else {
+    load_row32<From::kStream, Masked>(r, row, kb, t, k, policy);
+  }
+}
+
+// The int8 group scales (two-level 4-bit weights) of one K block for a lane's two columns of each
+// n8 tile, packed four to a word (1 for every column when the problem has none).
+template <int ColTiles>
+struct Int4GroupScales {
+  uint32_t words[(2 * ColTiles + 3) / 4];
+
+  __device__ void load(const GemmProblem& p, int n0, int t, int kb) {
+#pragma unroll
+    for (int w = 0; w < (2 * ColTiles + 3) / 4; ++w) words[w] = 0x01010101u;
+    if (p.b_group_scale == nullptr) return;
+#pragma unroll
+    for (int w = 0; w < (2 * ColTiles + 3) / 4; ++w) words[w] = 0;
+#pragma unroll
+    for (int nt = 0; nt < ColTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = min(n0 + 8 * nt + 2 * t + e, p.n - 1), i = 2 * nt + e;
+        const int8_t s = __ldg(p.b_group_scale + int64_t{col} * p.b_group_scale_stride + kb);
+        words[i / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(s)) << (8 * (i % 4));
+      }
+  }
+  __device__ int32_t get(int nt, int e) const {
+    const int i = 2 * nt + e;
+    return static_cast<int8_t>(words[i / 4] >> (8 * (i % 4)));
+  }
+};
 
 // Byte offset of a row: the index is never negative, and widening it as unsigned keeps a sign
 // word per row out of the registers (sm_80's promoting kernels spilled one at the 128 cap).
@@ -118,9 +197,11 @@ __device__ __forceinline__ void b_rows_of(const GemmProblem& p, int n0, int g, c
 }
 
 // K blocks of B a warp keeps in flight: kDepth, one fewer when promoting per-block scales (their
-// registers).
-template <class Cfg, class Epi>
+// registers). 4-bit B takes half the registers per K block: 2 kDepth - 1 (the group scales' word
+// and the block's sums take the rest), kDepth when promoting.
+template <class Cfg, class Epi, bool BInt4 = false>
 constexpr int k_ahead() {
+  if constexpr (BInt4) return Epi::kPromotes ? Cfg::kDepth : 2 * Cfg::kDepth - 1;
   return Epi::kPromotes && Cfg::kDepth > 1 ? Cfg::kDepth - 1 : Cfg::kDepth;
 }
 
@@ -152,9 +233,13 @@ struct StagedRound {
     }
     ptx::cp_async_commit();
   }
-  __device__ static void load(uint32_t (&r)[8], uint8_t* base, int warp, int d, int nt, int lane) {
+  // A lane's words of one staged K block (int8 B only: 4-bit B is never staged).
+  template <int Words>
+  __device__ static void load_words(uint32_t (&r)[Words], uint8_t* base, int warp, int d, int nt, int lane) {
+    if constexpr (Words == 8) {
 #pragma unroll
-    for (int v = 0; v < 2; ++v) put_piece(r, v, *reinterpret_cast<const uint4*>(piece(base, warp, d, nt, v, lane)));
+      for (int v = 0; v < 2; ++v) put_piece(r, v, *reinterpret_cast<const uint4*>(piece(base, warp, d, nt, v, lane)));
+    }
   }
 };
 
@@ -163,7 +248,7 @@ struct StagedRound {
 // Ends with the block's threads reading the shared sums: a block that goes on to another tile
 // must pass a barrier first. staged: the tile's first round of B (StagedRound, this thread's
 // copies not yet waited for), or nullptr.
-template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, From ASrc, class Epi>
+template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, From ASrc, class Epi, bool BInt4 = false>
 __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi, const uint8_t* a_base,
                                             int64_t a_stride, int tile, uint8_t* staged = nullptr) {
   using Cfg = TileConfig<RowTiles, ColTiles>;
@@ -171,7 +256,8 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
   constexpr bool kPerBlock = Epi::kPromotes;
   constexpr int kCols = Cfg::kCols;
   constexpr int kRegs = RowTiles * ColTiles * 4;  // accumulators per lane
-  constexpr int kAhead = k_ahead<Cfg, Epi>();
+  constexpr int kAhead = k_ahead<Cfg, Epi, BInt4>();
+  constexpr int kBWords = BInt4 ? 4 : 8;  // registers of a lane's share of a K block of a B row
   __shared__ Acc partial[kWarps][kRegs][32];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -208,16 +294,23 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
 
   // One K block: A loaded now (L1), B loaded ahead; promotion of its partial sums if per-block,
   // with the block's scales, which were loaded with B (a load of its own per K block, waited on
-  // at once, stalled every K block for a trip to L2: docs/design/skinny.md).
+  // at once, stalled every K block for a trip to L2: docs/design/skinny.md). 4-bit B: the
+  // block's sums on their own, then added times the group scales (or promoted), see the top.
   using Scales = MmaSyncPromotion<RowTiles, ColTiles>;
-  auto compute = [&](const uint32_t (&b)[ColTiles][8], int kb, auto masked, const Scales& scales) {
+  using GroupScales = Int4GroupScales<ColTiles>;
+  auto compute = [&](const uint32_t (&b)[ColTiles][kBWords], int kb, auto masked, const Scales& scales,
+                     const GroupScales& group) {
     uint32_t a[RowTiles][2][8];
 #pragma unroll
     for (int mt = 0; mt < RowTiles; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        load_row32<ASrc, decltype(masked)::value>(a[mt][h], a_row[mt][h], kb, t, p.k, 0);
-    if constexpr (kPerBlock) each_acc([&](int mt, int nt, int j) { acc[mt][nt][j] = 0; });
+        load_row32<ASrc, decltype(masked)::value, BInt4>(a[mt][h], a_row[mt][h], kb, t, p.k, 0);
+    // The mma's accumulators: the whole K range's, or this block's alone (promoted or scaled after).
+    constexpr bool kBlockSums = kPerBlock || BInt4;
+    int32_t block[RowTiles][ColTiles][4];
+    int32_t(*sums)[ColTiles][4] = kBlockSums ? block : acc;
+    if constexpr (kBlockSums) each_acc([&](int mt, int nt, int j) { block[mt][nt][j] = 0; });
 #pragma unroll
     for (int s = 0; s < kBK / 32; ++s)
 #pragma unroll
@@ -225,19 +318,32 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
         const uint32_t af[4] = {a[mt][0][2 * s], a[mt][1][2 * s], a[mt][0][2 * s + 1], a[mt][1][2 * s + 1]};
 #pragma unroll
         for (int nt = 0; nt < ColTiles; ++nt) {
-          const uint32_t bf[2] = {b[nt][2 * s], b[nt][2 * s + 1]};
-          ptx::mma_m16n8k32<ASigned, BSigned>(acc[mt][nt], af, bf);
+          uint32_t bf[2];
+          if constexpr (BInt4) {
+            unpack_int4x8_times16(b[nt][s], bf[0], bf[1]);
+          } else {
+            bf[0] = b[nt][2 * s];
+            bf[1] = b[nt][2 * s + 1];
+          }
+          ptx::mma_m16n8k32<ASigned, BSigned>(sums[mt][nt], af, bf);
         }
       }
-    if constexpr (kPerBlock) scales.promote_into(accf, acc);
+    if constexpr (BInt4)  // the factor 16 out (exact: a multiple of 16), the group scale in
+      each_acc([&](int mt, int nt, int j) { block[mt][nt][j] = wrap_mul(block[mt][nt][j] >> 4, group.get(nt, j % 2)); });
+    if constexpr (kPerBlock) {
+      scales.promote_into(accf, block);
+    } else if constexpr (BInt4) {
+      each_acc([&](int mt, int nt, int j) { acc[mt][nt][j] = wrap_add(acc[mt][nt][j], block[mt][nt][j]); });
+    }
   };
 
   const int full_blocks = p.k / kBK;
 
   if (staged != nullptr) ptx::cp_async_wait<0>();
   for (int kb0 = warp; kb0 < full_blocks; kb0 += kWarps * kAhead) {
-    uint32_t b[kAhead][ColTiles][8];
+    uint32_t b[kAhead][ColTiles][kBWords];
     Scales scales[kPerBlock ? kAhead : 1];
+    GroupScales group[BInt4 ? kAhead : 1];
     const bool from_stage = staged != nullptr && kb0 == warp;
 #pragma unroll
     for (int d = 0; d < kAhead; ++d) {
@@ -245,29 +351,32 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
       if (kb < full_blocks) {
 #pragma unroll
         for (int nt = 0; nt < ColTiles; ++nt) {
-          if (from_stage) {
-            StagedRound<Cfg, Epi>::load(b[d][nt], staged, warp, d, nt, lane);
+          if (!BInt4 && from_stage) {
+            StagedRound<Cfg, Epi>::load_words(b[d][nt], staged, warp, d, nt, lane);
           } else {
-            load_row32<From::kStream, false>(b[d][nt], b_row[nt], kb, t, p.k, stream);
+            load_b<BInt4, false>(b[d][nt], b_row[nt], kb, t, p.k, stream);
           }
         }
         if constexpr (kPerBlock) scales[d].load(epi, m0, n0, p.m, p.n, lane, kb);
+        if constexpr (BInt4) group[d].load(p, n0, t, kb);
       }
     }
 #pragma unroll
     for (int d = 0; d < kAhead; ++d) {
       const int kb = kb0 + kWarps * d;
-      if (kb < full_blocks) compute(b[d], kb, std::false_type{}, scales[kPerBlock ? d : 0]);
+      if (kb < full_blocks)
+        compute(b[d], kb, std::false_type{}, scales[kPerBlock ? d : 0], group[BInt4 ? d : 0]);
     }
   }
   if (full_blocks * kBK < p.k && warp == full_blocks % kWarps) {
-    uint32_t b[ColTiles][8];
+    uint32_t b[ColTiles][kBWords];
     Scales scales;
+    GroupScales group;
 #pragma unroll
-    for (int nt = 0; nt < ColTiles; ++nt)
-      load_row32<From::kStream, true>(b[nt], b_row[nt], full_blocks, t, p.k, stream);
+    for (int nt = 0; nt < ColTiles; ++nt) load_b<BInt4, true>(b[nt], b_row[nt], full_blocks, t, p.k, stream);
     if constexpr (kPerBlock) scales.load(epi, m0, n0, p.m, p.n, lane, full_blocks);
-    compute(b, full_blocks, std::true_type{}, scales);
+    if constexpr (BInt4) group.load(p, n0, t, full_blocks);
+    compute(b, full_blocks, std::true_type{}, scales, group);
   }
   ptx::griddep_launch_dependents();
 
@@ -304,7 +413,8 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
 // as given (p.a), one block per tile; else the element type of the float x that each block
 // quantizes itself (xq, skinny_quantize.cuh; dynamic shared memory of QuantizedA's layout) before
 // it takes tiles blockIdx.x, + gridDim.x, ... (a persistent grid: x is quantized once per block).
-template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, class Epi, class XT>
+// BInt4: B is packed 4-bit (p.b_int4).
+template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, class Epi, class XT, bool BInt4>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     skinny_gemm_kernel(const GemmProblem p, const Epi epi, const QuantizeParams xq) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -319,7 +429,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   auto prefetch_first_round = [&] {
     if (threadIdx.x >= Cfg::kCols) return;
     const int n0 = static_cast<int>(blockIdx.x % ceil_div(p.n, Cfg::kCols)) * Cfg::kCols;
-    const int bytes = min(p.k, kWarps * Cfg::kDepth * kBK) & ~15;
+    const int row_bytes = BInt4 ? p.k / kInt4PerByte : p.k;
+    const int bytes = min(row_bytes, kWarps * k_ahead<Cfg, Epi, BInt4>() * b_block_bytes<BInt4>()) & ~15;
     const int row = min(n0 + static_cast<int>(threadIdx.x), p.n - 1);
     if (bytes > 0)
       ptx::prefetch_l2_bulk(static_cast<const uint8_t*>(p.b.ptr) + row_offset(row, p.b.stride_row),
@@ -328,19 +439,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   if (!kQuantizes && p.pdl && blockIdx.x < kBlocksPerSm * ptx::nsmid()) prefetch_first_round();
   ptx::griddep_wait();  // A (or x), the scales and D belong to the kernels before this one
   if constexpr (!kQuantizes) {
-    skinny_tile<RowTiles, ColTiles, ASigned, BSigned, From::kCached>(p, epi, static_cast<const uint8_t*>(p.a.ptr),
-                                                                     p.a.stride_row, static_cast<int>(blockIdx.x));
+    skinny_tile<RowTiles, ColTiles, ASigned, BSigned, From::kCached, Epi, BInt4>(
+        p, epi, static_cast<const uint8_t*>(p.a.ptr), p.a.stride_row, static_cast<int>(blockIdx.x));
   } else {
     // The first tile's first round of B goes into shared memory while the block quantizes x
     // (where the launcher gave it the room, launch_quantizing): the copies are issued right
     // after the loads of x (issued first, they would queue behind them) and hold no registers,
     // so the main loop starts on B already in the SM. Without the room, the round is prefetched
-    // into L2 at the same point.
+    // into L2 at the same point (always for 4-bit B, whose round is half the bytes).
     using Staged = StagedRound<Cfg, Epi>;
     const QuantizedA layout = QuantizedA::layout(p.m, p.k, xq.granularity);
-    uint8_t* staged = ptx::dynamic_smem_size() >= static_cast<uint32_t>(Staged::at(layout.bytes) + Staged::kBytes)
-                          ? quantized + Staged::at(layout.bytes)
-                          : nullptr;
+    uint8_t* staged =
+        !BInt4 && ptx::dynamic_smem_size() >= static_cast<uint32_t>(Staged::at(layout.bytes) + Staged::kBytes)
+            ? quantized + Staged::at(layout.bytes)
+            : nullptr;
     auto stage_first_round = [&] {
       if (staged == nullptr) return prefetch_first_round();
       const uint8_t* b_row[ColTiles];
@@ -353,28 +465,42 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const bool first = tile == static_cast<int>(blockIdx.x);
       if (!first) __syncthreads();  // the last tile's sums have been read
-      skinny_tile<RowTiles, ColTiles, ASigned, BSigned, From::kShared>(p, in_block, quantized, layout.row_stride, tile,
-                                                                       first ? staged : nullptr);
+      skinny_tile<RowTiles, ColTiles, ASigned, BSigned, From::kShared, Epi, BInt4>(
+          p, in_block, quantized, layout.row_stride, tile, first ? staged : nullptr);
     }
   }
 #endif
 }
 
 // A grid of at most blocks_most blocks over the tiles of D (flattened into gridDim.x).
-template <class Cfg, class Epi, bool ASigned, bool BSigned, class XT>
+template <class Cfg, class Epi, bool ASigned, bool BSigned, class XT, bool BInt4>
 void launch_grid(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int64_t blocks_most, int smem_bytes) {
   const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, Cfg::kRows)) * ceil_div(p.n, Cfg::kCols);
   if (tiles >= (int64_t{1} << 31)) throw std::invalid_argument("tcgemm: the skinny GEMM's grid exceeds 2^31 blocks");
-  tcgemm::launch_kernel(skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi, XT>,
+  tcgemm::launch_kernel(skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi, XT, BInt4>,
                         dim3(static_cast<unsigned>(std::min(tiles, blocks_most))), kThreads,
                         static_cast<size_t>(smem_bytes), p.stream, p.pdl, p, epi, xq);
 }
 
+// f(bool_constant<B is packed 4-bit>).
+template <class F>
+void with_b_format(const GemmProblem& p, F&& f) {
+  if (p.b_int4) return f(std::true_type{});
+  f(std::false_type{});
+}
+
 template <class Cfg, class Epi>
 void launch(const GemmProblem& p, const Epi& epi) {
-  with_operand_signs<Epi>(p, [&](auto a_signed, auto b_signed) {
-    launch_grid<Cfg, Epi, decltype(a_signed)::value, decltype(b_signed)::value, void>(p, epi, QuantizeParams{},
-                                                                                      int64_t{1} << 31, 0);
+  with_b_format(p, [&](auto b_int4) {
+    if constexpr (decltype(b_int4)::value) {  // signed A against signed 4-bit values
+      if (!p.a.is_signed) throw std::logic_error("tcgemm: 4-bit B needs an int8 A");
+      launch_grid<Cfg, Epi, true, true, void, true>(p, epi, QuantizeParams{}, int64_t{1} << 31, 0);
+    } else {
+      with_operand_signs<Epi>(p, [&](auto a_signed, auto b_signed) {
+        launch_grid<Cfg, Epi, decltype(a_signed)::value, decltype(b_signed)::value, void, false>(
+            p, epi, QuantizeParams{}, int64_t{1} << 31, 0);
+      });
+    }
   });
 }
 
@@ -390,9 +516,12 @@ void launch_quantizing(const GemmProblem& p, const Epi& epi, const QuantizeParam
   // about 100 KB of shared memory per SM); the kernel sees its room in %dynamic_smem_size.
   constexpr int kMost = Staged::at(kXMost) + Staged::kBytes;
   const int staged = Staged::at(x.bytes) + Staged::kBytes;
-  const bool stage = kBlocksPerSm * kMost <= smem_optin;
-  if (stage) allow_dynamic_smem<skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT>, kMost>();
-  launch_grid<Cfg, Epi, true, true, XT>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count, stage ? staged : x.bytes);
+  const bool stage = kBlocksPerSm * kMost <= smem_optin && !p.b_int4;
+  with_b_format(p, [&](auto b_int4) {
+    constexpr bool kInt4 = decltype(b_int4)::value;
+    if (stage) allow_dynamic_smem<skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT, kInt4>, kMost>();
+    launch_grid<Cfg, Epi, true, true, XT, kInt4>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count, stage ? staged : x.bytes);
+  });
 }
 
 }  // namespace tcgemm::skinny

@@ -17,6 +17,12 @@ namespace tcgemm::skinny {
 template <class Cfg, class Epi>
 void launch(const GemmProblem& p, const Epi& epi);
 
+// Whether the kernel reads a packed 4-bit B (GemmProblem::b_int4) of `rows` rows in place: K-major,
+// a 16-byte aligned base and, with more than one row, a row stride of whole 16 bytes.
+inline bool packed_b_fits(const Operand& b, int64_t rows) {
+  return b.stride_k == 1 && reinterpret_cast<uintptr_t>(b.ptr) % 16 == 0 && (rows == 1 || b.stride_row % 16 == 0);
+}
+
 // Whether the kernel can quantize x itself (xq describes x; its targets are not used): symmetric,
 // dynamic per token or per 1x128 group or static per tensor, at most kQuantizeRows rows, x read
 // as 16-byte vectors (an aligned base and row stride, a unit K stride, K a multiple of the

@@ -1,0 +1,44 @@
+// Packed 4-bit weights: the format, and the unpacking every path shares.
+//
+// A 4-bit weight [N, K] (K even) is stored as bytes [N, K / 2]: byte j of a row holds k = 2j in
+// its low nibble and k = 2j + 1 in its high nibble, each a two's-complement value in [-8, 7]. (Seen
+// as little-endian 32-bit words, value i of each eight sits at bits 4i: compressed-tensors' int32
+// packing order; that format stores q + 8, one XOR 0x88 per byte away.)
+//
+// Two-level scales: an int8 group scale per 1x128 group of each row (kScaleBlock), in
+// [kInt4GroupScaleMin, kInt4GroupScaleMax], so that every 4-bit value times its group scale is an
+// int8 (-8 * 16 = -128 .. 7 * 16 = 112): the weight the int32 GEMM computes with is that int8
+// product, exactly, and a per-channel fp32 scale rides in the epilogue.
+#pragma once
+
+#include <cstdint>
+
+#include "common/hd.h"
+
+namespace tcgemm {
+
+constexpr int kInt4PerByte = 2;
+constexpr int kInt4GroupScaleMin = 1;
+constexpr int kInt4GroupScaleMax = 16;
+
+// The signed 4-bit value in the low (high = false) or high nibble of a packed byte.
+TCGEMM_HD int int4_nibble(uint8_t byte, bool high) {
+  const int v = high ? byte >> 4 : byte & 0xF;
+  return v >= 8 ? v - 16 : v;
+}
+
+#if defined(__CUDACC__)
+// The eight 4-bit values of a packed word (k .. k + 7, little-endian) as two words of int8 bytes
+// in K order (k .. k + 3, k + 4 .. k + 7), each value times 16: shifted into the high half of its
+// byte, a nibble's two's complement is the byte's. Three logic operations and two byte permutes
+// for eight values; a dot product over a K block then carries a factor 16 that the caller takes
+// out exactly (arithmetic shift) once per block.
+__device__ __forceinline__ void unpack_int4x8_times16(uint32_t packed, uint32_t& lo4, uint32_t& hi4) {
+  const uint32_t even = (packed << 4) & 0xF0F0F0F0u;  // k, k + 2, k + 4, k + 6
+  const uint32_t odd = packed & 0xF0F0F0F0u;          // k + 1, k + 3, k + 5, k + 7
+  lo4 = __byte_perm(even, odd, 0x5140);
+  hi4 = __byte_perm(even, odd, 0x7362);
+}
+#endif
+
+}  // namespace tcgemm

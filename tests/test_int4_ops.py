@@ -1,0 +1,244 @@
+"""Packed 4-bit weights at the op level: tcgemm.unpack_int4, tcgemm.int4_gemm and tcgemm.quant_linear
+with a uint8 [N, K/2] weight.
+
+The contract: the int32 accumulation against a 4-bit weight is, on every backend, bit for bit the
+int8 GEMM of the unpacked weight (q, or q times its two-level group scale), which is exact
+against an int64 reference; a 4-bit quant_linear equals the same op on the unpacked int8 weight
+bit for bit on the same backend. Packing here is written independently of the library.
+"""
+
+import pytest
+import torch
+
+import tcgemm
+from tcgemm.reference import gemm_reference
+
+U8, I8 = torch.uint8, torch.int8
+
+
+def pack(q: torch.Tensor) -> torch.Tensor:
+    """int8 [N, K] in [-8, 7] -> uint8 [N, K/2]: k = 2j in the low nibble of byte j, 2j + 1 high."""
+    lo, hi = q[:, 0::2].to(torch.int16) & 0xF, q[:, 1::2].to(torch.int16) & 0xF
+    return (lo | (hi << 4)).to(U8)
+
+
+def unpacked(q: torch.Tensor, group_scale=None) -> torch.Tensor:
+    """The int8 weight a packed q stands for: q, or q times its group's scale."""
+    if group_scale is None:
+        return q.clone()
+    k = q.shape[1]
+    s = group_scale.to(torch.int16).repeat_interleave(128, dim=1)[:, :k]
+    return (q.to(torch.int16) * s).to(I8)
+
+
+def random_q4(n, k, rng):
+    return torch.randint(-8, 8, (n, k), generator=rng, dtype=I8)
+
+
+def random_group_scale(n, k, rng):
+    return torch.randint(1, 17, (n, (k + 127) // 128), generator=rng, dtype=I8)
+
+
+def test_pack_layout_by_hand():
+    q = torch.tensor([[1, -1, 7, -8]], dtype=I8)
+    assert pack(q).tolist() == [[0xF1, 0x87]]
+    assert tcgemm.unpack_int4(pack(q)).tolist() == q.tolist()
+
+
+@pytest.mark.parametrize("k", [2, 30, 128, 256, 384, 1000])
+@pytest.mark.parametrize("scaled", [False, True])
+def test_unpack_matches_the_definition(device, k, scaled, rng):
+    q = random_q4(37, k, rng)
+    gs = random_group_scale(37, k, rng) if scaled else None
+    got = tcgemm.unpack_int4(pack(q).to(device), None if gs is None else gs.to(device))
+    assert got.dtype == I8 and got.shape == (37, k) and got.device.type == device
+    assert torch.equal(got.cpu(), unpacked(q, gs))
+
+
+def test_group_scale_products_fill_int8():
+    q = torch.tensor([[-8, 7] * 64], dtype=I8)
+    gs = torch.tensor([[16]], dtype=I8)
+    w = tcgemm.unpack_int4(pack(q), gs)
+    assert w.min() == -128 and w.max() == 112
+
+
+SHAPES = [(1, 8, 256), (3, 24, 130), (8, 136, 1024), (16, 64, 4096 + 64), (17, 40, 512), (5, 8, 2)]
+
+
+@pytest.mark.parametrize("m, n, k", SHAPES)
+@pytest.mark.parametrize("scaled", [False, True])
+def test_int4_gemm_cpu_exact(m, n, k, scaled, rng):
+    a = torch.randint(-128, 128, (m, k), generator=rng, dtype=I8)
+    q = random_q4(n, k, rng)
+    gs = random_group_scale(n, k, rng) if scaled else None
+    got = tcgemm.int4_gemm(a, pack(q), gs)
+    expected = gemm_reference(a, unpacked(q, gs).t())
+    assert expected.ne(0).any()
+    assert torch.equal(got, expected)
+
+
+# Shapes for the GPU: the few-rows kernel reads the packed bytes itself (forced "skinny", or the
+# route of "auto"/sm80/sm90 at a few rows and a wide N, K >= 512); the rest unpack first.
+GPU_SHAPES = SHAPES + [(1, 4096, 1024), (4, 2112, 4096), (16, 2048, 512 + 128 + 32), (2, 8, 96), (1, 4104, 14336)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", GPU_SHAPES)
+@pytest.mark.parametrize("scaled", [False, True])
+def test_int4_gemm_gpu_exact_on_every_backend(gemm_backend, m, n, k, scaled, rng):
+    a = torch.randint(-128, 128, (m, k), generator=rng, dtype=I8)
+    q = random_q4(n, k, rng)
+    gs = random_group_scale(n, k, rng) if scaled else None
+    w8 = unpacked(q, gs)
+    expected = gemm_reference(a, w8.t())
+    a_cuda, gs_cuda = a.cuda(), None if gs is None else gs.cuda()
+    got = tcgemm.int4_gemm(a_cuda, pack(q).cuda(), gs_cuda, backend=gemm_backend)
+    assert torch.equal(got.cpu(), expected), f"{gemm_backend}: differs from the int64 reference"
+    int8 = tcgemm.int8_gemm(a_cuda, w8.cuda().t(), backend=gemm_backend)
+    assert torch.equal(got, int8)
+
+
+@pytest.mark.gpu
+def test_int4_gemm_gpu_reads_views_and_offsets(rng):
+    # A packed weight that is a row slice of a larger one (base 16-byte aligned or not).
+    k = 1024
+    q = random_q4(4200, k, rng)
+    packed = pack(q).cuda()
+    a = torch.randint(-128, 128, (2, k), generator=rng, dtype=I8)
+    for rows in (slice(0, 4096), slice(1, 4097), slice(3, 4099)):
+        got = tcgemm.int4_gemm(a.cuda(), packed[rows], backend="skinny")
+        assert torch.equal(got.cpu(), gemm_reference(a, q[rows].t()))
+
+
+def _quant_linear_pair(x, packed, w8, scale, gs, backend, **kwargs):
+    y4 = tcgemm.quant_linear(x, packed, scale, weight_group_scale=gs, backend=backend, **kwargs)
+    y8 = tcgemm.quant_linear(x, w8, scale, backend=backend, **kwargs)
+    return y4, y8
+
+
+@pytest.mark.parametrize("rows", [1, 3, 16, 70])
+@pytest.mark.parametrize("two_level", [True, False])
+def test_quant_linear_4bit_equals_the_unpacked_weight_cpu(rows, two_level, rng):
+    n, k = 48, 384
+    q = random_q4(n, k, rng)
+    x = torch.randn(rows, k, generator=rng).to(torch.bfloat16)
+    bias = torch.randn(n, generator=rng)
+    if two_level:
+        gs = random_group_scale(n, k, rng)
+        scale = torch.rand(n, generator=rng) * 0.01 + 1e-3
+    else:
+        gs, scale = None, torch.rand(n, (k + 127) // 128, generator=rng) * 0.01 + 1e-3
+    y4, y8 = _quant_linear_pair(x, pack(q), unpacked(q, gs), scale, gs, "auto", bias=bias)
+    assert y4.dtype == torch.bfloat16 and y4.shape == (rows, n)
+    assert torch.equal(y4, y8)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 2, 4, 7, 16, 300])
+@pytest.mark.parametrize("two_level", [True, False])
+@pytest.mark.parametrize("activation", ["token", "block"])
+def test_quant_linear_4bit_equals_the_unpacked_weight_gpu(scaled_backend, rows, two_level, activation, rng):
+    n, k = 4096, 1024 + 128  # wide enough for the few-rows route
+    q = random_q4(n, k, rng)
+    x = torch.randn(rows, k, generator=rng).to(torch.bfloat16).cuda()
+    bias = torch.randn(n, generator=rng).cuda()
+    if two_level:
+        gs = random_group_scale(n, k, rng).cuda()
+        scale = (torch.rand(n, generator=rng) * 0.01 + 1e-3).cuda()
+    else:
+        gs, scale = None, (torch.rand(n, (k + 127) // 128, generator=rng) * 0.01 + 1e-3).cuda()
+    if not tcgemm.supports(scaled_backend, "quant_linear", tcgemm.QuantScheme(
+            activations=tcgemm.ActivationArgs("group" if activation == "block" else "token"),
+            weights=tcgemm.WeightArgs("channel" if two_level else "group"))):
+        pytest.skip(f"{scaled_backend} does not run these scales")
+    w8 = unpacked(q.cuda(), gs)
+    y4, y8 = _quant_linear_pair(x, pack(q).cuda(), w8, scale, gs, scaled_backend, bias=bias, activation=activation)
+    assert torch.equal(y4, y8)
+    # and the float64 reference of the same int8 weight, within the rounding of bf16
+    qx, sx = tcgemm.quantize(x, "group" if activation == "block" else "token")
+    ref = tcgemm.reference.scaled_gemm_reference(qx.cpu(), w8.cpu().t(), sx.cpu(), scale.cpu(), bias.cpu(),
+                                                 return_float64=True)
+    assert torch.allclose(y4.double().cpu(), ref, rtol=2**-7, atol=1e-3 * ref.abs().max().item())
+
+
+@pytest.mark.gpu
+def test_quant_linear_4bit_static_and_smooth_gpu(rng):
+    n, k = 4096, 2048
+    q = random_q4(n, k, rng)
+    gs = random_group_scale(n, k, rng).cuda()
+    scale = (torch.rand(n, generator=rng) * 0.01 + 1e-3).cuda()
+    smooth = (torch.rand(k, generator=rng) + 0.5).cuda()
+    for rows in (1, 4, 64):
+        x = torch.randn(rows, k, generator=rng).half().cuda()
+        kw = dict(activation="static", input_scale=torch.tensor(0.03, device="cuda"), smooth=smooth)
+        y4, y8 = _quant_linear_pair(x, pack(q).cuda(), unpacked(q.cuda(), gs), scale, gs, "auto", **kw)
+        assert torch.equal(y4, y8)
+
+
+@pytest.mark.parametrize("dev", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_quant_linear_4bit_asymmetric(dev, rng):
+    n, k = 256, 512
+    q = random_q4(n, k, rng)
+    gs = random_group_scale(n, k, rng).to(dev)
+    scale = (torch.rand(n, generator=rng) * 0.01 + 1e-3).to(dev)
+    x = (torch.rand(5, k, generator=rng) * 3).to(dev)  # not centred on 0
+    w8 = unpacked(q.to(dev), gs)
+    y4, y8 = _quant_linear_pair(x, pack(q).to(dev), w8, scale, gs, "auto", asymmetric=True)
+    assert torch.equal(y4, y8)
+
+
+def test_group_scale_values_checked_on_cpu(rng):
+    q = random_q4(8, 256, rng)
+    for bad in (0, 17, -3):
+        gs = torch.full((8, 2), bad, dtype=I8)
+        with pytest.raises(ValueError, match=r"argument 'group_scale' must hold values in \[1, 16\]"):
+            tcgemm.unpack_int4(pack(q), gs)
+        with pytest.raises(ValueError, match=r"argument 'weight_group_scale' must hold values in \[1, 16\]"):
+            tcgemm.quant_linear(torch.randn(2, 256), pack(q), torch.ones(8), weight_group_scale=gs)
+
+
+def test_bad_packed_weights_name_the_argument(rng):
+    x = torch.randn(2, 256)
+    with pytest.raises(ValueError, match=r"'weight' \(4-bit\) must have shape \[N, K/2\] = \[8, 128\]"):
+        tcgemm.quant_linear(x, torch.zeros(8, 256, dtype=U8), torch.ones(8))
+    with pytest.raises(ValueError, match="K .the last dimension of 'x'. must be even"):
+        tcgemm.quant_linear(torch.randn(2, 255), torch.zeros(8, 127, dtype=U8), torch.ones(8))
+    with pytest.raises(TypeError, match="'weight' must have dtype torch.int8, got torch.int32"):
+        tcgemm.quant_linear(x, torch.zeros(8, 32, dtype=torch.int32), torch.ones(8))
+    with pytest.raises(ValueError, match=r"'weight_group_scale' must have shape \[N, ceil\(K/128\)\] = \[8, 2\]"):
+        tcgemm.quant_linear(x, torch.zeros(8, 128, dtype=U8), torch.ones(8),
+                            weight_group_scale=torch.ones(8, 1, dtype=I8))
+    with pytest.raises(ValueError, match="needs a per-channel 'weight_scale'"):
+        tcgemm.quant_linear(x, torch.zeros(8, 128, dtype=U8), torch.ones(8, 2),
+                            weight_group_scale=torch.ones(8, 2, dtype=I8))
+
+
+def test_opcheck(rng):
+    q = random_q4(16, 256, rng)
+    gs = random_group_scale(16, 256, rng)
+    a = torch.randint(-128, 128, (3, 256), generator=rng, dtype=I8)
+    torch.library.opcheck(torch.ops.tcgemm.unpack_int4.default, (pack(q), gs))
+    torch.library.opcheck(torch.ops.tcgemm.gemm_int4.default, (a, pack(q), gs, "auto"))
+    x = torch.randn(3, 256)
+    torch.library.opcheck(torch.ops.tcgemm.quant_linear.default,
+                          (x, pack(q), torch.rand(16) + 0.1, None, "token", None, None, "auto", False, None, None, gs))
+
+
+@pytest.mark.gpu
+def test_quant_linear_4bit_cuda_graph_and_compile(rng):
+    n, k = 4096, 4096
+    q = random_q4(n, k, rng)
+    packed, gs = pack(q).cuda(), random_group_scale(n, k, rng).cuda()
+    scale = (torch.rand(n, generator=rng) * 0.01 + 1e-3).cuda()
+    x = torch.randn(1, k, generator=rng).bfloat16().cuda()
+    eager = tcgemm.quant_linear(x, packed, scale, weight_group_scale=gs)
+    compiled = torch.compile(lambda t: tcgemm.quant_linear(t, packed, scale, weight_group_scale=gs), fullgraph=True)
+    assert torch.equal(compiled(x), eager)
+    graph = torch.cuda.CUDAGraph()
+    static_x = x.clone()
+    with torch.cuda.graph(graph):
+        static_y = tcgemm.quant_linear(static_x, packed, scale, weight_group_scale=gs)
+    x2 = torch.randn(1, k, generator=rng).bfloat16().cuda()
+    static_x.copy_(x2)
+    graph.replay()
+    assert torch.equal(static_y, tcgemm.quant_linear(x2, packed, scale, weight_group_scale=gs))
