@@ -1,4 +1,4 @@
-"""compressed-tensors W8A8 checkpoints: the format llm-compressor writes and vLLM serves.
+"""compressed-tensors checkpoints: the format llm-compressor writes and vLLM serves.
 
     import tcgemm.compressed as ct
     report = ct.load_compressed(model, "path/to/checkpoint")   # Linear layers -> QuantLinear
@@ -6,28 +6,44 @@
 
 A checkpoint is a folder with ``config.json`` (its ``quantization_config``, quant_method
 "compressed-tensors") and ``*.safetensors`` files. Each config group names the layers it covers
-(``targets``: a class name such as "Linear", a module name, or "re:<regex>"; minus ``ignore``) and
-how they are quantized. tcgemm runs the W8A8 int8 schemes:
+(``targets``: a class name such as "Linear", a module name, or "re:<regex>"; minus ``ignore``),
+how they are quantized and how the weights are stored (the group's ``format``, else the
+checkpoint's). tcgemm runs:
 
-- weights: int8, symmetric, one scale per output channel (``strategy: channel``), per tensor
-  (``tensor``), per 1x128 group of each output channel (``group``, ``group_size 128``) or per
-  128x128 block (``block``, ``block_structure [128, 128]``);
+- W8A8, int8 weights stored as they are (format ``int-quantized`` or ``naive-quantized``):
+  symmetric, one scale per output channel (``strategy: channel``), per tensor (``tensor``), per
+  1x128 group of each output channel (``group``, ``group_size 128``) or per 128x128 block
+  (``block``, ``block_structure [128, 128]``);
+- W4A8, 4-bit weights (``num_bits 4``), symmetric, one float scale per 1x128 group
+  (``group``, ``group_size 128``): packed eight to an int32 (``pack-quantized``: ``weight_packed``
+  int32 [N, ceil(K/8)] holding ``q + 8`` with value i of each word at bits 4i, ``weight_shape``
+  [N, K]), or one to an int8 (``int-quantized``, what compressed-tensors writes for W4A8 unless
+  told ``pack-quantized``). A layer holds them packed two to a byte with float group scales
+  (``WeightArgs("group", bits=4)``, the preset "w4a8-group"). Weight-only 4-bit checkpoints (W4A16,
+  e.g. GPTQ by llm-compressor, no ``input_activations``) run as W4A8: their layers quantize
+  their inputs to int8 dynamically per token. GPTQ's activation ordering ``weight`` (or
+  ``static``) keeps the groups contiguous; a ``weight_g_idx`` that assigns columns to groups other
+  than k // 128 (``actorder: group``) is refused, and so are asymmetric 4-bit weights
+  (``W4A16_ASYM``, a ``weight_zero_point``);
 - input activations: int8, symmetric, dynamic per token (``token``), dynamic per 1x128 group
   (``group``, ``group_size 128``), or static per tensor (``tensor``, an ``input_scale``); or
   asymmetric (``symmetric: false``) per token or static per tensor (an ``input_zero_point``), with
-  weights per channel or per tensor.
+  8-bit weights per channel or per tensor.
 
-Anything else (other bit widths, weight-only schemes, weight zero points, fp8) raises a ValueError that
-names the layer group and the setting. The config is read and written with the
-``compressed-tensors`` package (``pip install compressed-tensors``), an optional dependency:
-its own matching decides which layers a group covers.
+Anything else (other bit widths, 8-bit ``pack-quantized`` weights, other group sizes, 8-bit
+weight-only schemes, weight zero points, fp8) raises a ValueError that names the config group and
+the setting. The config is read and written with the ``compressed-tensors`` package
+(``pip install compressed-tensors``), an optional dependency: its own matching decides which
+layers a group covers.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -35,14 +51,30 @@ import torch
 from torch import nn
 
 from ._scales import SCALE_BLOCK
+from .int4 import INT4_MAX, INT4_MIN, pack_int4
 from .nn import QuantLinear
-from .scheme import QuantScheme, SchemeError
+from .scheme import ActivationArgs, QuantScheme, SchemeError
 
 _CONFIG = "config.json"
 # The tensors compressed-tensors adds to a quantized module.
 _QUANT_SUFFIXES = (".weight_scale", ".weight_zero_point", ".input_scale", ".input_zero_point", ".output_scale",
-                   ".output_zero_point", ".weight_g_idx")
+                   ".output_zero_point", ".weight_g_idx", ".weight_packed", ".weight_shape")
 _WEIGHTS = "model.safetensors"
+# How a config group's weights are stored: integers one to an int8 (any bits tcgemm runs), or
+# 4-bit integers packed eight to an int32; a checkpoint whose groups differ says "mixed-precision"
+# and each group names its own.
+_UNPACKED = ("int-quantized", "naive-quantized")
+_PACKED = "pack-quantized"
+_MIXED = "mixed-precision"
+_PACKED_BITS = 4
+# GPTQ's activation ordering that assigns columns to groups through a g_idx: compressed-tensors
+# no longer reads these values, older checkpoints hold them (and their weight_g_idx).
+_GROUP_ACTORDER = ("group", "dynamic", True)
+_RUNS = ("tcgemm runs W8A8 (symmetric int8 weights per channel, tensor, 1x128 group or 128x128 block; int8 "
+         "activations per token, per 1x128 group or static per tensor, asymmetric per token or static per tensor "
+         "with channel or tensor weights) and W4A8 (symmetric 4-bit weights in groups of 128, int8 activations "
+         "per token, per 1x128 group or static per tensor; weight-only 4-bit runs with dynamic per-token "
+         "activations)")
 
 
 def _ct():
@@ -69,17 +101,33 @@ def _value(v: Any) -> Any:
     return getattr(v, "value", v)
 
 
-def _scheme_of(group: str, ct_scheme) -> QuantScheme:
-    """The tcgemm scheme of a config group (as the checkpoint states it: per-tensor weights stay
-    per tensor), or ValueError naming the group and the setting tcgemm does not run."""
+def _group_format(group: str, ct_scheme, checkpoint_format: str) -> str:
+    """How a config group's weights are stored: its own format, else the checkpoint's."""
+    fmt = _value(ct_scheme.format) or checkpoint_format
+    if fmt == _MIXED:
+        raise ValueError(f"tcgemm.compressed: config group '{group}' has no format of its own in a '{_MIXED}' "
+                         "checkpoint")
+    return fmt
+
+
+def _scheme_of(group: str, ct_scheme, fmt: str) -> QuantScheme:
+    """The tcgemm scheme of a config group whose weights are stored in ``fmt`` (as the
+    checkpoint states it: per-tensor weights stay per tensor; weight-only 4-bit weights get
+    dynamic per-token activations), or ValueError naming the group and the setting tcgemm does
+    not run."""
+    bits = _value(getattr(ct_scheme.weights, "num_bits", None))
     try:
+        if fmt not in _UNPACKED + (_PACKED,):
+            raise SchemeError(f"format '{fmt}' is not {', '.join(map(repr, _UNPACKED))} or '{_PACKED}'")
+        if fmt == _PACKED and bits != _PACKED_BITS:
+            raise SchemeError(f"weights are {bits}-bit in format '{_PACKED}'; tcgemm reads {_PACKED_BITS}-bit weights "
+                              f"'{_PACKED}' and 8-bit weights {' or '.join(map(repr, _UNPACKED))}")
+        if ct_scheme.input_activations is None and bits == _PACKED_BITS:  # weight-only (W4A16): runs as W4A8
+            ct_scheme = {"weights": ct_scheme.weights, "input_activations": ActivationArgs().to_compressed_tensors()}
         scheme = QuantScheme.from_compressed_tensors(ct_scheme)
         scheme.layer_scheme()
     except SchemeError as e:
-        raise ValueError(f"tcgemm.compressed: config group '{group}': {e.what}; tcgemm runs int8 W8A8 "
-                         "(symmetric int8 weights per channel, tensor, 1x128 group or 128x128 block; int8 activations per "
-                         "token, per 1x128 group or static per tensor, asymmetric per token or static per "
-                         "tensor with channel or tensor weights)") from None
+        raise ValueError(f"tcgemm.compressed: config group '{group}': {e.what}; {_RUNS}") from None
     return scheme
 
 
@@ -116,6 +164,18 @@ def _check_config(qconfig_dict: dict[str, Any]) -> None:
                          "which tcgemm does not do")
 
 
+def _readable(qconfig_dict: dict[str, Any]) -> dict[str, Any]:
+    """The config without the activation orderings compressed-tensors no longer reads
+    (``actorder: group``): whether such a group's columns are in groups of k // 128 is its
+    ``weight_g_idx``'s to say (:func:`_check_g_idx`)."""
+    qconfig_dict = copy.deepcopy(qconfig_dict)
+    for scheme in (qconfig_dict.get("config_groups") or {}).values():
+        weights = scheme.get("weights") if isinstance(scheme, dict) else None
+        if isinstance(weights, dict) and weights.get("actorder") in _GROUP_ACTORDER:
+            weights["actorder"] = None
+    return qconfig_dict
+
+
 def _parents(model: nn.Module) -> dict[int, list[tuple[nn.Module, str]]]:
     """Every (parent, attribute) slot holding each module, by id (a shared module has several)."""
     slots: dict[int, list[tuple[nn.Module, str]]] = {}
@@ -127,9 +187,11 @@ def _parents(model: nn.Module) -> dict[int, list[tuple[nn.Module, str]]]:
 
 
 def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.device] = None) -> CompressedReport:
-    """Loads a compressed-tensors W8A8 checkpoint (a folder) into ``model`` in place: every
-    ``nn.Linear`` a config group covers becomes a :class:`QuantLinear` holding the checkpoint's int8
-    weight and scales; the other tensors of the checkpoint load into the model as they are.
+    """Loads a compressed-tensors W8A8 or W4A8 checkpoint (a folder) into ``model`` in place:
+    every ``nn.Linear`` a config group covers becomes a :class:`QuantLinear` holding the
+    checkpoint's int8 weight, or its 4-bit weight packed two to a byte, and scales; the other
+    tensors of the checkpoint load into the model as they are. A weight-only 4-bit group (W4A16)
+    gives layers with dynamic per-token int8 activations (W4A8).
 
     ``model`` has the checkpoint's architecture in floating point (e.g. built from its config);
     the new layers go to ``device`` (default: where the replaced layer's weight was). Anything the
@@ -140,17 +202,21 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
     _, QuantizationConfig, _, is_match = _ct()
     qconfig_dict, tensors = _read_checkpoint(path)
     _check_config(qconfig_dict)
-    qconfig = QuantizationConfig.model_validate(qconfig_dict)
-    fmt = qconfig.format
-    if fmt not in ("int-quantized", "naive-quantized"):
-        raise ValueError(f"tcgemm.compressed: checkpoint format '{fmt}' is not 'int-quantized' or 'naive-quantized'")
-    schemes = {g: (s, _scheme_of(g, s)) for g, s in qconfig.config_groups.items()}
+    qconfig = QuantizationConfig.model_validate(_readable(qconfig_dict))
+    formats = _UNPACKED + (_PACKED, _MIXED)
+    if qconfig.format not in formats:
+        raise ValueError(f"tcgemm.compressed: checkpoint format '{qconfig.format}' is not "
+                         f"{', '.join(map(repr, formats[:-1]))} or '{formats[-1]}'")
+    schemes = {}
+    for g, s in qconfig.config_groups.items():
+        fmt = _group_format(g, s, qconfig.format)
+        schemes[g] = (s, _scheme_of(g, s, fmt), fmt)
     report = CompressedReport()
     taken: set[str] = set()
     replacements: list[tuple[nn.Module, QuantLinear]] = []
     seen: dict[int, str] = {}
     for name, module in model.named_modules(remove_duplicate=False):
-        groups = [g for g, (s, _) in schemes.items() if is_match(name, module, s.targets, qconfig.ignore or [])]
+        groups = [g for g, (s, _, _) in schemes.items() if is_match(name, module, s.targets, qconfig.ignore or [])]
         if not groups:
             continue
         if not isinstance(module, nn.Linear):
@@ -164,9 +230,9 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
         seen[id(module)] = name
         if len(groups) > 1:
             raise ValueError(f"tcgemm.compressed: layer '{name}' matches config groups {groups}")
-        scheme = schemes[groups[0]][1]
+        _, scheme, fmt = schemes[groups[0]]
         dev = device if device is not None else module.weight.device
-        replacements.append((module, _layer_from_tensors(name, module, tensors, scheme, dev, taken)))
+        replacements.append((module, _layer_from_tensors(name, groups[0], module, tensors, scheme, fmt, dev, taken)))
         report.loaded[name] = str(scheme)
     leftover = sorted(k for k in tensors if k not in taken and (tensors[k].dtype == torch.int8 or k.endswith(_QUANT_SUFFIXES)))
     if leftover:
@@ -190,8 +256,8 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
     return report
 
 
-def _layer_from_tensors(name: str, linear: nn.Linear, tensors: dict[str, torch.Tensor], scheme: QuantScheme,
-                        device, taken: set[str]) -> QuantLinear:
+def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[str, torch.Tensor],
+                        scheme: QuantScheme, fmt: str, device, taken: set[str]) -> QuantLinear:
     def get(key: str, required: bool = True) -> Optional[torch.Tensor]:
         full = f"{name}.{key}"
         if full not in tensors:
@@ -202,10 +268,23 @@ def _layer_from_tensors(name: str, linear: nn.Linear, tensors: dict[str, torch.T
         return tensors[full]
 
     n, k = linear.out_features, linear.in_features
-    qw = get("weight")
-    if qw.dtype != torch.int8 or tuple(qw.shape) != (n, k):
-        raise ValueError(f"tcgemm.compressed: '{name}.weight' must be int8 [{n}, {k}], got {qw.dtype} "
-                         f"{list(qw.shape)} (is the checkpoint int-quantized?)")
+    if scheme.bits == _PACKED_BITS and k % 2:
+        raise ValueError(f"tcgemm.compressed: config group '{group}' covers '{name}' with in_features {k}; "
+                         "tcgemm's 4-bit weights need an even in_features")
+    if fmt == _PACKED:
+        qw = _unpack_checkpoint_int4(name, get("weight_packed"), get("weight_shape", required=False), n, k)
+    else:
+        qw = get("weight")
+        if qw.dtype != torch.int8 or tuple(qw.shape) != (n, k):
+            raise ValueError(f"tcgemm.compressed: '{name}.weight' must be int8 [{n}, {k}], got {qw.dtype} "
+                             f"{list(qw.shape)} (is the checkpoint int-quantized?)")
+        if scheme.bits == _PACKED_BITS:
+            lo, hi = (int(qw.min()), int(qw.max())) if qw.numel() else (0, 0)
+            if lo < INT4_MIN or hi > INT4_MAX:
+                raise ValueError(f"tcgemm.compressed: '{name}.weight' holds values in [{lo}, {hi}], outside the "
+                                 f"[{INT4_MIN}, {INT4_MAX}] of the config group's 4-bit weights")
+            qw = pack_int4(qw)
+    _check_g_idx(name, group, get("weight_g_idx", required=False), scheme, k)
     wz = get("weight_zero_point", required=False)
     if wz is not None and bool(wz.ne(0).any()):
         raise ValueError(f"tcgemm.compressed: '{name}.weight_zero_point' is not zero (weight zero points are not "
@@ -255,13 +334,64 @@ def _layer_from_tensors(name: str, linear: nn.Linear, tensors: dict[str, torch.T
     return layer
 
 
+def _unpack_checkpoint_int4(name: str, packed: torch.Tensor, shape: Optional[torch.Tensor], n: int,
+                            k: int) -> torch.Tensor:
+    """tcgemm's packed uint8 [N, K/2] of a pack-quantized 4-bit weight: int32 [N, ceil(K/8)] words
+    holding ``q + 8`` with value i of a word at bits 4i (the last word zero-padded)."""
+    words = -(-k // 8)
+    if packed.dtype != torch.int32 or tuple(packed.shape) != (n, words):
+        raise ValueError(f"tcgemm.compressed: '{name}.weight_packed' must be int32 [{n}, {words}] (4-bit values "
+                         f"packed eight to a word), got {packed.dtype} {list(packed.shape)}")
+    if shape is not None and shape.tolist() != [n, k]:
+        raise ValueError(f"tcgemm.compressed: '{name}.weight_shape' is {shape.tolist()}, but the layer is [{n}, {k}]")
+    data = packed.contiguous().view(torch.uint8)  # value i of a word in byte i // 2, low nibble first...
+    if sys.byteorder == "big":  # ...counting the word's bytes from its least significant one
+        data = data.view(n, words, 4).flip(-1).reshape(n, 4 * words)
+    # Offset binary (q + 8) to two's complement: flip the top bit of each nibble.
+    return data[:, : k // 2] ^ 0x88
+
+
+def _pack_checkpoint_int4(packed: torch.Tensor) -> torch.Tensor:
+    """The pack-quantized ``weight_packed`` int32 [N, ceil(K/8)] of tcgemm's packed uint8 [N, K/2]
+    (the inverse of :func:`_unpack_checkpoint_int4`; padding bytes 0, as ``pack_to_int32``'s)."""
+    n, half = packed.shape
+    words = -(-half // 4)
+    data = torch.zeros(n, 4 * words, dtype=torch.uint8, device=packed.device)
+    data[:, :half] = packed ^ 0x88
+    if sys.byteorder == "big":
+        data = data.view(n, words, 4).flip(-1).reshape(n, 4 * words)
+    return data.view(torch.int32)
+
+
+def _check_g_idx(name: str, group: str, g_idx: Optional[torch.Tensor], scheme: QuantScheme, k: int) -> None:
+    """A ``weight_g_idx`` (GPTQ's activation ordering: the group of each input column) is fine when
+    it says what the groups are anyway, k // 128 (all -1: unset); ValueError otherwise."""
+    if g_idx is None or bool(g_idx.eq(-1).all()):
+        return
+    trivial = (scheme.weight == "group" and g_idx.numel() == k
+               and torch.equal(g_idx.reshape(-1).long().cpu(), torch.arange(k) // SCALE_BLOCK))
+    if not trivial:
+        raise ValueError(f"tcgemm.compressed: config group '{group}': '{name}.weight_g_idx' puts the weight's "
+                         f"columns in groups other than k // {SCALE_BLOCK} (activation ordering, actorder 'group'), "
+                         "which tcgemm does not run")
+
+
 def save_compressed(model: nn.Module, path: str) -> None:
-    """Writes ``model`` as a compressed-tensors W8A8 checkpoint: ``model.safetensors`` (the int8
+    """Writes ``model`` as a compressed-tensors checkpoint: ``model.safetensors`` (the quantized
     weights and their scales for every QuantLinear, every other tensor of the state dict as it is)
     and the ``quantization_config`` of ``config.json`` (merged into an existing one, e.g. written
-    by ``model.config.save_pretrained(path)``): one config group per weight/activation scheme,
-    targeting its layers by name. Layers with SmoothQuant multipliers cannot be expressed in the
-    format (the multiplier belongs in the preceding op) and raise a ValueError."""
+    by ``model.config.save_pretrained(path)``): one config group per scheme, targeting its layers
+    by name, with its ``format``: int8 weights ``int-quantized``, 4-bit weights ``pack-quantized``
+    (symmetric, groups of 128); the checkpoint's format is the groups' one, or
+    ``mixed-precision`` where they differ.
+
+    The format has no integer group scales: 4-bit layers with two-level scales (the preset "w4a8")
+    are written with their float group scales ``weight_scale[:, None] * weight_group_scale`` (fp32,
+    rounded once), so every reader dequantizes them as ``q * scale`` per group, and
+    :func:`load_compressed` gives back a layer with float group scales ("w4a8-group"). Layers with
+    SmoothQuant multipliers (the multiplier belongs in the preceding op), or whose scheme read back
+    as written would be one tcgemm does not run (two-level 4-bit weights with asymmetric
+    activations), raise a ValueError."""
     from safetensors.torch import save_file
 
     QuantizationArgs, QuantizationConfig, QuantizationScheme, _ = _ct()
@@ -274,9 +404,25 @@ def save_compressed(model: nn.Module, path: str) -> None:
         if module.smooth is not None:
             raise ValueError(f"tcgemm.compressed: layer '{name}' has SmoothQuant multipliers, which the "
                              "compressed-tensors format has no place for")
-        groups.setdefault(module.scheme, []).append(name)
+        # The scheme a reader of the checkpoint finds (two-level 4-bit weights: float group scales).
+        stated = QuantScheme.from_compressed_tensors(module.scheme.to_compressed_tensors())
+        try:
+            stated.layer_scheme()
+        except SchemeError as e:
+            raise ValueError(f"tcgemm.compressed: layer '{name}' ({module.scheme}) would read back from the "
+                             f"checkpoint as {stated}: {e.what}") from None
+        groups.setdefault(stated, []).append(name)
         prefix = f"{name}." if name else ""
-        if module.weight_granularity == "channel":
+        if stated.bits == _PACKED_BITS:
+            scale = module.weight_scale
+            if module.weight_group_scale is not None:
+                scale = scale.reshape(-1, 1) * module.weight_group_scale.float()
+            del state[prefix + "weight"]
+            state.pop(prefix + "weight_group_scale", None)
+            state[prefix + "weight_packed"] = _pack_checkpoint_int4(module.weight)
+            state[prefix + "weight_shape"] = torch.tensor([module.out_features, module.in_features])
+            state[prefix + "weight_scale"] = scale
+        elif module.weight_granularity == "channel":
             state[prefix + "weight_scale"] = module.weight_scale.reshape(-1, 1)
         if module.input_scale is not None:
             state[prefix + "input_scale"] = module.input_scale.reshape(1)
@@ -285,13 +431,17 @@ def save_compressed(model: nn.Module, path: str) -> None:
     if not groups:
         raise ValueError("tcgemm.compressed: the model has no QuantLinear layers to save")
     config_groups = {}
-    ordered = sorted(groups.items(), key=lambda item: (item[0].weight, item[0].activation, item[0].asymmetric))
+    ordered = sorted(groups.items(),
+                     key=lambda item: (-item[0].bits, item[0].weight, item[0].activation, item[0].asymmetric))
     for i, (scheme, names) in enumerate(ordered):
         config_groups[f"group_{i}"] = QuantizationScheme(
             targets=[f"re:^{re.escape(n)}$" for n in names],
+            format=_PACKED if scheme.bits == _PACKED_BITS else _UNPACKED[0],
             **{role: QuantizationArgs(**args) for role, args in scheme.to_compressed_tensors().items()},
         )
-    qconfig = QuantizationConfig(config_groups=config_groups, format="int-quantized", quantization_status="compressed")
+    formats = {g.format for g in config_groups.values()}
+    qconfig = QuantizationConfig(config_groups=config_groups, format=formats.pop() if len(formats) == 1 else _MIXED,
+                                 quantization_status="compressed")
     # Tied tensors (e.g. an lm_head sharing the embedding) are written once, as transformers does.
     written: dict[tuple[int, tuple[int, ...]], str] = {}
     out: dict[str, torch.Tensor] = {}

@@ -1,11 +1,12 @@
-"""compressed-tensors W8A8 checkpoints (tcgemm.compressed), with the format's own library.
+"""compressed-tensors W8A8 and W4A8 checkpoints (tcgemm.compressed), with the format's own library.
 
 Checkpoints are made by compressed-tensors itself (apply_quantization_config, the weight scales
 set from the float weights, ModelCompressor.compress_model, update_config) on a small model;
-tcgemm loads them into QuantLinear layers, whose int8 weights times scales must be the library's
-decompressed weights exactly, and whose outputs must match the float computation from the same
-int8 values within the stated bound of the scaled GEMM. tcgemm's saved checkpoints load back with
-the library (round trip). Every unsupported scheme raises an error naming the setting.
+tcgemm loads them into QuantLinear layers, whose integer weights (int8, or 4-bit packed two to a
+byte) times scales must be the library's decompressed weights exactly, and whose outputs must
+match the float computation from the same integer values within the stated bound of the scaled
+GEMM. tcgemm's saved checkpoints load back with the library (round trip). Every unsupported
+scheme raises an error naming the config group and the setting.
 """
 
 import json
@@ -17,16 +18,19 @@ import torch
 from torch import nn
 
 import tcgemm
-from tcgemm.reference import quantize_reference, scaled_gemm_reference
+from tcgemm.int4 import pack_int4
+from tcgemm.reference import int4_weight_reference, quantize_reference, scaled_gemm_reference, unpack_int4_reference
 
 ct = pytest.importorskip("compressed_tensors")
 safetensors = pytest.importorskip("safetensors")
 from compressed_tensors.compressors import ModelCompressor  # noqa: E402
+from compressed_tensors.compressors.pack_quantized import pack_to_int32, unpack_from_int32  # noqa: E402
 from compressed_tensors.quantization import (  # noqa: E402
     QuantizationArgs,
     QuantizationConfig,
     QuantizationScheme,
     apply_quantization_config,
+    preset_name_to_scheme,
 )
 from safetensors.torch import save_file  # noqa: E402
 
@@ -116,7 +120,11 @@ def reference_forward(model, x):
             else:
                 qx, sx = quantize_reference(x32, {"token": "token", "block": "group"}[m.activation_granularity])
             sw = m.weight_scale.cpu()
-            x = scaled_gemm_reference(qx, m.weight.cpu().t(), sx, sw, m.bias.cpu() if m.bias is not None else None,
+            qw = m.weight.cpu()
+            if qw.dtype == torch.uint8:  # 4-bit, packed: the int8 weight the GEMM runs on
+                group_scale = getattr(m, "weight_group_scale", None)
+                qw = unpack_int4_reference(qw, None if group_scale is None else group_scale.cpu())
+            x = scaled_gemm_reference(qx, qw.t(), sx, sw, m.bias.cpu() if m.bias is not None else None,
                                       return_float64=True, zero_point_a=zx).float()
         else:
             x = m(x.float()) if not isinstance(m, nn.Linear) else nn.functional.linear(x.float(), m.weight.cpu(), m.bias.cpu())
@@ -379,7 +387,9 @@ def _group(q):
     ("tensors", lambda t: t.__setitem__("0.input_zero_point", torch.ones(1, dtype=torch.int8)), r"'0.input_zero_point' is not zero, but the config group's activations are symmetric or dynamic"),
     ("tensors", lambda t: t.__setitem__("0.weight_zero_point", torch.ones(384, 1, dtype=torch.int8)), r"'0.weight_zero_point' is not zero \(weight zero points are not supported\)"),
     ("tensors", lambda t: t.pop("4.weight"), r"the checkpoint lacks 1 tensors of the model, e.g. \['4.weight'\]"),
-    ("qconfig", lambda q: _set(q, "format", "float-quantized"), "checkpoint format 'float-quantized' is not 'int-quantized' or 'naive-quantized'"),
+    ("qconfig", lambda q: _set(q, "format", "float-quantized"), "checkpoint format 'float-quantized' is not 'int-quantized', 'naive-quantized', 'pack-quantized' or 'mixed-precision'"),
+    ("qconfig", lambda q: _set(_group(q), "format", "float-quantized"), "config group 'group_0': format 'float-quantized' is not 'int-quantized', 'naive-quantized' or 'pack-quantized'"),
+    ("qconfig", lambda q: (_set(q, "format", "mixed-precision"), _group(q).pop("format")), "config group 'group_0' has no format of its own in a 'mixed-precision' checkpoint"),
     ("qconfig", lambda q: _set(_group(q), "output_activations", {"num_bits": 8}), "config group 'group_0' quantizes output activations"),
     ("qconfig", lambda q: _set(q["config_groups"], "group_1", dict(_group(q), targets=["re:^0$"])), r"layer '0' matches config groups \['group_0', 'group_1'\]"),
 ], ids=lambda c: c[2][:40] if isinstance(c, tuple) else str(c))
@@ -428,3 +438,321 @@ def test_not_a_checkpoint_and_nothing_to_save(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "compressed_tensors.quantization", None)
     with pytest.raises(ImportError, match=r"tcgemm.compressed needs the 'compressed-tensors' package"):
         tc.save_compressed(float_model(), str(tmp_path / "out"))
+
+
+# -- 4-bit weights (W4A8, W4A16) ------------------------------------------------------------------
+
+# The 4-bit GEMM is the lead's C++ op; without it the layers load and dequantize but do not run.
+NO_INT4_OPS = "needs the tcgemm.gemm_int4 op (the extension built with 4-bit kernels)"
+
+
+def has_int4_ops():
+    return hasattr(torch.ops.tcgemm, "gemm_int4")
+
+
+def make_int4_checkpoint(path, preset="W4A16", quantization_format=None, ignore=("4",), seed=0, model=None):
+    """A 4-bit checkpoint written by compressed-tensors: its preset scheme (4-bit symmetric
+    weights in groups of 128; W4A8 adds dynamic per-token int8 activations) with scales amax / 7
+    per group, compressed in the format the library infers (W4A16: pack-quantized, W4A8:
+    int-quantized) or in `quantization_format`. Returns the float model and the library's
+    decompressed weights."""
+    model = float_model(seed) if model is None else model
+    fresh = {k: v.clone() for k, v in model.state_dict().items()}
+    config = QuantizationConfig(config_groups={"group_0": preset_name_to_scheme(preset, ["Linear"])},
+                                ignore=list(ignore))
+    apply_quantization_config(model, config)
+    with torch.no_grad():
+        for m in model.modules():
+            if hasattr(m, "weight_scale"):
+                w = m.weight.float()
+                amax = w.abs().reshape(w.shape[0], -1, 128).amax(dim=2)  # K of every layer is a multiple of 128
+                m.weight_scale.copy_((amax / 7).to(m.weight_scale.dtype))
+    compressor = ModelCompressor.from_pretrained_model(model, quantization_format=quantization_format)
+    compressor.compress_model(model)
+    state, seen = {}, set()
+    for k, v in model.state_dict().items():  # a tied tensor once, as transformers writes it
+        if v.data_ptr() not in seen:
+            seen.add(v.data_ptr())
+            state[k] = v.contiguous()
+    os.makedirs(path, exist_ok=True)
+    save_file(state, os.path.join(path, "model.safetensors"))
+    compressor.update_config(str(path))
+    compressor.decompress_model(model)
+    decompressed = {k: v.detach().clone() for k, v in model.state_dict().items() if k.endswith(".weight")}
+    plain = float_model(seed) if isinstance(model, nn.Sequential) else None
+    if plain is not None:
+        plain.load_state_dict(fresh)
+    return plain, decompressed
+
+
+@pytest.mark.parametrize("k", [256, 264, 260, 6, 2])
+def test_pack_quantized_words_are_tcgemm_bytes(k):
+    """compressed-tensors' pack_to_int32 (q + 8, eight values a word, value i at bits 4i, the
+    last word zero-padded) and tcgemm's packed bytes (two's complement, k = 2j low nibble) convert
+    into each other exactly, padding included."""
+    g = torch.Generator().manual_seed(k)
+    q = torch.randint(-8, 8, (5, k), dtype=torch.int8, generator=g)
+    q[0, :2] = torch.tensor([-8, 7])  # both ends of the range
+    words = pack_to_int32(q, 4)
+    assert words.shape == (5, -(-k // 8)) and words.dtype == torch.int32
+    assert torch.equal(tc._unpack_checkpoint_int4("w", words, torch.tensor([5, k]), 5, k), pack_int4(q))
+    assert torch.equal(tc._pack_checkpoint_int4(pack_int4(q)), words)
+    assert torch.equal(unpack_from_int32(tc._pack_checkpoint_int4(pack_int4(q)), 4, torch.Size([5, k])), q)
+
+
+@pytest.mark.parametrize("preset,quantization_format,stored", [
+    ("W4A16", None, "pack-quantized"), ("W4A8", "pack-quantized", "pack-quantized"), ("W4A8", None, "int-quantized")])
+def test_load_a_4bit_checkpoint_the_library_wrote(tmp_path, preset, quantization_format, stored, device):
+    """W4A16 (weight-only: runs with dynamic per-token int8 activations) and W4A8 checkpoints,
+    packed or one 4-bit value per int8, load into 4-bit QuantLinear layers with float group
+    scales whose dequantized weights are the library's decompressed ones exactly."""
+    model, decompressed = make_int4_checkpoint(str(tmp_path), preset, quantization_format)
+    qconfig = json.load(open(tmp_path / "config.json"))["quantization_config"]
+    assert qconfig["format"] == stored and qconfig["config_groups"]["group_0"]["format"] == stored
+    report = tc.load_compressed(model.to(device), str(tmp_path))
+    assert sorted(report.loaded) == ["0", "2"] and report.unused_keys == []
+    assert isinstance(model[4], nn.Linear)
+    for name in ("0", "2"):
+        layer = model.get_submodule(name)
+        assert isinstance(layer, tcgemm.QuantLinear)
+        assert layer.scheme == tcgemm.PRESETS["w4a8-group"]
+        assert layer.weight.dtype == torch.uint8 and layer.weight.shape == (layer.out_features, layer.in_features // 2)
+        assert layer.weight_scale.shape == (layer.out_features, layer.in_features // 128)
+        assert layer.weight_group_scale is None
+        assert torch.equal(layer.dequantize_weight(torch.float32).cpu(), decompressed[f"{name}.weight"])
+    if not has_int4_ops():
+        pytest.skip(NO_INT4_OPS)
+    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        got = model(x.to(device)).cpu()
+        ref = reference_forward(model, x)
+    assert torch.allclose(got, ref, rtol=1e-3, atol=2e-2 * float(ref.abs().max())), float((got - ref).abs().max())
+
+
+def _library_reads(path, seed):
+    """The float weights compressed-tensors decompresses from the checkpoint in `path`."""
+    from safetensors.torch import load_file
+
+    config = QuantizationConfig.model_validate(json.load(open(path / "config.json"))["quantization_config"])
+    plain = float_model(seed)
+    apply_quantization_config(plain, config)
+    compressor = ModelCompressor(quantization_config=config)
+    with torch.no_grad():
+        for m in plain.modules():
+            if hasattr(m, "weight_scale"):
+                m.weight_scale.fill_(1.0)
+    compressor.compress_model(plain)  # the compressed layout (weight_packed, ...), as transformers loads it
+    missing, unexpected = plain.load_state_dict(load_file(str(path / "model.safetensors")), strict=False)
+    assert not unexpected and not missing, (unexpected, missing)
+    compressor.decompress_model(plain)
+    return config, plain
+
+
+@pytest.mark.parametrize("preset", ["w4a8-group", "w4a8"])
+def test_4bit_round_trip_through_the_library(tmp_path, preset):
+    """tcgemm saves 4-bit layers pack-quantized (symmetric, groups of 128); the library decompresses
+    them to the layers' weights (two-level layers: their float group scales, rounded once to fp32);
+    tcgemm loads them back as float-group layers with the same weights and outputs."""
+    model = float_model(3)
+    tcgemm.quantize_model(model, scheme=preset, skip=["4"])
+    tc.save_compressed(model, str(tmp_path))
+    qconfig = json.load(open(tmp_path / "config.json"))["quantization_config"]
+    assert qconfig["format"] == "pack-quantized"
+    group = qconfig["config_groups"]["group_0"]
+    assert group["format"] == "pack-quantized"
+    assert {k: group["weights"][k] for k in ("num_bits", "type", "strategy", "group_size", "symmetric")} == dict(
+        num_bits=4, type="int", strategy="group", group_size=128, symmetric=True)
+    assert group["input_activations"]["strategy"] == "token" and group["input_activations"]["dynamic"] is True
+    config, plain = _library_reads(tmp_path, 3)
+    back = float_model(3)
+    tc.load_compressed(back, str(tmp_path))
+    for name in ("0", "2"):
+        a, b = model.get_submodule(name), back.get_submodule(name)
+        library = plain.get_submodule(name).weight.float()
+        assert torch.equal(b.weight, a.weight) and b.scheme == tcgemm.PRESETS["w4a8-group"]
+        assert torch.equal(b.dequantize_weight(torch.float32), library)
+        exact = int4_weight_reference(a.weight, a.weight_scale, a.weight_group_scale)
+        assert exact.ne(0).any()
+        if preset == "w4a8-group":
+            assert torch.equal(b.weight_scale, a.weight_scale)
+            assert torch.equal(library, a.dequantize_weight(torch.float32))
+        else:  # q * fp32(scale * group_scale): within two fp32 roundings of the exact two-level weight
+            assert torch.equal(b.weight_scale, a.weight_scale[:, None] * a.weight_group_scale.float())
+            assert ((library.double() - exact).abs() <= exact.abs() * 2.0**-22).all()
+        assert torch.equal(b.bias, a.bias)
+    if not has_int4_ops():
+        pytest.skip(NO_INT4_OPS)
+    x = torch.randn(4, 256)
+    with torch.no_grad():
+        if preset == "w4a8-group":
+            assert torch.equal(model(x), back(x))
+        else:
+            ref = model(x)
+            assert torch.allclose(back(x), ref, rtol=1e-3, atol=1e-2 * float(ref.abs().max()))
+
+
+def test_mixed_int8_and_int4_layers_round_trip(tmp_path):
+    """A model with int8 and 4-bit layers is written as compressed-tensors does: each config group
+    names its format (int-quantized, pack-quantized), the checkpoint's is mixed-precision; the
+    library decompresses both and tcgemm loads both back."""
+    model = float_model(4)
+    tcgemm.quantize_model(model, scheme="w8a8", skip=["2", "4"])
+    tcgemm.quantize_model(model, scheme="w4a8-group", skip=["0", "4"])
+    tc.save_compressed(model, str(tmp_path))
+    qconfig = json.load(open(tmp_path / "config.json"))["quantization_config"]
+    assert qconfig["format"] == "mixed-precision"
+    formats = {g["weights"]["num_bits"]: g["format"] for g in qconfig["config_groups"].values()}
+    assert formats == {8: "int-quantized", 4: "pack-quantized"}
+    _, plain = _library_reads(tmp_path, 4)
+    back = float_model(4)
+    report = tc.load_compressed(back, str(tmp_path))
+    assert sorted(report.loaded) == ["0", "2"]
+    assert back[0].scheme == tcgemm.W8A8_DYNAMIC and back[2].scheme == tcgemm.PRESETS["w4a8-group"]
+    for name in ("0", "2"):
+        a, b = model.get_submodule(name), back.get_submodule(name)
+        assert torch.equal(b.weight, a.weight) and torch.equal(b.weight_scale, a.weight_scale)
+        assert torch.equal(plain.get_submodule(name).weight.float(), a.dequantize_weight(torch.float32))
+    if not has_int4_ops():
+        pytest.skip(NO_INT4_OPS)
+    x = torch.randn(4, 256)
+    with torch.no_grad():
+        assert torch.equal(model(x), back(x))
+
+
+def test_two_level_layers_with_asymmetric_activations_cannot_be_saved(tmp_path):
+    model = float_model()
+    scheme = tcgemm.QuantScheme(tcgemm.WeightArgs("channel", bits=4), tcgemm.ActivationArgs("token", symmetric=False))
+    tcgemm.quantize_model(model, scheme=scheme, skip=["4"])
+    with pytest.raises(ValueError, match=r"tcgemm.compressed: layer '0' \(.*\) would read back from the checkpoint "
+                                         r"as .*asymmetric activations need weight='channel'"):
+        tc.save_compressed(model, str(tmp_path))
+
+
+def test_trivial_g_idx_loads(tmp_path):
+    """GPTQ's activation ordering: a weight_g_idx of k // 128 (what actorder 'weight' amounts to,
+    or 'group' where the order left the groups contiguous) or all -1 (unset) changes nothing."""
+    model, decompressed = make_int4_checkpoint(str(tmp_path))
+    _mutate(tmp_path, tensors=lambda t: (t.__setitem__("0.weight_g_idx", torch.arange(256, dtype=torch.int32) // 128),
+                                         t.__setitem__("2.weight_g_idx", torch.full((384,), -1, dtype=torch.int32))),
+            qconfig=lambda q: _set(_group(q)["weights"], "actorder", "group"))
+    tc.load_compressed(model, str(tmp_path))
+    for name in ("0", "2"):
+        assert torch.equal(model.get_submodule(name).dequantize_weight(torch.float32), decompressed[f"{name}.weight"])
+
+
+def _weights(q, **fields):
+    q["config_groups"]["group_0"]["weights"].update(fields)
+
+
+@pytest.mark.parametrize("case", [
+    ("qconfig", lambda q: _weights(q, symmetric=False),
+     r"weights are asymmetric \(weight zero points are not supported\)"),
+    ("qconfig", lambda q: _weights(q, group_size=64), r"weights are 4-bit int with strategy 'group' \(group_size 64\)"),
+    ("qconfig", lambda q: _weights(q, strategy="channel", group_size=None),
+     "weights are 4-bit int with strategy 'channel'"),
+    ("qconfig", lambda q: _weights(q, num_bits=2), "weights are 2-bit in format 'pack-quantized'"),
+    ("qconfig", lambda q: _weights(q, num_bits=8), "weights are 8-bit in format 'pack-quantized'"),
+    ("qconfig", lambda q: _weights(q, actorder="group"), None),
+], ids=["zero-points", "group-64", "channel", "2-bit", "8-bit", "g_idx"])
+def test_unsupported_4bit_checkpoints_are_named(tmp_path, case):
+    """Refusals name the config group and the setting."""
+    make_int4_checkpoint(str(tmp_path))
+    kind, edit, match = case
+    if match is None:  # actorder 'group' with a g_idx that is not k // 128
+        _mutate(tmp_path, tensors=lambda t: t.__setitem__("0.weight_g_idx", torch.arange(256, dtype=torch.int32) % 2))
+        match = r"'0.weight_g_idx' puts the weight's columns in groups other than k // 128 \(activation ordering"
+    _mutate(tmp_path, **{kind: edit})
+    with pytest.raises(ValueError, match="tcgemm.compressed: config group 'group_0': " + match):
+        tc.load_compressed(float_model(), str(tmp_path))
+
+
+def test_asymmetric_4bit_checkpoint_is_refused(tmp_path):
+    """W4A16_ASYM as the library writes it (a packed weight_zero_point per group)."""
+    make_int4_checkpoint(str(tmp_path), "W4A16_ASYM")
+    with pytest.raises(ValueError, match=r"tcgemm.compressed: config group 'group_0': weights are asymmetric "
+                                         r"\(weight zero points are not supported\)"):
+        tc.load_compressed(float_model(), str(tmp_path))
+
+
+def test_8bit_weight_only_pack_quantized_checkpoint_is_refused(tmp_path):
+    """W8A16 as llm-compressor writes it (int8 weights packed four to an int32) is not read."""
+    model = float_model()
+    config = QuantizationConfig(config_groups={"group_0": preset_name_to_scheme("W8A16", ["Linear"])}, ignore=["4"])
+    apply_quantization_config(model, config)
+    compressor = ModelCompressor.from_pretrained_model(model, quantization_format="pack-quantized")
+    compressor.compress_model(model)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    compressor.update_config(str(tmp_path))
+    with pytest.raises(ValueError, match="config group 'group_0': weights are 8-bit in format 'pack-quantized'"):
+        tc.load_compressed(float_model(), str(tmp_path))
+
+
+@pytest.mark.parametrize("case", [
+    ("tensors", lambda t: t.__setitem__("0.weight_packed", t["0.weight_packed"][:, :5].contiguous()),
+     r"'0.weight_packed' must be int32 \[384, 32\] \(4-bit values packed eight to a word\), "
+     r"got torch.int32 \[384, 5\]"),
+    ("tensors", lambda t: t.__setitem__("0.weight_shape", torch.tensor([384, 250])),
+     r"'0.weight_shape' is \[384, 250\], but the layer is \[384, 256\]"),
+    ("tensors", lambda t: t.pop("2.weight_packed"), "the checkpoint has no '2.weight_packed'"),
+    ("tensors", lambda t: t.__setitem__("0.weight_scale", t["0.weight_scale"][:, :1].contiguous()),
+     r"'0.weight_scale' must be \[384, 2\] for groups of 128, got \[384, 1\]"),
+], ids=lambda c: c[2][:30] if isinstance(c, tuple) else str(c))
+def test_bad_4bit_tensors_are_named(tmp_path, case):
+    make_int4_checkpoint(str(tmp_path))
+    kind, edit, match = case
+    _mutate(tmp_path, **{kind: edit})
+    with pytest.raises(ValueError, match="tcgemm.compressed: " + match):
+        tc.load_compressed(float_model(), str(tmp_path))
+
+
+def test_4bit_values_out_of_range_and_odd_in_features_are_named(tmp_path):
+    make_int4_checkpoint(str(tmp_path / "a"), "W4A8")  # int-quantized: one 4-bit value per int8
+    _mutate(tmp_path / "a", tensors=lambda t: t["0.weight"][0, :2].copy_(torch.tensor([9, -8])))
+    with pytest.raises(ValueError, match=r"tcgemm.compressed: '0.weight' holds values in \[-8, 9\], outside the "
+                                         r"\[-8, 7\] of the config group's 4-bit weights"):
+        tc.load_compressed(float_model(), str(tmp_path / "a"))
+    odd = nn.Sequential(nn.Linear(257, 64))
+    qconfig = QuantizationConfig(config_groups={"group_0": preset_name_to_scheme("W4A16", ["Linear"])},
+                                 format="pack-quantized")
+    os.makedirs(tmp_path / "b")
+    (tmp_path / "b" / "config.json").write_text(json.dumps({"quantization_config": qconfig.model_dump(mode="json")}))
+    save_file({"0.weight_packed": torch.zeros(64, 33, dtype=torch.int32)}, str(tmp_path / "b" / "model.safetensors"))
+    with pytest.raises(ValueError, match="config group 'group_0' covers '0' with in_features 257; tcgemm's 4-bit "
+                                         "weights need an even in_features"):
+        tc.load_compressed(odd, str(tmp_path / "b"))
+
+
+def test_tiny_llama_w4a16_checkpoint_through_transformers(tmp_path):
+    """A LlamaForCausalLM quantized by the library with W4A16 (the usual GPTQ checkpoint:
+    pack-quantized 4-bit weights in groups of 128, lm_head ignored) loads into a model built from
+    its config: every projection a 4-bit QuantLinear with dynamic per-token int8 activations and
+    the library's dequantized weights. The logits stay close to those of the same model in float
+    with the library's dequantized weights (W4A16 as the library computes it): the int8
+    activations add little to the error of the 4-bit weights."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=768, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, 512, (2, 24), generator=torch.Generator().manual_seed(1))
+    config.save_pretrained(tmp_path)
+    _, decompressed = make_int4_checkpoint(str(tmp_path), "W4A16", ignore=["lm_head"], model=model)
+    w4a16 = transformers.LlamaForCausalLM(config).eval()
+    w4a16.load_state_dict({k: v for k, v in model.state_dict().items() if k in w4a16.state_dict()})
+    loaded = transformers.LlamaForCausalLM(transformers.AutoConfig.from_pretrained(tmp_path)).eval()
+    report = tc.load_compressed(loaded, str(tmp_path))
+    assert len(report.loaded) == 2 * 7 and report.unused_keys == []
+    assert isinstance(loaded.lm_head, nn.Linear)
+    for name in report.loaded:
+        layer = loaded.get_submodule(name)
+        assert layer.scheme == tcgemm.PRESETS["w4a8-group"], name
+        assert torch.equal(layer.dequantize_weight(torch.float32), decompressed[f"{name}.weight"].float()), name
+        assert torch.equal(w4a16.get_submodule(name).weight, decompressed[f"{name}.weight"]), name
+    if not has_int4_ops():
+        pytest.skip(NO_INT4_OPS)
+    with torch.no_grad():
+        ref = w4a16(ids).logits
+        out = loaded(ids).logits
+        sqnr = float(10 * torch.log10(ref.double().pow(2).sum() / (ref.double() - out.double()).pow(2).sum()))
+        assert sqnr > 28, sqnr
+        assert loaded.generate(ids[:1, :8], max_new_tokens=6, do_sample=False).shape == (1, 14)
