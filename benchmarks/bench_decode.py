@@ -3,20 +3,29 @@
     python3 -m benchmarks.bench_decode [--quick] [--markdown docs/performance.md]
 
 Each layer shape is timed as a decode step runs it: many different weights one after the other
-(copies rotated so that their bytes exceed 3x the L2, as the layers of a model do), with the input
-rows fixed. "graph": the calls are captured in one CUDA graph and replayed, the time per call is
-the replay's device time over the calls; "eager": the same calls from Python, timed with events
-around the whole loop, so that host time counts where it exceeds the kernels'. Methods take turns
-in rounds (interleaved), the median over rounds is reported. Methods: bf16 ``F.linear``;
-``QuantLinear`` (weight per channel, activations per token: the one op ``tcgemm.quant_linear``);
-the same layer as two ops (``tcgemm.quantize`` then ``tcgemm.scaled_gemm``, the path before the
-one op); ``QuantLinear(weight="block", activation="block")``. The weight stream rate is the int8
-weight bytes over the per-call time. Host time per call is ``timing.host_us`` on a small layer.
+(copies rotated so that the bytes of the smallest format, 4-bit, exceed 3x the L2, as the layers
+of a model do), with the input rows fixed. "graph": the calls are captured in one CUDA graph and
+replayed, the time per call is the replay's device time over the calls; "eager": the same calls
+from Python, timed with events around the whole loop, so that host time counts where it exceeds
+the kernels'. Methods take turns in rounds (interleaved, the order rotated each round), the median
+over rounds is reported. Methods: bf16 ``F.linear``; ``QuantLinear`` (weight per channel,
+activations per token: the one op ``tcgemm.quant_linear``); the same layer as two ops
+(``tcgemm.quantize`` then ``tcgemm.scaled_gemm``, the path before the one op);
+``QuantLinear(weight="block", activation="block")``; ``QuantLinear(scheme="w4a8")`` (4-bit
+weights with an fp32 scale per channel and int8 scales per 128 inputs); and its peer, torch's int4
+weight-only kernel (``torch.ops.aten._weight_int4pack_mm``, tinygemm) on bf16 activations with
+weights packed as torchao's ``Int4WeightOnlyConfig`` packs them. Each method's output on the first
+copy is compared with bf16's, so that no figure is of a layer computing nothing. A method that
+cannot be built or run (torch's int4 op missing, say) is reported with its error. The weight
+stream rate is a method's weight and scale bytes over the per-call time. Host time per call is
+``timing.host_us`` on a small layer.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import math
 import statistics
 import sys
@@ -43,40 +52,161 @@ PREFILL = [("8B up", 4096, 14336), ("8B down", 14336, 4096)]
 STATIC = ("8B up", 4096, 14336)
 STATIC_ROWS = (1, 16)
 PREFILL_ROWS = 2048
-METHODS = ("bf16", "quantlinear", "two_ops", "quantlinear_block")
-TITLES = {"bf16": "bf16 us", "quantlinear": "QuantLinear us", "two_ops": "two ops us",
-          "quantlinear_block": "QL block us"}
+METHODS = ("bf16", "quantlinear", "two_ops", "quantlinear_block", "w4a8", "torch_int4")
+PREFILL_METHODS = ("bf16", "quantlinear", "quantlinear_block", "w4a8")
+# The weight copy each method reads: methods that read the same one share its copies.
+WEIGHTS = {"bf16": "bf16", "quantlinear": "channel", "two_ops": "channel", "quantlinear_block": "block",
+           "w4a8": "w4a8", "torch_int4": "torch_int4"}
 CALLS_MIN = 24  # calls per graph or eager loop
 ROUNDS = 7
+# A method's output on the first copy differs from bf16's by at most this (relative Frobenius norm);
+# 4-bit round-to-nearest of nn.Linear's uniform weights gives about 0.07.
+CHECK_TOLERANCE = 0.25
+
+INT4_GROUP_SIZE = 128  # torch's int4 peer: torchao Int4WeightOnlyConfig's defaults
+INT4_INNER_K_TILES = 8
 
 
-def make_methods(k: int, n: int, m: int, device) -> tuple[dict[str, Callable[[int], Any]], int, int]:
-    """Per method a function of the weight copy index; the number of copies; int8 weight bytes."""
+def int4_weight_only(w: torch.Tensor, group_size: int = INT4_GROUP_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
+    """torchao's int4 weight-only quantization (asymmetric, float zero point: tinygemm's format).
+
+    Per group of `group_size` inputs of a row: scale = (max - min) / 15 and zero = min + 8 * scale,
+    both bf16; q = clamp(round((w - (zero - 8 * scale)) / scale), 0, 15), so w ~ (q - 8) * scale + zero.
+    Returns q, int32 [N, K], and scales_and_zeros, bf16 [K / group_size, N, 2].
+    """
+    n, k = w.shape
+    if k % group_size:
+        raise ValueError(f"int4_weight_only: K must be a multiple of group_size ({group_size}), got K = {k}")
+    groups = w.detach().float().reshape(n, k // group_size, group_size)
+    lo, hi = groups.amin(dim=-1, keepdim=True), groups.amax(dim=-1, keepdim=True)
+    scale = ((hi - lo) / 15).clamp(min=1e-6).to(torch.bfloat16)
+    zero = (lo + 8 * scale.float()).to(torch.bfloat16)
+    lowest = zero.float() - 8 * scale.float()
+    q = ((groups - lowest) / scale.float()).round().clamp(0, 15).to(torch.int32).reshape(n, k)
+    scales_and_zeros = torch.cat([scale, zero], dim=-1).transpose(0, 1).contiguous()
+    return q, scales_and_zeros
+
+
+def pack_int4_tinygemm(q: torch.Tensor, inner_k_tiles: int = INT4_INNER_K_TILES) -> torch.Tensor:
+    """q, int32 [N, K] in [0, 15], in the layout torch's int4 matmul reads on q's device.
+
+    CUDA: two values a byte, even k in the high nibble (uint8 [N, K/2]), then
+    ``_convert_weight_to_int4pack``; CPU: ``_convert_weight_to_int4pack_for_cpu`` of q itself.
+    """
+    if q.is_cuda:
+        return torch.ops.aten._convert_weight_to_int4pack((q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8),
+                                                          inner_k_tiles)
+    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, inner_k_tiles)
+
+
+class TorchInt4Linear(torch.nn.Module):
+    """torch's int4 weight-only linear on bf16 activations: ``torch.ops.aten._weight_int4pack_mm``
+    (tinygemm; ``_weight_int4pack_mm_for_cpu`` on the CPU), the weight quantized and packed as
+    torchao's ``Int4WeightOnlyConfig`` does (groups of 128, bf16 scales and zero points,
+    inner_k_tiles 8). Buffers: ``weight`` (packed), ``scales_and_zeros`` and ``bias`` (or None)."""
+
+    def __init__(self, in_features: int, out_features: int, weight: torch.Tensor, scales_and_zeros: torch.Tensor,
+                 bias: Optional[torch.Tensor] = None, group_size: int = INT4_GROUP_SIZE):
+        super().__init__()
+        self.in_features, self.out_features, self.group_size = in_features, out_features, group_size
+        self.register_buffer("weight", weight)
+        self.register_buffer("scales_and_zeros", scales_and_zeros)
+        self.register_buffer("bias", bias)
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, group_size: int = INT4_GROUP_SIZE,
+                    inner_k_tiles: int = INT4_INNER_K_TILES) -> "TorchInt4Linear":
+        q, scales_and_zeros = int4_weight_only(linear.weight, group_size)
+        bias = None if linear.bias is None else linear.bias.detach().to(torch.bfloat16)
+        return cls(linear.in_features, linear.out_features, pack_int4_tinygemm(q, inner_k_tiles), scales_and_zeros,
+                   bias, group_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mm = torch.ops.aten._weight_int4pack_mm if self.weight.is_cuda else torch.ops.aten._weight_int4pack_mm_for_cpu
+        out = mm(x.reshape(-1, self.in_features), self.weight, self.group_size, self.scales_and_zeros)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes of a tensor's storage; for a wrapper subclass (torchao's quantized weights), of the
+    tensors inside it, whose outer dtype is the float one it stands for."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    if is_traceable_wrapper_subclass(t):
+        names, _ = t.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(t, n)) for n in names)
+    return t.numel() * t.element_size()
+
+
+def layer_bytes(layer: Any) -> int:
+    """Bytes of a layer's weight and everything that scales it: each of the module's own tensors but
+    its bias (a tensor counts as itself)."""
+    if isinstance(layer, torch.Tensor):
+        return tensor_bytes(layer)
+    tensors = itertools.chain(layer.named_parameters(recurse=False), layer.named_buffers(recurse=False))
+    return sum(tensor_bytes(t) for name, t in tensors if name != "bias")
+
+
+def error_text(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:200]
+
+
+@dataclasses.dataclass
+class Methods:
+    fns: dict[str, Callable[[int], Any]]  # method -> function of the weight copy index
+    n_sets: int  # weight copies
+    weight_bytes: int  # int8 weight bytes of one copy
+    layer_bytes: dict[str, int] = dataclasses.field(default_factory=dict)  # per method, one copy's weight and scales
+    errors: dict[str, str] = dataclasses.field(default_factory=dict)  # methods that could not be built
+
+
+def make_methods(k: int, n: int, m: int, device, methods: tuple[str, ...] = METHODS) -> Methods:
+    """The methods named, each over its own copies of the same random bf16 weights."""
     import tcgemm
 
-    n_sets = max(2, math.ceil(3 * timing.l2_bytes(device) / (n * k)))
+    n_sets = timing.input_sets(n * k // 2, device)
     x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
-    bias = None
-    w_bf16, layers, blocks = [], [], []
-    for i in range(n_sets):
+    builders = {
+        "bf16": lambda lin: lin.weight.detach(),
+        "channel": tcgemm.QuantLinear.from_linear,
+        "block": lambda lin: tcgemm.QuantLinear.from_linear(lin, weight="block", activation="block"),
+        "w4a8": lambda lin: tcgemm.QuantLinear.from_linear(lin, scheme="w4a8"),
+        "torch_int4": TorchInt4Linear.from_linear,
+    }
+    kinds = list(dict.fromkeys(WEIGHTS[name] for name in methods))
+    copies: dict[str, list] = {kind: [] for kind in kinds}
+    failed: dict[str, str] = {}
+    for _ in range(n_sets):
         lin = torch.nn.Linear(k, n, bias=False, device=device, dtype=torch.bfloat16)
-        w_bf16.append(lin.weight.detach())
-        layers.append(tcgemm.QuantLinear.from_linear(lin))
-        blocks.append(tcgemm.QuantLinear.from_linear(lin, weight="block", activation="block"))
+        for kind in kinds:
+            if kind in failed:
+                continue
+            try:
+                copies[kind].append(builders[kind](lin))
+            except Exception as exc:
+                failed[kind] = error_text(exc)
+                copies[kind] = []
         del lin
 
     def two_ops(i):
-        layer = layers[i]
+        layer = copies["channel"][i]
         q, s = tcgemm.quantize(x, "token")
-        return tcgemm.scaled_gemm(q, layer.weight.t(), s, layer.weight_scale, bias, out_dtype=x.dtype)
+        return tcgemm.scaled_gemm(q, layer.weight.t(), s, layer.weight_scale, None, out_dtype=x.dtype)
 
-    fns = {
-        "bf16": lambda i: F.linear(x, w_bf16[i]),
-        "quantlinear": lambda i: layers[i](x),
+    calls = {
+        "bf16": lambda i: F.linear(x, copies["bf16"][i]),
+        "quantlinear": lambda i: copies["channel"][i](x),
         "two_ops": two_ops,
-        "quantlinear_block": lambda i: blocks[i](x),
+        "quantlinear_block": lambda i: copies["block"][i](x),
+        "w4a8": lambda i: copies["w4a8"][i](x),
+        "torch_int4": lambda i: copies["torch_int4"][i](x),
     }
-    return fns, n_sets, n * k
+    fns = {name: calls[name] for name in methods if WEIGHTS[name] not in failed}
+    return Methods(fns, n_sets, n * k, {name: layer_bytes(copies[WEIGHTS[name]][0]) for name in fns},
+                   {name: failed[WEIGHTS[name]] for name in methods if WEIGHTS[name] in failed})
 
 
 def _loop(fn: Callable[[int], Any], n_sets: int, calls: int) -> Callable[[], None]:
@@ -86,30 +216,45 @@ def _loop(fn: Callable[[int], Any], n_sets: int, calls: int) -> Callable[[], Non
     return run
 
 
-def time_methods(fns: dict[str, Callable[[int], Any]], n_sets: int, graphs: bool) -> dict[str, float]:
-    """Median over ROUNDS of the per-call time (us), methods interleaved within each round."""
+def _runner(fn: Callable[[int], Any], n_sets: int, calls: int, graphs: bool) -> Callable[[], None]:
+    """The loop of `calls` calls, warmed up; with `graphs`, captured and replayed."""
+    loop = _loop(fn, n_sets, calls)
+    if not graphs:
+        loop()
+        return loop
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        loop()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loop()
+    graph.replay()
+    return graph.replay
+
+
+def time_methods(fns: dict[str, Callable[[int], Any]], n_sets: int, graphs: bool,
+                 errors: Optional[dict[str, str]] = None) -> dict[str, float]:
+    """Median over ROUNDS of the per-call time (us), methods interleaved within each round, the
+    order rotated from round to round. With `errors` given, a method that fails to warm up or to
+    be captured is recorded there instead of stopping the others."""
     calls = max(CALLS_MIN, n_sets * math.ceil(CALLS_MIN / n_sets))
     runners = {}
     for name, fn in fns.items():
-        loop = _loop(fn, n_sets, calls)
-        if graphs:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                loop()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                loop()
-            runners[name] = graph.replay
-        else:
-            runners[name] = loop
-    for run in runners.values():  # warm-up
-        run()
+        try:
+            runners[name] = _runner(fn, n_sets, calls, graphs)
+        except Exception as exc:
+            if errors is None:
+                raise
+            errors[name] = error_text(exc)
     torch.cuda.synchronize()
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    for _ in range(ROUNDS):
-        for name, run in runners.items():
+    names = list(runners)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(ROUNDS):
+        shift = r % len(names) if names else 0
+        for name in names[shift:] + names[:shift]:
+            run = runners[name]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             run()
@@ -134,19 +279,40 @@ def host_times(device) -> dict[str, float]:
     return out
 
 
-def measure(name: str, k: int, n: int, m: int, make: Callable[[], tuple], methods: Optional[tuple] = None,
-            eager: bool = True, text: Optional[Callable[[dict], str]] = None) -> dict[str, Any]:
-    """One layer shape: the methods make() builds (their weight copies freed after), with graphs
-    and (eager) without; the record, printed as it is measured."""
-    fns, n_sets, weight_bytes = make()
-    if methods is not None:
-        fns = {key: fns[key] for key in methods}
-    rec = {"layer": name, "k": k, "n": n, "m": m, "weight_bytes": weight_bytes,
-           "graph": time_methods(fns, n_sets, graphs=True)}
+def check_outputs(fns: dict[str, Callable[[int], Any]], errors: dict[str, str]) -> dict[str, float]:
+    """Each method's output on the first copy against bf16's: the relative difference (Frobenius
+    norm). A method that raises moves from fns to errors."""
+    if "bf16" not in fns:
+        return {}
+    ref = fns["bf16"](0).float()
+    out = {}
+    for name, fn in list(fns.items()):
+        if name == "bf16":
+            continue
+        try:
+            out[name] = float((fn(0).float() - ref).norm() / ref.norm())
+        except Exception as exc:
+            errors[name] = error_text(exc)
+            del fns[name]
+    torch.cuda.synchronize()
+    return out
+
+
+def measure(name: str, k: int, n: int, m: int, make: Callable[[], Methods], eager: bool = True,
+            text: Optional[Callable[[dict], str]] = None) -> dict[str, Any]:
+    """One layer shape: the methods make() builds (their weight copies freed after), checked
+    against bf16, timed with graphs and (eager) without; the record, printed as it is measured."""
+    made = make()
+    fns, errors = made.fns, dict(made.errors)
+    rec: dict[str, Any] = {"layer": name, "k": k, "n": n, "m": m, "weight_bytes": made.weight_bytes,
+                           "bytes": made.layer_bytes, "rel_err": check_outputs(fns, errors)}
+    rec["graph"] = time_methods({key: fn for key, fn in fns.items() if key not in errors}, made.n_sets, True, errors)
     if eager:
-        rec["eager"] = time_methods(fns, n_sets, graphs=False)
+        rec["eager"] = time_methods({key: fn for key, fn in fns.items() if key not in errors}, made.n_sets, False,
+                                    errors)
+    rec["errors"] = errors
     print((text or row_text)(rec), flush=True)
-    del fns
+    del made, fns
     torch.cuda.empty_cache()
     return rec
 
@@ -159,12 +325,14 @@ def run(args) -> dict[str, Any]:
     device = torch.device("cuda", torch.cuda.current_device())
     meta = report.run_metadata(device, report.command_line("benchmarks.bench_decode", args.argv))
     layers, rows = select_layers(args.layers, args.quick), args.rows or ((1, 16) if args.quick else ROWS)
+    methods = select_methods(args.methods)
+    prefill_methods = tuple(m for m in PREFILL_METHODS if m in methods)
     with torch.no_grad():
-        records = [measure(name, k, n, m, lambda: make_methods(k, n, m, device))
+        records = [measure(name, k, n, m, lambda: make_methods(k, n, m, device, methods))
                    for name, k, n in layers for m in rows]
-        prefill = [measure(name, k, n, PREFILL_ROWS, lambda: make_methods(k, n, PREFILL_ROWS, device),
-                           methods=("bf16", "quantlinear", "quantlinear_block"), eager=False)
-                   for name, k, n in PREFILL]
+        prefill = [measure(name, k, n, PREFILL_ROWS,
+                           lambda: make_methods(k, n, PREFILL_ROWS, device, prefill_methods), eager=False)
+                   for name, k, n in (PREFILL if prefill_methods else [])]
         name, k, n = STATIC
         static = [measure(name, k, n, m, lambda: static_methods(k, n, m, device), text=static_text)
                   for m in STATIC_ROWS]
@@ -188,9 +356,20 @@ def select_layers(names: Optional[str], quick: bool) -> list[tuple[str, int, int
     return chosen
 
 
-def static_methods(k: int, n: int, m: int, device) -> tuple[dict[str, Callable[[int], Any]], int, int]:
-    """QuantLinear with dynamic per-token and with static per-tensor activation scales; the number
-    of copies; int8 weight bytes."""
+def select_methods(spec: Optional[str]) -> tuple[str, ...]:
+    """The methods named in a comma-separated list, in the order of METHODS; all of them for None."""
+    if not spec:
+        return METHODS
+    wanted = [m.strip() for m in spec.split(",") if m.strip()]
+    unknown = [m for m in wanted if m not in METHODS]
+    if unknown or not wanted:
+        raise ValueError(f"bench_decode: --methods: unknown or no method ({', '.join(map(repr, unknown))}); "
+                         f"known: {', '.join(METHODS)}")
+    return tuple(m for m in METHODS if m in wanted)
+
+
+def static_methods(k: int, n: int, m: int, device) -> Methods:
+    """QuantLinear with dynamic per-token and with static per-tensor activation scales."""
     import tcgemm
 
     n_sets = max(2, math.ceil(3 * timing.l2_bytes(device) / (n * k)))
@@ -202,64 +381,134 @@ def static_methods(k: int, n: int, m: int, device) -> tuple[dict[str, Callable[[
         dynamic.append(tcgemm.QuantLinear.from_linear(lin))
         static.append(tcgemm.QuantLinear.from_linear(lin, activation="static", input_amax=amax))
         del lin
-    return {"token": lambda i: dynamic[i](x), "static": lambda i: static[i](x)}, n_sets, n * k
+    return Methods({"token": lambda i: dynamic[i](x), "static": lambda i: static[i](x)}, n_sets, n * k,
+                   {"token": layer_bytes(dynamic[0]), "static": layer_bytes(static[0])})
 
 
 def ratio(a: Optional[float], b: Optional[float]) -> str:
     return "-" if not a or not b else f"{a / b:.2f}x"
 
 
+LABELS = {"bf16": "bf16", "quantlinear": "QuantLinear", "two_ops": "two ops", "quantlinear_block": "QuantLinear block",
+          "w4a8": "W4A8", "torch_int4": "torch int4", "token": "QuantLinear token", "static": "QuantLinear static"}
+
+
 def row_text(rec: dict[str, Any]) -> str:
     g = rec["graph"]
     parts = [f"{rec['layer']:>10s} M={rec['m']:<5d}"]
     parts += [f"{k}={v:7.1f}" for k, v in g.items()]
-    parts.append(f"graph speed-up {ratio(g['bf16'], g['quantlinear'])}")
+    parts.append(f"graph speed-up {ratio(g.get('bf16'), g.get('quantlinear'))}")
+    if "w4a8" in g:
+        parts.append(f"W4A8 {ratio(g.get('bf16'), g['w4a8'])}, x torch int4 {ratio(g.get('torch_int4'), g['w4a8'])}")
     if "eager" in rec:
-        parts.append(f"eager {ratio(rec['eager']['bf16'], rec['eager']['quantlinear'])}")
+        parts.append(f"eager {ratio(rec['eager'].get('bf16'), rec['eager'].get('quantlinear'))}")
+    parts += [f"{LABELS.get(k, k)} off bf16 by {v:.2f}" for k, v in rec.get("rel_err", {}).items()
+              if v > CHECK_TOLERANCE]
+    parts += [f"{LABELS.get(k, k)} failed ({v})" for k, v in rec.get("errors", {}).items()]
     return "  ".join(parts)
+
+
+def us(rec: dict[str, Any], mode: str, key: str) -> str:
+    """A method's time as a table cell: "error" where it failed, "-" where it did not run."""
+    times = rec.get(mode, {})
+    if key in times:
+        return f"{times[key]:.1f}"
+    return "error" if key in rec.get("errors", {}) else "-"
+
+
+def stream(rec: dict[str, Any], key: str, nbytes: Optional[int]) -> str:
+    """TB/s of `nbytes` read in the method's graph time."""
+    t = rec["graph"].get(key)
+    return "-" if not t or not nbytes else f"{nbytes / (t * 1e-6) / 1e12:.2f}"
+
+
+def notes(records: list[dict[str, Any]]) -> list[str]:
+    """Methods that failed, and methods whose output is off bf16's, each message once with the
+    layers where it happened."""
+    where: dict[tuple[str, str], list[str]] = {}
+    for r in records:
+        at = f"{r['layer']} M={r['m']}"
+        for key, err in r.get("rel_err", {}).items():
+            if err > CHECK_TOLERANCE:
+                message = (f"output off bf16's by more than {CHECK_TOLERANCE} (relative): its times are not of a "
+                           "correct layer")
+                where.setdefault((LABELS.get(key, key), message), []).append(f"{at}: {err:.2f}")
+        for key, message in r.get("errors", {}).items():
+            where.setdefault((LABELS.get(key, key), message), []).append(at)
+    return [f"- {label} ({', '.join(ats)}): {message}" for (label, message), ats in where.items()]
+
+
+def has(records: list[dict[str, Any]], key: str) -> bool:
+    """Whether a method was part of the records (timed or failed)."""
+    return any(key in r["graph"] or key in r.get("errors", {}) for r in records)
 
 
 def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, str]:
     header = report.header_line(doc["meta"], command)
     rows = []
     for r in doc["decode"]:
-        g, e = r["graph"], r["eager"]
-        stream = r["weight_bytes"] / (g["quantlinear"] * 1e-6) / 1e12
-        rows.append([r["layer"], f"{r['k']}->{r['n']}", str(r["m"]), f"{g['bf16']:.1f}", f"{g['quantlinear']:.1f}",
-                     ratio(g["bf16"], g["quantlinear"]), f"{stream:.2f}", ratio(g["bf16"], g["two_ops"]),
-                     ratio(g["bf16"], g["quantlinear_block"]), f"{e['bf16']:.1f}", f"{e['quantlinear']:.1f}",
-                     ratio(e["bf16"], e["quantlinear"])])
+        g, e = r["graph"], r.get("eager", {})
+        rows.append([r["layer"], f"{r['k']}->{r['n']}", str(r["m"]), us(r, "graph", "bf16"),
+                     us(r, "graph", "quantlinear"), ratio(g.get("bf16"), g.get("quantlinear")),
+                     stream(r, "quantlinear", r["weight_bytes"]), ratio(g.get("bf16"), g.get("two_ops")),
+                     ratio(g.get("bf16"), g.get("quantlinear_block")), us(r, "eager", "bf16"),
+                     us(r, "eager", "quantlinear"), ratio(e.get("bf16"), e.get("quantlinear"))])
     headers = ["layer", "K->N", "M", "graph bf16 us", "graph QuantLinear us", "speed-up", "int8 weight TB/s",
                "two ops speed-up", "block speed-up", "eager bf16 us", "eager QuantLinear us", "eager speed-up"]
-    legend = ("Per call, a decode step's view: rotated weight copies (3x the L2), fixed input rows. graph: one CUDA "
-              "graph of the calls, replayed; eager: the same calls from Python (host time included). QuantLinear: "
-              "per-channel weight, per-token activations, one op (`tcgemm.quant_linear`: one kernel where x holds at "
-              "most 8192 values, up to 4 rows; else quantize and GEMM as overlapped launches); two ops: `quantize` "
-              "then `scaled_gemm`; block: 128x128 weight and 1x128 activation scales. Speed-ups are against bf16 "
-              "`F.linear`, timed in the same process.")
+    legend = ("Per call, a decode step's view: rotated weight copies (3x the L2 in the 4-bit format), fixed input "
+              "rows. graph: one CUDA graph of the calls, replayed; eager: the same calls from Python (host time "
+              "included). QuantLinear: per-channel weight, per-token activations, one op (`tcgemm.quant_linear`: one "
+              "kernel where x holds at most 8192 values, up to 4 rows; else quantize and GEMM as overlapped "
+              "launches); two ops: `quantize` then `scaled_gemm`; block: 128x128 weight and 1x128 activation scales. "
+              "Speed-ups are against bf16 `F.linear`, timed in the same process.")
+    tables = [legend, report.markdown_table(headers, rows, align_left=2)]
+    if has(doc["decode"], "w4a8") or has(doc["decode"], "torch_int4"):
+        four = []
+        for r in doc["decode"]:
+            g = r["graph"]
+            four.append([r["layer"], f"{r['k']}->{r['n']}", str(r["m"]), us(r, "graph", "bf16"),
+                         us(r, "graph", "quantlinear"), us(r, "graph", "w4a8"), us(r, "graph", "torch_int4"),
+                         ratio(g.get("bf16"), g.get("quantlinear")), ratio(g.get("bf16"), g.get("w4a8")),
+                         ratio(g.get("bf16"), g.get("torch_int4")), ratio(g.get("torch_int4"), g.get("w4a8")),
+                         stream(r, "w4a8", r.get("bytes", {}).get("w4a8"))])
+        tables += [
+            ("4-bit weights, CUDA graphs, same rotation. W8A8: `QuantLinear` as above; W4A8: "
+             "`QuantLinear(scheme=\"w4a8\")`, 4-bit weights with an fp32 scale per channel and int8 scales per 128 "
+             "inputs, int8 activations per token; torch int4: `torch.ops.aten._weight_int4pack_mm` (tinygemm) on "
+             "bf16 activations, the weight as torchao's `Int4WeightOnlyConfig` packs it (groups of 128, bf16 "
+             "scales and zero points, inner_k_tiles 8). x: the speed-up over the method named; W4A8 weight TB/s: "
+             "its packed weight and scales over the call time."),
+            report.markdown_table(["layer", "K->N", "M", "bf16 us", "W8A8 us", "W4A8 us", "torch int4 us",
+                                   "W8A8 x bf16", "W4A8 x bf16", "torch int4 x bf16", "W4A8 x torch int4",
+                                   "W4A8 weight TB/s"], four, align_left=2)]
+    pre_w4 = has(doc["prefill"], "w4a8")
     pre_rows = []
     for r in doc["prefill"]:
         g = r["graph"]
-        pre_rows.append([r["layer"], f"{r['k']}->{r['n']}", str(r["m"]), f"{g['bf16']:.1f}", f"{g['quantlinear']:.1f}",
-                         ratio(g["bf16"], g["quantlinear"]), ratio(g["bf16"], g["quantlinear_block"])])
-    static_rows = [[r["layer"], f"{r['k']}->{r['n']}", str(r["m"]), f"{r['graph']['token']:.1f}",
-                    f"{r['graph']['static']:.1f}", ratio(r["graph"]["token"], r["graph"]["static"]),
-                    f"{r['eager']['token']:.1f}", f"{r['eager']['static']:.1f}",
-                    ratio(r["eager"]["token"], r["eager"]["static"])] for r in doc.get("static", [])]
+        pre_rows.append([r["layer"], f"{r['k']}->{r['n']}", str(r["m"]), us(r, "graph", "bf16"),
+                         us(r, "graph", "quantlinear"), ratio(g.get("bf16"), g.get("quantlinear")),
+                         ratio(g.get("bf16"), g.get("quantlinear_block"))]
+                        + ([ratio(g.get("bf16"), g.get("w4a8"))] if pre_w4 else []))
+    if pre_rows:
+        tables.append(report.markdown_table(["layer", "K->N", "M", "bf16 us", "QuantLinear us", "speed-up",
+                                             "block speed-up"] + (["W4A8 speed-up"] if pre_w4 else []),
+                                            pre_rows, align_left=2))
+    static_rows = [[r["layer"], f"{r['k']}->{r['n']}", str(r["m"]), us(r, "graph", "token"), us(r, "graph", "static"),
+                    ratio(r["graph"].get("token"), r["graph"].get("static")), us(r, "eager", "token"),
+                    us(r, "eager", "static"), ratio(r.get("eager", {}).get("token"), r.get("eager", {}).get("static"))]
+                   for r in doc.get("static", [])]
     host = doc["host_us"]
     host_line = (f"Host time per call, 256->256 layer at M = 1 (`timing.host_us`): nn.Linear {host['nn.Linear']:.1f} us, "
                  f"QuantLinear {host['QuantLinear']:.1f} us ({host['QuantLinear'] / host['nn.Linear']:.2f}x).")
+    failures = notes(doc["decode"] + doc["prefill"] + doc.get("static", []))
     body = "\n\n".join([
-        "## Decode: QuantLinear against bf16 at a few rows", header, legend,
-        report.markdown_table(headers, rows, align_left=2),
-        report.markdown_table(["layer", "K->N", "M", "bf16 us", "QuantLinear us", "speed-up", "block speed-up"],
-                              pre_rows, align_left=2),
-        host_line,
+        "## Decode: QuantLinear against bf16 at a few rows", header, *tables, host_line,
     ] + ([("Static (calibrated per-tensor, `activation=\"static\"`) against dynamic per-token activation "
            "scales, `QuantLinear`, same rotation; speed-up of static over dynamic:"),
           report.markdown_table(["layer", "K->N", "M", "graph token us", "graph static us", "static speed-up",
                                  "eager token us", "eager static us", "eager static speed-up"],
-                                static_rows, align_left=2)] if static_rows else []))
+                                static_rows, align_left=2)] if static_rows else [])
+      + (["Not measured, or not of a correct result:\n\n" + "\n".join(failures)] if failures else []))
     return {"bench_decode": body}
 
 
@@ -270,10 +519,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--layers", default=None, help="comma-separated decode layers, e.g. 8B_qkv,70B_o (default: all, "
                    "or the quick three)")
     p.add_argument("--rows", type=int, nargs="+", default=None, help="decode row counts (default: 1 4 16, quick 1 16)")
+    p.add_argument("--methods", default=None, help=f"comma-separated methods among {', '.join(METHODS)} "
+                   "(default: all; prefill times those of them it has)")
     report.add_result_args(p, "bench_decode")
     args = p.parse_args(argv)
     try:  # a bad selection fails here, before any GPU work
         select_layers(args.layers, args.quick)
+        select_methods(args.methods)
     except ValueError as e:
         p.error(str(e))
     if args.rows and min(args.rows) < 1:

@@ -1,9 +1,13 @@
-"""The end-to-end benchmark's table from a result file (CPU): a variant whose steps fail is shown as
-failed with its error listed under the table, not as figures, and the working variants keep
-their ratios to bf16; --variants picks variants by name, and bench_decode's --layers layers."""
+"""The benchmarks' tables from result files (CPU): a variant or method that fails is shown as failed
+with its error listed under the table, not as figures, and the working ones keep their ratios
+(compiled variants to bf16 compiled); --variants picks variants by name, bench_decode's --layers
+layers and --methods methods. torch's int4 peer (bench_decode.TorchInt4Linear) computes the
+quantized layer it stands for (CPU kernel; the CUDA packing's shapes under fake tensors, its
+values where a GPU is present), and its bytes per parameter count the packed weight and scales."""
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from benchmarks import bench_decode, bench_llm
 
@@ -63,3 +67,159 @@ def test_bench_decode_refuses_a_bad_selection_before_running(argv, message, caps
     with pytest.raises(SystemExit):
         bench_decode.main(argv)
     assert message in capsys.readouterr().err
+
+
+def test_llm_table_of_compiled_4bit_variants():
+    ok = [decode(1, 10.0)]
+    results = [
+        {"variant": "bf16", "compiled": False, "weights_gib": 15.0, "proj_bytes_per_param": 2.0, "decode": ok,
+         "peak_gib": 19.6},
+        {"variant": "bf16", "compiled": True, "weights_gib": 15.0, "proj_bytes_per_param": 2.0,
+         "decode": [decode(1, 8.0)], "peak_gib": 19.7},
+        {"variant": "tcgemm-w4a8", "compiled": True, "weights_gib": 4.6, "proj_bytes_per_param": 0.50879,
+         "decode": [decode(1, 3.2)], "peak_gib": 6.0},
+        {"variant": "torch-int4", "compiled": True, "weights_gib": 4.9, "proj_bytes_per_param": 0.53125,
+         "decode": [decode(1, 4.0, "eager")], "peak_gib": 6.3},
+        {"variant": "tcgemm-w4a8-group", "compiled": True, "error": "RuntimeError: no kernel"},
+    ]
+    doc = {"meta": {"device": "NVIDIA H100", "date": "2026-11-25T10:00:00"}, "layers": 32, "context": 512,
+           "prefill_tokens": 0, "batches": [1], "results": results}
+    body = bench_llm.markdown(doc)["bench_llm"]
+    lines = [line for line in body.splitlines() if line.startswith("| ")]
+    assert [c.strip() for c in lines[0].split("|")[1:-1]] == [
+        "variant", "decode tok/s, batch 1", "proj. bytes/param", "weights GiB", "peak GiB"]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in lines[1:]}
+    assert rows["bf16"] == ["100 (1.00x)", "2.000", "15.0", "19.6"]
+    assert rows["bf16, compiled"] == ["125 (1.00x)", "2.000", "15.0", "19.7"]
+    assert rows["tcgemm-w4a8, compiled"] == ["312 (2.50x)", "0.509", "4.6", "6.0"]
+    assert rows["torch-int4, compiled"][:2] == ["250 (2.00x) (eager)", "0.531"]
+    assert rows["tcgemm-w4a8-group, compiled"] == ["error", "-", "-", "-"]
+    assert "- tcgemm-w4a8-group, compiled: RuntimeError: no kernel" in body
+    assert "Prefill" not in body and "ratios to bf16 compiled" in body
+    assert "tcgemm-w4a8: `quantize_model(scheme=\"w4a8\")`" in body
+    assert "torch-int4: `torch.ops.aten._weight_int4pack_mm`" in body
+
+
+def decode_record(layer, m, graph, errors=None, rel_err=None):
+    name, k, n = next(entry for entry in bench_decode.LAYERS if entry[0] == layer)
+    return {"layer": name, "k": k, "n": n, "m": m, "weight_bytes": n * k,
+            "bytes": {"w4a8": n * k // 2 + 4 * n + n * k // 128}, "graph": graph, "eager": graph,
+            "errors": errors or {}, "rel_err": rel_err or {}}
+
+
+def decode_doc(records):
+    return {"meta": {"device": "NVIDIA H100", "date": "2026-11-25T10:00:00"}, "decode": records, "prefill": [],
+            "static": [], "host_us": {"nn.Linear": 15.0, "QuantLinear": 15.5}}
+
+
+def table_rows(table):
+    return {(cells[0], cells[2]): cells for cells in ([c.strip() for c in line.split("|")[1:-1]]
+                                                      for line in table.splitlines() if line.startswith("| "))}
+
+
+def test_decode_table_of_4bit_methods_with_a_missing_peer():
+    records = [
+        decode_record("8B o", 1, {"bf16": 13.5, "quantlinear": 8.4, "w4a8": 6.0, "torch_int4": 7.5},
+                      rel_err={"quantlinear": 0.004, "w4a8": 0.07, "torch_int4": 0.07}),
+        decode_record("8B o", 16, {"bf16": 13.5, "quantlinear": 9.9, "w4a8": 9.0},
+                      errors={"torch_int4": "RuntimeError: _weight_int4pack_mm: no CUDA kernel"}),
+        decode_record("8B down", 1, {"bf16": 32.0, "quantlinear": 18.5, "w4a8": 10.0, "torch_int4": 11.0},
+                      rel_err={"w4a8": 0.98}),
+    ]
+    body = bench_decode.markdown(decode_doc(records))["bench_decode"]
+    four = body[body.index("| layer | K->N | M | bf16 us | W8A8 us | W4A8 us"):]
+    rows = table_rows(four.split("\n\n")[0])
+    assert rows[("8B o", "1")][3:] == ["13.5", "8.4", "6.0", "7.5", "1.61x", "2.25x", "1.80x", "1.25x",
+                                        f"{(4096 * 4096 // 2 + 4 * 4096 + 4096 * 32) / 6e-6 / 1e12:.2f}"]
+    assert rows[("8B o", "16")][6] == "error" and rows[("8B o", "16")][9:11] == ["-", "-"]
+    assert rows[("8B down", "1")][10] == "1.10x"
+    assert "- torch int4 (8B o M=16): RuntimeError: _weight_int4pack_mm: no CUDA kernel" in body
+    assert "- W4A8 (8B down M=1: 0.98): output off bf16's by more than" in body
+    assert "W4A8 (8B o" not in body  # within tolerance: no note
+    assert body.count("| layer |") == 2  # no prefill records: no prefill table
+
+
+def test_decode_table_of_a_result_without_4bit_methods():
+    record = decode_record("8B qkv", 1, {"bf16": 16.7, "quantlinear": 12.1, "two_ops": 13.9,
+                                         "quantlinear_block": 12.9})
+    for key in ("bytes", "errors", "rel_err"):  # results written before these keys
+        del record[key]
+    doc = decode_doc([record])
+    doc["prefill"] = [dict(record, m=2048, layer="8B down", k=14336, n=4096)]
+    body = bench_decode.markdown(doc)["bench_decode"]
+    assert "W4A8" not in body and "Not measured" not in body and body.count("| layer |") == 2
+    assert table_rows(body)[("8B qkv", "1")][3:6] == ["16.7", "12.1", "1.38x"]
+
+
+def test_bench_decode_method_selection():
+    assert bench_decode.select_methods(None) == bench_decode.METHODS
+    assert bench_decode.select_methods("torch_int4, bf16,w4a8") == ("bf16", "w4a8", "torch_int4")
+    with pytest.raises(ValueError, match="--methods.*'int4'"):
+        bench_decode.select_methods("bf16,int4")
+
+
+def dequantize_int4(q, scales_and_zeros, group_size=bench_decode.INT4_GROUP_SIZE):
+    scale, zero = scales_and_zeros.double().transpose(0, 1).unbind(-1)  # [N, K / group_size] each
+    n, k = q.shape
+    return ((q.double() - 8).reshape(n, k // group_size, group_size) * scale[..., None]
+            + zero[..., None]).reshape(n, k)
+
+
+def test_int4_peer_computes_its_quantized_layer_on_the_cpu():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(384, 80, bias=True, dtype=torch.bfloat16)
+    layer = bench_decode.TorchInt4Linear.from_linear(lin)
+    q, scales_and_zeros = bench_decode.int4_weight_only(lin.weight)
+    assert q.min() >= 0 and q.max() <= 15 and scales_and_zeros.shape == (3, 80, 2)
+    w = dequantize_int4(q, scales_and_zeros)
+    assert (w - lin.weight.double()).norm() / lin.weight.double().norm() < 0.15
+    x = torch.randn(2, 5, 384, dtype=torch.bfloat16)
+    ref = x.double() @ w.T + lin.bias.double()
+    assert ref.abs().amax() > 0
+    out = layer(x)
+    assert out.shape == (2, 5, 80) and out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), ref, rtol=2e-2, atol=2e-2 * ref.abs().amax().item())
+    assert bench_decode.layer_bytes(layer) == 80 * 384 // 2 + 3 * 80 * 2 * 2  # packed weight, scales and zeros
+
+
+def test_int4_peer_packs_for_cuda_as_tinygemm_reads():
+    with FakeTensorMode():
+        lin = torch.nn.Linear(4096, 1024, bias=False, device="cuda", dtype=torch.bfloat16)
+        layer = bench_decode.TorchInt4Linear.from_linear(lin)
+        out = layer(torch.empty(1, 1, 4096, device="cuda", dtype=torch.bfloat16))
+    inner = bench_decode.INT4_INNER_K_TILES
+    assert layer.weight.dtype == torch.int32 and layer.weight.shape == (1024 // 8, 4096 // (inner * 16), 32, inner // 2)
+    assert layer.scales_and_zeros.shape == (4096 // 128, 1024, 2) and layer.scales_and_zeros.dtype == torch.bfloat16
+    assert out.shape == (1, 1, 1024) and out.dtype == torch.bfloat16
+    assert bench_decode.layer_bytes(layer) / (4096 * 1024) == 0.5 + 4 / 128
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_int4_peer_computes_its_quantized_layer_on_the_gpu():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(1024, 256, bias=False, device="cuda", dtype=torch.bfloat16)
+    layer = bench_decode.TorchInt4Linear.from_linear(lin)
+    w = dequantize_int4(*bench_decode.int4_weight_only(lin.weight))
+    x = torch.randn(3, 1024, device="cuda", dtype=torch.bfloat16)
+    ref = x.double() @ w.T
+    assert ref.abs().amax() > 0
+    torch.testing.assert_close(layer(x).double(), ref, rtol=2e-2, atol=2e-2 * ref.abs().amax().item())
+
+
+def test_projection_bytes_per_param_leaves_out_the_lm_head_and_biases():
+    model = torch.nn.ModuleDict({
+        "q_proj": torch.nn.Linear(256, 128, bias=True, dtype=torch.bfloat16),
+        "down_proj": bench_decode.TorchInt4Linear.from_linear(torch.nn.Linear(256, 64, bias=False)),
+        "lm_head": torch.nn.Linear(256, 1000, bias=False, dtype=torch.bfloat16),
+    })
+    expected = (2 * 256 * 128 + 64 * 256 // 2 + 2 * 64 * 2 * 2) / (256 * 128 + 256 * 64)
+    assert bench_llm.projection_bytes_per_param(model) == pytest.approx(expected)
+    assert bench_llm.projection_bytes_per_param(torch.nn.ModuleDict({"lm_head": model["lm_head"]})) is None
+
+
+def test_swap_linears_keeps_the_lm_head():
+    model = torch.nn.ModuleDict({"layers": torch.nn.Sequential(torch.nn.Linear(256, 128), torch.nn.ReLU()),
+                                 "lm_head": torch.nn.Linear(128, 32)})
+    bench_llm.swap_linears(model, bench_decode.TorchInt4Linear.from_linear)
+    assert isinstance(model["layers"][0], bench_decode.TorchInt4Linear)
+    assert type(model["lm_head"]) is torch.nn.Linear

@@ -46,3 +46,28 @@ def test_tiny_llama_quantizes_and_decodes(recipe):
         assert db > 28
         generated = quantized.generate(ids[:1, :8], max_new_tokens=6, do_sample=False)
     assert generated.shape == (1, 14)
+
+
+@pytest.mark.parametrize("scheme", ["w4a8", "w4a8-group"])
+def test_4bit_projection_bytes_per_parameter(scheme):
+    """What bench_llm reports as the projections' bytes per parameter: the packed weight and every
+    scale, at most 0.57 at Llama-3 8B's shapes."""
+    from benchmarks.bench_llm import projection_bytes_per_param
+
+    def layer_bytes(n, k):
+        groups = -(-k // 128)
+        scales = 4 * n + n * groups if scheme == "w4a8" else 4 * n * groups
+        return n * k // 2 + scales
+
+    model = tiny_llama()
+    tcgemm.quantize_model(model, skip=("lm_head",), scheme=scheme)
+    layers = [m for m in model.modules() if isinstance(m, tcgemm.QuantLinear)]
+    assert len(layers) == 2 * 7
+    expected = (sum(layer_bytes(m.out_features, m.in_features) for m in layers)
+                / sum(m.out_features * m.in_features for m in layers))
+    assert projection_bytes_per_param(model) == pytest.approx(expected)
+    llama_8b = torch.nn.ModuleDict({
+        name: tcgemm.QuantLinear(k, n, bias=False, scheme=scheme, device="meta")
+        for name, k, n in (("qkv", 4096, 6144), ("o", 4096, 4096), ("gate_up", 4096, 28672), ("down", 14336, 4096))
+    })
+    assert projection_bytes_per_param(llama_8b) <= 0.57
