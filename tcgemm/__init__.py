@@ -9,14 +9,25 @@
     lin = tcgemm.QuantLinear.from_linear(linear)    # W8A8 drop-in for nn.Linear
     lin = tcgemm.QuantLinear.from_linear(linear, scheme=tcgemm.W8A8_BLOCK)  # a scheme, as one value
     report = tcgemm.quantize_model(model)           # swaps a model's nn.Linear layers in place
+    packed = tcgemm.pack_int4(q)                    # int8 [N,K] in [-8,7] -> uint8 [N,K/2], two a byte
+    lin = tcgemm.QuantLinear.from_linear(linear, scheme=tcgemm.W4A8)   # 4-bit weights, int8 activations
+    with tcgemm.calibrate(model, second_moments=True) as calib, torch.no_grad():
+        model(sample)
+    tcgemm.quantize_model(model, scheme=tcgemm.W4A8, calibration=calib, gptq=tcgemm.GPTQ())
 """
 
-from ._ops import BACKENDS, available_backends, backends_for, gemm, int8_gemm, quant_linear, scaled_gemm, supports
+from ._ops import (
+    BACKENDS, available_backends, backends_for, gemm, int4_gemm, int8_gemm, quant_linear, scaled_gemm, supports,
+    unpack_int4,
+)
 from ._quantize import quantize
 from . import reference
-from .nn import QuantLinear, QuantizeReport, calibrate, quantize_model
+from .int4 import pack_int4
+from .nn import GPTQ, QuantLinear, QuantizeReport, calibrate, quantize_model
 from .scheme import (
     PRESETS,
+    W4A8,
+    W4A8_GROUP,
     W8A8_ASYMMETRIC,
     W8A8_BLOCK,
     W8A8_CHANNEL_GROUP,
@@ -32,8 +43,11 @@ from .scheme import (
 __all__ = [
     "ActivationArgs",
     "BACKENDS",
+    "GPTQ",
     "PRESETS",
     "QuantScheme",
+    "W4A8",
+    "W4A8_GROUP",
     "W8A8_ASYMMETRIC",
     "W8A8_BLOCK",
     "W8A8_CHANNEL_GROUP",
@@ -49,6 +63,9 @@ __all__ = [
     "calibrate",
     "gemm",
     "int8_gemm",
+    "pack_int4",
+    "int4_gemm",
+    "unpack_int4",
     "quantize",
     "quant_linear",
     "quantize_model",

@@ -202,3 +202,36 @@ def quantize_asym_reference(
     if scale is None:
         s_out, z_out = s_out.reshape(*lead, 1), z_out.reshape(*lead, 1)
     return q.to(x.device), s_out.to(x.device), z_out.to(x.device)
+
+
+def unpack_int4_reference(packed: torch.Tensor, group_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The int8 [N, K] weight of a packed 4-bit uint8 [N, K/2], defined in plain torch on the CPU:
+    byte j of row n holds k = 2j in its low nibble and k = 2j + 1 in its high nibble, each a
+    two's-complement 4-bit integer; with ``group_scale`` (int8 [N, ceil(K/128)]) each value is
+    multiplied by ``group_scale[n, k // 128]``. Returned on the device of ``packed``."""
+    b = packed.detach().cpu().long()
+    n, k = b.shape[0], 2 * b.shape[1]
+    q = torch.empty(n, k, dtype=torch.int64)
+    q[:, 0::2], q[:, 1::2] = b % 16, b // 16
+    q = torch.where(q >= 8, q - 16, q)
+    if group_scale is not None:
+        q = q * per_element(group_scale.detach().cpu().long(), k)
+    return q.to(torch.int8).to(packed.device)
+
+
+def int4_gemm_reference(a: torch.Tensor, packed: torch.Tensor,
+                        group_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``a @ unpack_int4_reference(packed, group_scale).T`` for int8 ``a`` [M, K] and a packed
+    4-bit weight [N, K/2]: exact in int64 on the CPU, then wrapped to int32 [M, N]."""
+    return wrap_int32(a.cpu().long() @ unpack_int4_reference(packed, group_scale).cpu().long().t())
+
+
+def int4_weight_reference(packed: torch.Tensor, weight_scale: torch.Tensor,
+                          group_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The float64 [N, K] weight a packed 4-bit weight stands for, on the CPU: two-level
+    (``weight_scale`` [N], ``group_scale`` int8 [N, ceil(K/128)]) ``q * group_scale * weight_scale``;
+    float groups (``weight_scale`` [N, ceil(K/128)]) ``q * weight_scale[n, k // 128]``."""
+    q = unpack_int4_reference(packed, group_scale).cpu().double()
+    n, k = q.shape
+    s = weight_scale.detach().cpu().double()
+    return q * (s.reshape(n, 1) if group_scale is not None else per_element(s.reshape(n, -1), k))

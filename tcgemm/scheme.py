@@ -25,6 +25,11 @@ granularity         weights                     activations
 ``"group"``         ``[N, ceil(K/128)]``        ``[M, ceil(K/128)]`` dynamic
 ``"block"``         ``[ceil(N/128), ceil(K/128)]``  --
 ==================  ==========================  =====================================
+
+4-bit weights (``WeightArgs(granularity, bits=4)``, packed two to a byte: :mod:`tcgemm.int4`) have
+``"channel"`` scales in two levels, fp32 ``[N]`` per channel times int8 ``[N, ceil(K/128)]`` per
+1x128 group with values in [1, 16] (the GEMM runs on the int8 weight ``q * group_scale``), or
+``"group"`` fp32 ``[N, ceil(K/128)]`` scales; 128x128 blocks and per-tensor scales are 8-bit only.
 """
 
 from __future__ import annotations
@@ -36,16 +41,17 @@ from typing import Any, Literal, Mapping, Optional
 from ._scales import SCALE_BLOCK, quantize_scale_shape, weight_scale_shape
 
 __all__ = [
-    "ActivationArgs", "QuantScheme", "WeightArgs", "W8A8_ASYMMETRIC", "W8A8_BLOCK", "W8A8_CHANNEL_GROUP",
-    "W8A8_DYNAMIC", "W8A8_GROUP",
-    "W8A8_STATIC", "W8A8_STATIC_ASYMMETRIC", "PRESETS",
+    "ActivationArgs", "QuantScheme", "WeightArgs", "W4A8", "W4A8_GROUP", "W8A8_ASYMMETRIC", "W8A8_BLOCK",
+    "W8A8_CHANNEL_GROUP", "W8A8_DYNAMIC", "W8A8_GROUP", "W8A8_STATIC", "W8A8_STATIC_ASYMMETRIC", "PRESETS",
 ]
 
 # Weight granularities a layer computes with; "tensor" describes checkpoints (one scale for the
 # whole weight), which a layer holds as per-channel scales.
 WEIGHT_GRANULARITIES = ("channel", "group", "block")
 ACTIVATION_GRANULARITIES = ("tensor", "token", "group")
-WEIGHT_BITS = (8,)
+WEIGHT_BITS = (4, 8)
+# The weight granularities of 4-bit weights: two-level per-channel scales, or float group scales.
+INT4_GRANULARITIES = ("channel", "group")
 # The granularity of tcgemm.quantize that gives a weight's scales, its rows taken as tokens (the
 # granularities without one, 128x128 blocks, take their amax over 2-D blocks: nn.quantize_weight).
 WEIGHT_QUANTIZED_AS = {"channel": "token", "group": "group"}
@@ -92,11 +98,21 @@ def _block_fields_match(args: Any, granularity: str) -> bool:
     return True
 
 
+def _check_int4_granularity(granularity: str) -> None:
+    if granularity not in INT4_GRANULARITIES:
+        raise SchemeError(f"4-bit weights need granularity 'channel' (two-level scales) or 'group' (float group "
+                          f"scales), got {granularity!r}")
+
+
 @dataclass(frozen=True)
 class WeightArgs:
     """How a weight [N, K] is quantized: ``bits``-bit signed integers, symmetric, one fp32 scale
     per output channel (``"channel"``), per 1x128 group of each output channel along K
-    (``"group"``) or per 128x128 block (``"block"``)."""
+    (``"group"``) or per 128x128 block (``"block"``).
+
+    4-bit weights (packed two to a byte) are ``"channel"``: two-level scales, fp32 per channel
+    times an int8 group scale in [1, 16] per 1x128 group (:attr:`two_level`), or ``"group"``:
+    fp32 per 1x128 group."""
 
     granularity: Literal["channel", "group", "block", "tensor"] = "channel"
     bits: int = 8
@@ -107,22 +123,41 @@ class WeightArgs:
             check_weight_granularity(self.granularity)
         if self.bits not in WEIGHT_BITS:
             raise SchemeError(f"weights are {self.bits}-bit; tcgemm quantizes weights to {WEIGHT_BITS} bits")
+        if self.bits == 4:
+            _check_int4_granularity(self.granularity)
         if not self.symmetric:
             raise SchemeError("weights are asymmetric (weight zero points are not supported)")
 
     @property
     def per_block(self) -> bool:
-        """Whether the scales change along K (the GEMM promotes partial sums per K block)."""
+        """Whether the float scales change along K (the GEMM promotes partial sums per K block);
+        not for two-level 4-bit weights, whose group scales are folded into the integers."""
         return self.granularity in ("group", "block")
+
+    @property
+    def two_level(self) -> bool:
+        """Whether these are 4-bit weights with two-level scales (fp32 per channel, int8 per group)."""
+        return self.bits == 4 and self.granularity == "channel"
 
     def scale_shape(self, n: int, k: int) -> tuple[int, ...]:
         """Shape of the fp32 scales of a weight [N, K]."""
         return weight_scale_shape(n, k, self.granularity)
 
+    def group_scale_shape(self, n: int, k: int) -> Optional[tuple[int, ...]]:
+        """Shape of the int8 group scales of a weight [N, K] (two-level), else None."""
+        return weight_scale_shape(n, k, "group") if self.two_level else None
+
+    def storage_shape(self, n: int, k: int) -> tuple[int, ...]:
+        """Shape of the stored integers of a weight [N, K]: [N, K] int8, or [N, K/2] uint8 for 4 bits."""
+        return (n, k // 2) if self.bits == 4 else (n, k)
+
     def to_compressed_tensors(self) -> dict[str, Any]:
-        """Keyword arguments of compressed-tensors' ``QuantizationArgs`` for these weights."""
+        """Keyword arguments of compressed-tensors' ``QuantizationArgs`` for these weights. Two-level
+        4-bit weights are saved as float group scales (``strategy="group"``, ``group_size=128``:
+        the format has no integer group scales), so they read back as ``WeightArgs("group", bits=4)``."""
+        granularity = "group" if self.two_level else self.granularity
         return dict(num_bits=self.bits, type="int", symmetric=self.symmetric, dynamic=False,
-                    strategy=self.granularity, **_block_fields(self.granularity))
+                    strategy=granularity, **_block_fields(granularity))
 
     @classmethod
     def from_compressed_tensors(cls, args: Any) -> "WeightArgs":
@@ -136,6 +171,9 @@ class WeightArgs:
         if _field(args, "dynamic"):
             raise SchemeError("weights have dynamic scales")
         granularity = _field(args, "strategy")
+        if bits == 4 and (granularity != "group" or not _block_fields_match(args, granularity)):
+            raise SchemeError(f"weights are 4-bit int with strategy '{granularity}' (group_size "
+                              f"{_field(args, 'group_size')}); 4-bit weights are read as groups of {SCALE_BLOCK}")
         if granularity not in WEIGHT_GRANULARITIES + ("tensor",) or not _block_fields_match(args, granularity):
             raise SchemeError(f"weight strategy '{granularity}' (group_size {_field(args, 'group_size')}, block_structure "
                        f"{_field(args, 'block_structure')}) is not channel, tensor, group of {SCALE_BLOCK} or "
@@ -207,7 +245,9 @@ class QuantScheme:
     multipliers).
 
     Presets: :data:`W8A8_DYNAMIC` (the default), :data:`W8A8_STATIC`, :data:`W8A8_GROUP`,
-    :data:`W8A8_CHANNEL_GROUP`, :data:`W8A8_BLOCK`, :data:`W8A8_ASYMMETRIC`, :data:`W8A8_STATIC_ASYMMETRIC`; ``PRESETS`` by name.
+    :data:`W8A8_CHANNEL_GROUP`, :data:`W8A8_BLOCK`, :data:`W8A8_ASYMMETRIC`, :data:`W8A8_STATIC_ASYMMETRIC`,
+    :data:`W4A8` (4-bit weights, two-level scales), :data:`W4A8_GROUP` (4-bit weights, float group
+    scales); ``PRESETS`` by name.
 
     Example:
         >>> s = QuantScheme.from_keywords(weight="block", activation="block")
@@ -306,8 +346,14 @@ class QuantScheme:
             raise SchemeError("weights and input_activations must both be quantized (weight-only schemes are not W8A8)")
         return cls(WeightArgs.from_compressed_tensors(weights), ActivationArgs.from_compressed_tensors(acts))
 
+    @property
+    def bits(self) -> int:
+        """The weights' bits: 8, or 4 (packed two to a byte)."""
+        return self.weights.bits
+
     def __str__(self) -> str:
-        text = f"weight={self.weight}, activation={self.activation}"
+        text = f"weight={self.weight}" + (f", bits={self.bits}" if self.bits != 8 else "")
+        text += f", activation={self.activation}"
         return text + (", asymmetric" if self.asymmetric else "") + (f", smooth={self.smooth}" if self.smooth else "")
 
 
@@ -320,6 +366,10 @@ W8A8_CHANNEL_GROUP = QuantScheme(activations=ActivationArgs("group"))
 W8A8_BLOCK = QuantScheme(weights=WeightArgs("block"), activations=ActivationArgs("group"))
 W8A8_ASYMMETRIC = QuantScheme(activations=ActivationArgs("token", symmetric=False))
 W8A8_STATIC_ASYMMETRIC = QuantScheme(activations=ActivationArgs("tensor", dynamic=False, symmetric=False))
+# 4-bit weights with two-level scales: the int8 GEMM of W8A8 per channel at half the weight bytes.
+W4A8 = QuantScheme(WeightArgs("channel", bits=4))
+# 4-bit weights with fp32 scales per 1x128 group (compressed-tensors' W4 group-128 checkpoints).
+W4A8_GROUP = QuantScheme(WeightArgs("group", bits=4))
 
 PRESETS: dict[str, QuantScheme] = {
     "w8a8": W8A8_DYNAMIC,
@@ -329,4 +379,6 @@ PRESETS: dict[str, QuantScheme] = {
     "w8a8-block": W8A8_BLOCK,
     "w8a8-asymmetric": W8A8_ASYMMETRIC,
     "w8a8-static-asymmetric": W8A8_STATIC_ASYMMETRIC,
+    "w4a8": W4A8,
+    "w4a8-group": W4A8_GROUP,
 }

@@ -43,9 +43,12 @@ def test_presets_name_the_common_recipes():
     assert tcgemm.W8A8_CHANNEL_GROUP == QuantScheme.from_keywords(activation="block")
     assert tcgemm.W8A8_ASYMMETRIC == QuantScheme.from_keywords(asymmetric=True)
     assert tcgemm.W8A8_STATIC_ASYMMETRIC == QuantScheme.from_keywords(activation="static", asymmetric=True)
+    assert tcgemm.W4A8 == QuantScheme(WeightArgs("channel", bits=4)) and tcgemm.W4A8.weights.two_level
+    assert tcgemm.W4A8_GROUP == QuantScheme(WeightArgs("group", bits=4)) and not tcgemm.W4A8_GROUP.weights.two_level
+    assert tcgemm.PRESETS["w4a8"] is tcgemm.W4A8 and tcgemm.PRESETS["w4a8-group"] is tcgemm.W4A8_GROUP
     assert set(tcgemm.PRESETS.values()) == {tcgemm.W8A8_DYNAMIC, tcgemm.W8A8_STATIC, tcgemm.W8A8_BLOCK,
                                             tcgemm.W8A8_GROUP, tcgemm.W8A8_CHANNEL_GROUP, tcgemm.W8A8_ASYMMETRIC,
-                                            tcgemm.W8A8_STATIC_ASYMMETRIC}
+                                            tcgemm.W8A8_STATIC_ASYMMETRIC, tcgemm.W4A8, tcgemm.W4A8_GROUP}
     for preset in tcgemm.PRESETS.values():
         assert preset.check_layer() is preset
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -54,6 +57,7 @@ def test_presets_name_the_common_recipes():
 
 def test_per_block_follows_the_scales():
     assert not tcgemm.W8A8_DYNAMIC.per_block and not tcgemm.W8A8_STATIC.per_block
+    assert not tcgemm.W4A8.per_block and tcgemm.W4A8_GROUP.per_block  # two-level: int32 sums over all of K
     assert tcgemm.W8A8_BLOCK.per_block and tcgemm.W8A8_GROUP.per_block
     assert QuantScheme(activations=ActivationArgs("group")).per_block
     assert tcgemm.W8A8_STATIC.needs_calibration and not tcgemm.W8A8_DYNAMIC.needs_calibration
@@ -76,8 +80,18 @@ def test_bad_schemes_are_named():
         QuantScheme.from_keywords(activation="group")
     with pytest.raises(ValueError, match="asymmetric activations need weight='channel'"):
         QuantScheme.from_keywords(weight="block", asymmetric=True)
-    with pytest.raises(ValueError, match=r"weights are 4-bit; tcgemm quantizes weights to \(8,\) bits"):
-        WeightArgs(bits=4)
+    with pytest.raises(ValueError, match=r"weights are 2-bit; tcgemm quantizes weights to \(4, 8\) bits"):
+        WeightArgs(bits=2)
+    for granularity in ("block", "tensor"):
+        with pytest.raises(ValueError, match=f"4-bit weights need granularity 'channel' \\(two-level scales\\) or "
+                                             f"'group' \\(float group scales\\), got '{granularity}'"):
+            WeightArgs(granularity, bits=4)
+    with pytest.raises(ValueError, match="asymmetric activations need weight='channel'"):
+        QuantScheme(WeightArgs("group", bits=4), ActivationArgs("token", symmetric=False)).check_layer()
+    with pytest.raises(ValueError, match="asymmetric activations need weight='channel'"):
+        QuantScheme(WeightArgs("channel", bits=4), ActivationArgs("group", symmetric=False)).check_layer()
+    two_level_asymmetric = QuantScheme(WeightArgs("channel", bits=4), ActivationArgs("token", symmetric=False))
+    assert two_level_asymmetric.check_layer() is two_level_asymmetric  # a per-channel float scale: as W8A8
     with pytest.raises(ValueError, match="weight zero points are not supported"):
         WeightArgs(symmetric=False)
     with pytest.raises(ValueError, match=r"input activation strategy 'token' \(dynamic=False\) is not dynamic token"):
@@ -92,7 +106,7 @@ def test_bad_schemes_are_named():
         tcgemm.QuantLinear(4, 4, scheme={})
 
 
-@pytest.mark.parametrize("name", sorted(tcgemm.PRESETS))
+@pytest.mark.parametrize("name", sorted(n for n, s in tcgemm.PRESETS.items() if s.bits == 8))
 def test_a_scheme_builds_the_same_layer_as_its_keywords(name, device):  # device: conftest's, CPU and CUDA
     scheme = tcgemm.PRESETS[name]
     torch.manual_seed(0)
@@ -136,12 +150,31 @@ def test_compressed_tensors_round_trip(name):
     scheme = tcgemm.PRESETS[name]
     args = scheme.to_compressed_tensors()
     ct_scheme = ct.QuantizationScheme(targets=["Linear"], **{k: ct.QuantizationArgs(**v) for k, v in args.items()})
-    assert QuantScheme.from_compressed_tensors(ct_scheme) == scheme
-    assert QuantScheme.from_compressed_tensors(ct_scheme.model_dump(mode="json")) == scheme
+    # Two-level 4-bit weights are saved with float group scales (the format has no integer ones).
+    saved = dataclasses.replace(scheme, weights=WeightArgs("group", bits=4)) if scheme.weights.two_level else scheme
+    assert QuantScheme.from_compressed_tensors(ct_scheme) == saved
+    assert QuantScheme.from_compressed_tensors(ct_scheme.model_dump(mode="json")) == saved
     weights = ct_scheme.weights
     strategy = getattr(weights.strategy, "value", weights.strategy)
-    assert (weights.num_bits, weights.symmetric, strategy) == (8, True, scheme.weight)
+    assert (weights.num_bits, weights.symmetric, strategy) == (scheme.bits, True, saved.weight)
+    if scheme.bits == 4:
+        assert weights.group_size == 128
     assert ct_scheme.input_activations.dynamic is (not scheme.static)
+
+
+@pytest.mark.parametrize("weights,match", [
+    (dict(num_bits=4, strategy="channel"), "weights are 4-bit int with strategy 'channel'"),
+    (dict(num_bits=4, strategy="group", group_size=32),
+     r"weights are 4-bit int with strategy 'group' \(group_size 32\)"),
+    (dict(num_bits=4, strategy="block", block_structure=[128, 128]), "weights are 4-bit int with strategy 'block'"),
+    (dict(num_bits=2, strategy="channel"), "weights are 2-bit int, not 4/8-bit int"),
+])
+def test_4bit_checkpoint_weights_are_groups_of_128(weights, match):
+    args = dict(type="int", symmetric=True, **weights)
+    with pytest.raises(ValueError, match=match):
+        WeightArgs.from_compressed_tensors(args)
+    assert WeightArgs.from_compressed_tensors(dict(num_bits=4, type="int", symmetric=True, strategy="group",
+                                                   group_size=128)) == WeightArgs("group", bits=4)
 
 
 def test_per_tensor_weights_of_checkpoints_run_per_channel():
