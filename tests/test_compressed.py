@@ -37,6 +37,20 @@ from safetensors.torch import save_file  # noqa: E402
 import tcgemm.compressed as tc  # noqa: E402
 
 
+def _write_compressed(model, compressor, path):
+    """Compresses ``model`` in place with compressed-tensors' ``compressor`` and writes it to ``path``
+    as a checkpoint: model.safetensors (a tied tensor once, as transformers writes it) and the config."""
+    compressor.compress_model(model)
+    state, seen = {}, set()
+    for k, v in model.state_dict().items():
+        if v.data_ptr() not in seen:
+            seen.add(v.data_ptr())
+            state[k] = v.contiguous()
+    os.makedirs(path, exist_ok=True)
+    save_file(state, os.path.join(path, "model.safetensors"))
+    compressor.update_config(str(path))
+
+
 def float_model(seed=0):
     g = torch.Generator().manual_seed(seed)
     model = nn.Sequential(nn.Linear(256, 384), nn.ReLU(), nn.Linear(384, 256), nn.ReLU(), nn.Linear(256, 64))
@@ -284,14 +298,7 @@ def _library_checkpoint(path, model, targets=("Linear",), ignore=()):
             if hasattr(m, "weight_scale"):
                 m.weight_scale.copy_(m.weight.abs().amax(dim=1, keepdim=True).float() / 127)
     compressor = ModelCompressor.from_pretrained_model(model, quantization_format="int-quantized")
-    compressor.compress_model(model)
-    state, seen = {}, set()
-    for k, v in model.state_dict().items():  # a tied tensor once, as transformers writes it
-        if v.data_ptr() not in seen:
-            seen.add(v.data_ptr())
-            state[k] = v.contiguous()
-    save_file(state, os.path.join(path, "model.safetensors"))
-    compressor.update_config(str(path))
+    _write_compressed(model, compressor, path)
 
 
 def test_checkpoint_and_model_must_agree(tmp_path):
@@ -468,15 +475,7 @@ def make_int4_checkpoint(path, preset="W4A16", quantization_format=None, ignore=
                 amax = w.abs().reshape(w.shape[0], -1, 128).amax(dim=2)  # K of every layer is a multiple of 128
                 m.weight_scale.copy_((amax / 7).to(m.weight_scale.dtype))
     compressor = ModelCompressor.from_pretrained_model(model, quantization_format=quantization_format)
-    compressor.compress_model(model)
-    state, seen = {}, set()
-    for k, v in model.state_dict().items():  # a tied tensor once, as transformers writes it
-        if v.data_ptr() not in seen:
-            seen.add(v.data_ptr())
-            state[k] = v.contiguous()
-    os.makedirs(path, exist_ok=True)
-    save_file(state, os.path.join(path, "model.safetensors"))
-    compressor.update_config(str(path))
+    _write_compressed(model, compressor, path)
     compressor.decompress_model(model)
     decompressed = {k: v.detach().clone() for k, v in model.state_dict().items() if k.endswith(".weight")}
     plain = float_model(seed) if isinstance(model, nn.Sequential) else None
