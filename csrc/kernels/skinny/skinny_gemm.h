@@ -13,7 +13,8 @@
 namespace tcgemm::skinny {
 
 // Needs both operands K-major with a 16-byte aligned base (and row stride when they have more
-// than one row); any M, N, K >= 1; no split-K.
+// than one row); any M, N, K >= 1; no split-K. A packed 4-bit B (p.b_int4, packed_b_fits) needs
+// an int8 A.
 template <class Cfg, class Epi>
 void launch(const GemmProblem& p, const Epi& epi);
 
