@@ -30,7 +30,7 @@ import torch
 from ._scales import SCALE_BLOCK, expand_weight_scale, per_element, scale_blocks
 
 __all__ = ["INT4_MAX", "INT4_MIN", "GROUP_SCALE_MAX", "check_group_scale", "check_packed", "pack_int4",
-           "quantize_int4", "int4_grid", "round_to_grid", "unpack_int4_values"]
+           "quantize_int4", "INT4_GRIDS", "int4_grid", "round_to_grid", "unpack_int4_values"]
 
 INT4_MIN, INT4_MAX = -8, 7
 # Two-level group scales lie in [1, GROUP_SCALE_MAX]: q * s then fits int8 ([-128, 112]).
@@ -132,34 +132,174 @@ def _group_amax(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return a.view(n, groups, SCALE_BLOCK).amax(dim=2).float(), bad.view(n, groups, SCALE_BLOCK).any(dim=2)
 
 
-def int4_grid(w: torch.Tensor, two_level: bool) -> tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
-    """The scales of symmetric 4-bit round-to-nearest for a float weight [N, K] (computed in fp32
-    on ``w``'s device), and the step of the grid of each element.
+# The grids int4_grid chooses from: "amax" maps each group's max |w| to 7; "mse" searches the
+# scales for the least (importance-weighted) squared error of each group and channel.
+INT4_GRIDS = ("mse", "amax")
+# Float group scales under the "mse" grid: the scale amax / 7 * ratio of the group's least error.
+_GROUP_RATIOS = tuple(1.0 - 0.025 * i for i in range(21))  # 1.0 .. 0.5
+# Two-level scales under the "mse" grid: the channel scale max_g(amax_g / 7) / 16 * ratio of the
+# channel's least error, each group scale in [1, 16] the one of its group's least error.
+_CHANNEL_RATIOS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7)
+_GROUP_SCALE_CANDIDATES = 9
+# Rows searched together: about 2^18 values (1 MiB of fp32) per temporary on the CPU.
+_SEARCH_VALUES_CPU = 1 << 18
+_SEARCH_VALUES_GPU = 1 << 26
 
-    Per 1x128 group g of row n the ideal scale is ``f = amax_g / 7``.
+
+def _groups(w: torch.Tensor) -> torch.Tensor:
+    """fp32 [N, G, 128] view of w [N, K] zero-padded to whole 1x128 groups, non-finite values as 0."""
+    n, k = w.shape
+    groups = scale_blocks(k)
+    w = w.float()
+    w = torch.where(w.isfinite(), w, 0.0)
+    return torch.nn.functional.pad(w, (0, groups * SCALE_BLOCK - k)).view(n, groups, SCALE_BLOCK)
+
+
+def _group_error(wg: torch.Tensor, importance: Optional[torch.Tensor], step: torch.Tensor) -> torch.Tensor:
+    """sum over each group of ``importance * (w - step * clamp(round(w / step), -8, 7))^2`` for
+    groups ``wg`` [R, G, 128] on steps ``step`` [R, G] (> 0): fp32 [R, G]."""
+    d = step.unsqueeze(2)
+    e = torch.div(wg, d).round_().clamp_(INT4_MIN, INT4_MAX).mul_(d).sub_(wg).square_()
+    if importance is not None:
+        e = e.mul_(importance)
+    return e.sum(dim=2)
+
+
+def _search_rows(w: torch.Tensor) -> int:
+    """Rows of groups ``w`` [N, G, 128] searched at once (temporaries of a bounded size)."""
+    per_row = max(1, w.shape[1] * w.shape[2])
+    budget = _SEARCH_VALUES_CPU if w.device.type == "cpu" else _SEARCH_VALUES_GPU
+    return max(1, budget // per_row)
+
+
+def _mse_group_scales(wg: torch.Tensor, importance: Optional[torch.Tensor], f: torch.Tensor) -> torch.Tensor:
+    """Float group scales of the least error: per group ``f * r`` over ``r`` in _GROUP_RATIOS
+    (the first, the largest, on ties); ``f`` [N, G] > 0."""
+    out = torch.empty_like(f)
+    rows = _search_rows(wg)
+    for r0 in range(0, wg.shape[0], rows):
+        g, fr = wg[r0:r0 + rows], f[r0:r0 + rows]
+        best_err = best = None
+        for ratio in _GROUP_RATIOS:
+            step = fr * ratio
+            err = _group_error(g, importance, step)
+            if best is None:
+                best_err, best = err, step
+            else:
+                better = err < best_err
+                best_err, best = torch.where(better, err, best_err), torch.where(better, step, best)
+        out[r0:r0 + g.shape[0]] = best
+    return out
+
+
+def _mse_two_level_scales(wg: torch.Tensor, importance: Optional[torch.Tensor], f: torch.Tensor,
+                          c_max: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two-level scales of the least error: per channel ``c = c_max * r`` over ``r`` in
+    _CHANNEL_RATIOS, and given ``c`` per group the integer ``s`` in [1, 16] of the least error
+    among _GROUP_SCALE_CANDIDATES from ``ceil(f / c)`` down (the smallest on ties); the channel takes the ``c`` whose groups' errors sum least (the first
+    on ties). ``c_max`` [N] > 0. Returns fp32 ``c`` [N] and the integer ``s`` [N, G] as fp32."""
+    n, groups = wg.shape[:2]
+    c_out = torch.empty_like(c_max)
+    s_out = torch.empty(n, groups, dtype=torch.float32, device=wg.device)
+    rows = _search_rows(wg)
+    for r0 in range(0, n, rows):
+        g, cm, fr = wg[r0:r0 + rows], c_max[r0:r0 + rows], f[r0:r0 + rows]
+        best_total = best_c = best_s = None
+        for ratio in _CHANNEL_RATIOS:
+            c = cm * ratio
+            # The group scales from ceil(f / c) down (f / c: the "amax" grid's, unrounded), a
+            # window of _GROUP_SCALE_CANDIDATES: a larger scale clips nothing more and rounds
+            # more coarsely; one under half of f / c clips most of the group.
+            top = torch.ceil(fr / c[:, None]).clamp_(1, GROUP_SCALE_MAX)
+            err_s = s_s = None
+            for i in range(_GROUP_SCALE_CANDIDATES):
+                s = (top - i).clamp_(min=1)
+                err = _group_error(g, importance, c[:, None] * s)
+                if err_s is None:
+                    err_s, s_s = err, s
+                else:
+                    better = err <= err_s  # ties: the smaller scale (1 for a zero group)
+                    err_s, s_s = torch.where(better, err, err_s), torch.where(better, s, s_s)
+            total = err_s.sum(dim=1)
+            if best_total is None:
+                best_total, best_c, best_s = total, c, s_s
+            else:
+                better = total < best_total
+                best_total = torch.where(better, total, best_total)
+                best_c, best_s = torch.where(better, c, best_c), torch.where(better[:, None], s_s, best_s)
+        c_out[r0:r0 + g.shape[0]], s_out[r0:r0 + g.shape[0]] = best_c, best_s
+    return c_out, s_out
+
+
+def _check_grid(where: str, grid: str) -> str:
+    if grid not in INT4_GRIDS:
+        raise ValueError(f"{where}: argument 'grid' must be one of {', '.join(map(repr, INT4_GRIDS))}, got {grid!r}")
+    return grid
+
+
+def int4_grid(w: torch.Tensor, two_level: bool, grid: str = "amax", importance: Optional[torch.Tensor] = None,
+              ) -> tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
+    """The scales of symmetric 4-bit quantization of a float weight [N, K] (computed in fp32 on
+    ``w``'s device), and the step of the grid of each element.
+
+    Per 1x128 group g of row n let ``f = amax_g / 7``.
+
+    ``grid="amax"`` (each group's max |w| on the grid's largest level):
 
     - Two-level (``two_level=True``): the channel scale ``c = max_g f / 16`` (1.0 for a zero row)
       and the group scales ``s_g = clamp(round(f / c), 1, 16)``; the step is ``c * s_g``.
     - Float groups: the scale is ``f`` (1.0 for a zero group); the step is that scale.
 
+    ``grid="mse"`` (the scales of the least squared error of round-to-nearest, each value's error
+    weighted by ``importance`` of its column when given): searched over candidates that include
+    the ``"amax"`` scales, so no group (float) or channel (two-level) has a larger error.
+
+    - Two-level: the channel scale ``c = max_g f / 16 * r`` for ``r`` in 1.0, 0.95, ..., 0.7
+      (clipping the largest groups), and for each ``c`` the group scale of the group's least
+      error among the 9 from ``ceil(f / c)`` down (in [1, 16]); the channel keeps the ``c`` of
+      the least total error.
+    - Float groups: the scale ``f * r`` for ``r`` in 1.0, 0.975, ..., 0.5 of the group's least error.
+
     A group holding NaN or inf gets the scale NaN (two-level: its channel scale NaN and its group
-    scale 1), as ``tcgemm.quantize`` does for an int8 group.
+    scale 1), as ``tcgemm.quantize`` does for an int8 group; the search leaves its non-finite
+    values out.
+
+    Args:
+        w: the float weight [N, K].
+        two_level: two-level scales, else float group scales.
+        grid: ``"amax"`` or ``"mse"``.
+        importance: with ``"mse"``, a weight >= 0 per input column, fp32 [K] (e.g. the diagonal
+            of the input's second moments, ``E[x_k^2]``); None weighs every value alike.
 
     Returns:
         ``(weight_scale, group_scale, step)``: fp32 [N] and int8 [N, ceil(K/128)] (two-level), or
         fp32 [N, ceil(K/128)] and None (float groups); and the fp32 step [N, K].
     """
     n, k = w.shape
+    _check_grid("tcgemm.int4.int4_grid", grid)
     amax, bad = _group_amax(w)
     # A tensor divisor: CUDA divides by a Python scalar through its reciprocal, not the IEEE quotient.
     f = amax / amax.new_full((), _INT4_LEVELS)
+    mse = grid == "mse" and k > 0
+    if mse:
+        wg = _groups(w)
+        if importance is not None:
+            importance = torch.nn.functional.pad(importance.detach().to(device=w.device, dtype=torch.float32),
+                                                 (0, wg.shape[1] * SCALE_BLOCK - k)).view(wg.shape[1], SCALE_BLOCK)
     if not two_level:
-        scale = torch.where(amax > 0, f, torch.ones_like(f)).masked_fill(bad, float("nan"))
+        positive = amax > 0
+        if mse:
+            f = _mse_group_scales(wg, importance, torch.where(positive, f, torch.ones_like(f)))
+        scale = torch.where(positive, f, torch.ones_like(f)).masked_fill(bad, float("nan"))
         return scale, None, expand_weight_scale(scale, n, k, "group")
     c = f.amax(dim=1) / GROUP_SCALE_MAX if k else torch.zeros(n, device=w.device)
     c = torch.where(c > 0, c, torch.ones_like(c))
-    ratio = f / c[:, None]
-    group_scale = torch.where(ratio.isfinite(), torch.round(ratio), 1.0).clamp(1, GROUP_SCALE_MAX).to(torch.int8)
+    if mse:
+        c, s = _mse_two_level_scales(wg, importance, f, c)
+        group_scale = s.to(torch.int8)  # 1 for a zero group (every scale has error 0)
+    else:
+        ratio = f / c[:, None]
+        group_scale = torch.where(ratio.isfinite(), torch.round(ratio), 1.0).clamp(1, GROUP_SCALE_MAX).to(torch.int8)
     c = c.masked_fill(bad.any(dim=1), float("nan"))
     step = c[:, None] * per_element(group_scale.float(), k)
     return c, group_scale, step
@@ -173,13 +313,15 @@ def round_to_grid(w: torch.Tensor, step: torch.Tensor, lo: int, hi: int) -> torc
     return torch.round(quotient).clamp(lo, hi).to(torch.int8)
 
 
-def quantize_int4(w: torch.Tensor, two_level: bool) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+def quantize_int4(w: torch.Tensor, two_level: bool, grid: str = "amax", importance: Optional[torch.Tensor] = None,
+                  ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
     """Symmetric 4-bit round-to-nearest of a float weight [N, K] (K even) with the scales of
-    :func:`int4_grid`: ``q = clamp(round_half_even(w / step), -8, 7)``, packed.
+    :func:`int4_grid` (``grid``, ``importance``: see there):
+    ``q = clamp(round_half_even(w / step), -8, 7)``, packed.
 
     Returns:
         ``(packed, weight_scale, group_scale)``: uint8 [N, K/2], fp32 scales, the int8 group
         scales (two-level) or None.
     """
-    scale, group_scale, step = int4_grid(w, two_level)
+    scale, group_scale, step = int4_grid(w, two_level, grid, importance)
     return pack_int4(round_to_grid(w, step, INT4_MIN, INT4_MAX)), scale, group_scale

@@ -7,8 +7,10 @@
 - SmoothQuant on a model with planted outlier channels raises the output SQNR by >= 6 dB over
   naive W8A8; on the trained all-MiniLM-L6-v2 (when its offline package is installed) the
   sentence embeddings keep a mean cosine >= 0.999 and >= 95% of nearest neighbours.
-- 4-bit weights (W4A8) on the same model: GPTQ, from the second moments of calibration sentences
-  (never the evaluated ones), keeps a mean cosine >= 0.97, against about 0.94 for round-to-nearest.
+- 4-bit weights (W4A8) on the same model, on the default "mse" grid (the scales of the least
+  squared weight error): round-to-nearest keeps a mean cosine >= 0.95 (about 0.959; 0.938 on the
+  "amax" grid); GPTQ, from the second moments of calibration sentences (never the evaluated
+  ones), >= 0.98 (about 0.983) and >= 0.015 above round-to-nearest.
 """
 
 import copy
@@ -337,6 +339,6 @@ def test_minilm_4bit_embeddings(minilm, minilm_w4_rtn, recipe):
     mean, worst, same = minilm_accuracy(minilm, **MINILM_W4_RECIPES[recipe])
     print(f"all-MiniLM-L6-v2 {recipe}: mean cosine {mean:.5f}, min {worst:.5f}, nearest neighbour kept {same:.3f}")
     if recipe == "W4A8 RTN":
-        assert mean >= 0.92 and same >= 0.8
-    else:  # GPTQ: far above round-to-nearest on the same scales
-        assert mean >= 0.97 and mean >= minilm_w4_rtn[0] + 0.03 and worst >= 0.94 and same >= 0.84
+        assert mean >= 0.95 and worst >= 0.92 and same >= 0.8
+    else:  # GPTQ: well above round-to-nearest on the same scales
+        assert mean >= 0.98 and mean >= minilm_w4_rtn[0] + 0.015 and worst >= 0.96 and same >= 0.84
