@@ -358,14 +358,7 @@ def select_layers(names: Optional[str], quick: bool) -> list[tuple[str, int, int
 
 def select_methods(spec: Optional[str]) -> tuple[str, ...]:
     """The methods named in a comma-separated list, in the order of METHODS; all of them for None."""
-    if not spec:
-        return METHODS
-    wanted = [m.strip() for m in spec.split(",") if m.strip()]
-    unknown = [m for m in wanted if m not in METHODS]
-    if unknown or not wanted:
-        raise ValueError(f"bench_decode: --methods: unknown or no method ({', '.join(map(repr, unknown))}); "
-                         f"known: {', '.join(METHODS)}")
-    return tuple(m for m in METHODS if m in wanted)
+    return tuple(report.select_names(METHODS, spec, "bench_decode: --methods"))
 
 
 def static_methods(k: int, n: int, m: int, device) -> Methods:

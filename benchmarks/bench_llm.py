@@ -149,12 +149,7 @@ def select_variants(known: dict[str, Optional[Callable]], spec: Optional[str]) -
     """The variants named in spec (comma-separated, in the order of `known`); all of them for None."""
     if not spec:
         return known
-    wanted = [v.strip() for v in spec.split(",") if v.strip()]
-    unknown = [v for v in wanted if v not in known]
-    if unknown or not wanted:
-        raise ValueError(f"bench_llm: argument --variants names no variant or an unknown one ({unknown}); "
-                         f"expected names among {list(known)}")
-    return {k: v for k, v in known.items() if k in wanted}
+    return {name: known[name] for name in report.select_names(list(known), spec, "bench_llm: --variants")}
 
 
 def projection_bytes_per_param(model: torch.nn.Module, skip: str = "lm_head") -> Optional[float]:

@@ -103,6 +103,19 @@ def result_doc(args, name: str, run: Callable[[Any], Any], needs: Sequence[str] 
     return doc
 
 
+def select_names(known: Sequence[str], spec: Optional[str], what: str) -> list[str]:
+    """The names of the comma-separated ``spec`` (a command-line choice), in the order of ``known``;
+    all of them for an empty spec. ValueError naming ``what`` for an unknown name or none."""
+    if not spec:
+        return list(known)
+    wanted = [name.strip() for name in spec.split(",") if name.strip()]
+    unknown = [name for name in wanted if name not in known]
+    if unknown or not wanted:
+        raise ValueError(f"{what}: unknown or no name ({', '.join(map(repr, unknown))}); "
+                         f"known: {', '.join(known)}")
+    return [name for name in known if name in wanted]
+
+
 def write_json(obj: Any, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=1) + "\n")
