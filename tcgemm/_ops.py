@@ -106,7 +106,7 @@ _OP_EPILOGUES = {"gemm": "int32", "int8_gemm": "int32", "int4_gemm": "int32", "s
 
 
 def supports(backend: str, op: str, scheme=None) -> bool:
-    """Whether ``backend``'s kernels run ``op`` ("gemm", "int8_gemm", "scaled_gemm" or
+    """Whether ``backend``'s kernels run ``op`` ("gemm", "int8_gemm", "int4_gemm", "scaled_gemm" or
     "quant_linear") with the scales of ``scheme`` (a :class:`tcgemm.QuantScheme`; per-block
     scales need the promoting kernels), whatever the device. Read from the library's dispatch
     table, so a new backend needs no edit here.
