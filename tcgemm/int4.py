@@ -30,7 +30,7 @@ import torch
 from ._scales import SCALE_BLOCK, expand_weight_scale, per_element, scale_blocks
 
 __all__ = ["INT4_MAX", "INT4_MIN", "GROUP_SCALE_MAX", "check_group_scale", "check_packed", "pack_int4",
-           "quantize_int4", "INT4_GRIDS", "int4_grid", "round_to_grid", "unpack_int4_values"]
+           "quantize_int4", "INT4_GRIDS", "int4_grid", "round_to_grid"]
 
 INT4_MIN, INT4_MAX = -8, 7
 # Two-level group scales lie in [1, GROUP_SCALE_MAX]: q * s then fits int8 ([-128, 112]).
@@ -69,18 +69,6 @@ def pack_int4(q: torch.Tensor) -> torch.Tensor:
                          f"[{int(q.min())}, {int(q.max())}]")
     nibbles = q.to(torch.int16) & 0xF
     return (nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)).to(torch.uint8)
-
-
-def unpack_int4_values(packed: torch.Tensor, group_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """The int8 [N, K] values of a packed uint8 [N, K/2] weight (times ``group_scale[n, k // 128]``
-    when given), in pure torch on ``packed``'s device; no checks (:func:`check_packed`)."""
-    n, k = packed.shape[0], 2 * packed.shape[1]
-    b = packed.to(torch.int16)
-    nibbles = torch.stack((b & 0xF, b >> 4), dim=-1).reshape(n, k)
-    q = nibbles - ((nibbles & 0x8) << 1)  # sign-extend from 4 bits
-    if group_scale is not None:
-        q = q * per_element(group_scale.to(torch.int16), k)
-    return q.to(torch.int8)
 
 
 def check_packed(where: str, packed: torch.Tensor, n: Optional[int] = None, k: Optional[int] = None,

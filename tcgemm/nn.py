@@ -36,7 +36,6 @@ from ._scales import SCALE_BLOCK, WEIGHT_LAYOUTS, expand_scale, expand_weight_sc
 from ._scales import weight_scale_shape as _weight_scale_shape
 from .int4 import (
     INT4_GRIDS, INT4_MAX, INT4_MIN, check_group_scale, check_packed, int4_grid, pack_int4, quantize_int4,
-    unpack_int4_values,
 )
 from .scheme import (  # noqa: F401  (WEIGHT_GRANULARITIES: tcgemm.nn's name for them)
     LAYER_ACTIVATIONS, PRESETS, WEIGHT_BITS, WEIGHT_GRANULARITIES, WEIGHT_QUANTIZED_AS, QuantScheme, SchemeError,
@@ -592,7 +591,7 @@ class QuantLinear(nn.Module):
         """The int8 [out, in] weight the GEMM multiplies: ``weight`` itself, or for 4-bit weights
         its unpacked values (times ``weight_group_scale`` where the layer has it)."""
         if self.weight.dtype == torch.uint8:
-            return unpack_int4_values(self.weight.detach(), self.weight_group_scale)
+            return tcgemm.unpack_int4(self.weight.detach(), self.weight_group_scale)
         return self.weight.detach()
 
     def refresh_weight_colsum(self) -> None:

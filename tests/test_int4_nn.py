@@ -25,7 +25,7 @@ from torch import nn
 
 import tcgemm
 from tcgemm._scales import expand_weight_scale
-from tcgemm.int4 import check_group_scale, unpack_int4_values
+from tcgemm.int4 import check_group_scale
 from tcgemm.nn import GPTQ, Calibration, QuantLinear, calibrate, quantize_model, quantize_weight
 from tcgemm.reference import int4_gemm_reference, int4_weight_reference, unpack_int4_reference
 
@@ -117,7 +117,6 @@ def test_pack_unpack_round_trip(n, k, scaled, device):
     assert packed.device.type == device and tuple(packed.shape) == (n, k // 2)
     expected = q if gs is None else (q.long() * gs.long().repeat_interleave(128, 1)[:, :k]).to(torch.int8)
     assert torch.equal(unpack_int4_reference(packed.cpu(), gs), expected)
-    assert torch.equal(unpack_int4_values(packed, None if gs is None else gs.to(device)).cpu(), expected)
     assert torch.equal(tcgemm.unpack_int4(packed, None if gs is None else gs.to(device)).cpu(), expected)
     a = torch.randint(-128, 128, (3, k), generator=g, dtype=torch.int8)
     assert torch.equal(int4_gemm_reference(a, packed, gs), (a.long() @ expected.long().t()).to(torch.int32))
@@ -202,7 +201,7 @@ def test_two_level_rtn_is_the_rule(n, k, device):
     # amax is within its range unless its group scale was rounded down.
     ints = (q.long() * group_scale.cpu().long().repeat_interleave(128, dim=1)[:, :k])
     assert ints.min() >= -128 and ints.max() <= 112
-    assert torch.equal(ints.to(torch.int8), unpack_int4_values(packed.cpu(), group_scale.cpu()))
+    assert torch.equal(ints.to(torch.int8), tcgemm.unpack_int4(packed.cpu(), group_scale.cpu()))
     nonzero = w.abs().amax(dim=1) > 0
     assert bool((group_scale.cpu()[nonzero].amax(dim=1) == 16).all())
     assert group_scale[3].eq(1).all() and group_scale[5, 0] == 1 and scale[3] == 1 and q[3].eq(0).all()
