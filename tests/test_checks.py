@@ -322,14 +322,21 @@ _QUANT_LINEAR_BAD = [
     ("backend_on_cpu", lambda x, dev: {"backend": "sm90"}),
     ("backend_on_cpu", lambda x, dev: {"backend": "skinny"}),
 ]
+def _group_scale_bad(name, n, groups):
+    """Bad int8 group scales [n, groups] for the argument `name`: float, on the CPU, transposed."""
+    return [
+        (f"{name}_dtype", lambda x, dev: {name: _ones(n, groups, device=dev)}),
+        (f"{name}_device", lambda x, dev: {name: _ones(n, groups, dtype=I8)}),
+        (f"{name}_shape", lambda x, dev: {name: _ones(groups, n, dtype=I8, device=dev)}),
+    ]
+
+
 _UNPACK_INT4_BAD = [
     ("packed_packed_dim", lambda x, dev: {"packed": _ones(128, dtype=U8, device=dev)}),
     ("packed_packed_dtype", lambda x, dev: {"packed": _ones(8, 128, dtype=I8, device=dev)}),
     ("packed_packed_stride", lambda x, dev: {"packed": _ones(128, 8, dtype=U8, device=dev).t()}),
     ("packed_packed_size", lambda x, dev: {"packed": _big_rows(2**30, 128, dev, U8)}),
-    ("group_scale_dtype", lambda x, dev: {"group_scale": _ones(8, 2, device=dev)}),
-    ("group_scale_device", lambda x, dev: {"group_scale": _ones(8, 2, dtype=I8)}),
-    ("group_scale_shape", lambda x, dev: {"group_scale": _ones(8, 1, dtype=I8, device=dev)}),
+    *_group_scale_bad("group_scale", 8, 2),
 ]
 _GEMM_INT4_BAD = [
     ("backend_name", lambda x, dev: {"backend": "fast"}),
@@ -344,9 +351,7 @@ _GEMM_INT4_BAD = [
     ("b_packed_shape", lambda x, dev: {"b": _ones(8, 256, dtype=U8, device=dev)}),
     ("b_packed_stride", lambda x, dev: {"b": _ones(128, 8, dtype=U8, device=dev).t()}),
     ("b_packed_size", lambda x, dev: {"b": _big_rows(2**30, 128, dev, U8)}),
-    ("group_scale_dtype", lambda x, dev: {"group_scale": _ones(8, 2, device=dev)}),
-    ("group_scale_device", lambda x, dev: {"group_scale": _ones(8, 2, dtype=I8)}),
-    ("group_scale_shape", lambda x, dev: {"group_scale": _ones(2, 8, dtype=I8, device=dev)}),
+    *_group_scale_bad("group_scale", 8, 2),
     ("k_overflow", lambda x, dev: {"a": torch.zeros(1, 131072, dtype=I8, device=dev),
                                    "b": torch.zeros(1, 65536, dtype=U8, device=dev)}),
     ("backend_on_cpu", lambda x, dev: {"backend": "sm90"}),

@@ -244,17 +244,38 @@ def test_smooth_layers_cannot_be_saved(tmp_path):
         tc.save_compressed(model, str(tmp_path))
 
 
+def _tiny_llama(transformers, intermediate_size):
+    """A 2-layer LlamaForCausalLM with random weights (seed 0), its config and two prompts of 24 ids."""
+    config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=intermediate_size,
+                                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                      max_position_embeddings=128)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, 512, (2, 24), generator=torch.Generator().manual_seed(1))
+    return config, model, ids
+
+
+def _load_tiny_llama(transformers, path, decompressed):
+    """The checkpoint at `path` loaded into a model built from its config, with the load report:
+    every decoder projection (2 layers x 7) a QuantLinear whose dequantized weight is the library's
+    (`decompressed`, by name), lm_head left float, no key unused."""
+    loaded = transformers.LlamaForCausalLM(transformers.AutoConfig.from_pretrained(path)).eval()
+    report = tc.load_compressed(loaded, str(path))
+    assert len(report.loaded) == 2 * 7 and report.unused_keys == []
+    assert isinstance(loaded.lm_head, nn.Linear)
+    for name in report.loaded:
+        layer = loaded.get_submodule(name)
+        assert torch.equal(layer.dequantize_weight(torch.float32), decompressed[f"{name}.weight"].float()), name
+    return loaded, report
+
+
 def test_tiny_llama_checkpoint_through_transformers(tmp_path):
     """A LlamaForCausalLM quantized by the library (W8A8: int8 channel weights, dynamic token
     activations; lm_head ignored), saved with its config; tcgemm loads it into a model built from
     that config: every decoder projection becomes a QuantLinear with the library's dequantized
     weights, the logits stay close to the float model's, and greedy generation runs."""
     transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=688, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    ids = torch.randint(0, 512, (2, 24), generator=torch.Generator().manual_seed(1))
+    config, model, ids = _tiny_llama(transformers, intermediate_size=688)
     with torch.no_grad():
         ref = model(ids).logits
     qconfig = QuantizationConfig(
@@ -273,13 +294,7 @@ def test_tiny_llama_checkpoint_through_transformers(tmp_path):
     compressor.decompress_model(model)
     decompressed = {k: v.detach().clone() for k, v in model.state_dict().items() if k.endswith("proj.weight")}
 
-    loaded = transformers.LlamaForCausalLM(transformers.AutoConfig.from_pretrained(tmp_path)).eval()
-    report = tc.load_compressed(loaded, str(tmp_path))
-    assert len(report.loaded) == 2 * 7 and report.unused_keys == []
-    assert isinstance(loaded.lm_head, nn.Linear)
-    for name in report.loaded:
-        layer = loaded.get_submodule(name)
-        assert torch.equal(layer.dequantize_weight(torch.float32), decompressed[f"{name}.weight"].float()), name
+    loaded, _ = _load_tiny_llama(transformers, tmp_path, decompressed)
     with torch.no_grad():
         out = loaded(ids).logits
         sqnr = float(10 * torch.log10(ref.double().pow(2).sum() / (ref.double() - out.double()).pow(2).sum()))
@@ -449,13 +464,6 @@ def test_not_a_checkpoint_and_nothing_to_save(tmp_path, monkeypatch):
 
 # -- 4-bit weights (W4A8, W4A16) ------------------------------------------------------------------
 
-# The 4-bit GEMM is the lead's C++ op; without it the layers load and dequantize but do not run.
-NO_INT4_OPS = "needs the tcgemm.gemm_int4 op (the extension built with 4-bit kernels)"
-
-
-def has_int4_ops():
-    return hasattr(torch.ops.tcgemm, "gemm_int4")
-
 
 def make_int4_checkpoint(path, preset="W4A16", quantization_format=None, ignore=("4",), seed=0, model=None):
     """A 4-bit checkpoint written by compressed-tensors: its preset scheme (4-bit symmetric
@@ -519,8 +527,6 @@ def test_load_a_4bit_checkpoint_the_library_wrote(tmp_path, preset, quantization
         assert layer.weight_scale.shape == (layer.out_features, layer.in_features // 128)
         assert layer.weight_group_scale is None
         assert torch.equal(layer.dequantize_weight(torch.float32).cpu(), decompressed[f"{name}.weight"])
-    if not has_int4_ops():
-        pytest.skip(NO_INT4_OPS)
     x = torch.randn(5, 256, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         got = model(x.to(device)).cpu()
@@ -579,8 +585,6 @@ def test_4bit_round_trip_through_the_library(tmp_path, preset):
             assert torch.equal(b.weight_scale, a.weight_scale[:, None] * a.weight_group_scale.float())
             assert ((library.double() - exact).abs() <= exact.abs() * 2.0**-22).all()
         assert torch.equal(b.bias, a.bias)
-    if not has_int4_ops():
-        pytest.skip(NO_INT4_OPS)
     x = torch.randn(4, 256)
     with torch.no_grad():
         if preset == "w4a8-group":
@@ -611,8 +615,6 @@ def test_mixed_int8_and_int4_layers_round_trip(tmp_path):
         a, b = model.get_submodule(name), back.get_submodule(name)
         assert torch.equal(b.weight, a.weight) and torch.equal(b.weight_scale, a.weight_scale)
         assert torch.equal(plain.get_submodule(name).weight.float(), a.dequantize_weight(torch.float32))
-    if not has_int4_ops():
-        pytest.skip(NO_INT4_OPS)
     x = torch.randn(4, 256)
     with torch.no_grad():
         assert torch.equal(model(x), back(x))
@@ -729,26 +731,15 @@ def test_tiny_llama_w4a16_checkpoint_through_transformers(tmp_path):
     with the library's dequantized weights (W4A16 as the library computes it): the int8
     activations add little to the error of the 4-bit weights."""
     transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=768, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    ids = torch.randint(0, 512, (2, 24), generator=torch.Generator().manual_seed(1))
+    config, model, ids = _tiny_llama(transformers, intermediate_size=768)
     config.save_pretrained(tmp_path)
     _, decompressed = make_int4_checkpoint(str(tmp_path), "W4A16", ignore=["lm_head"], model=model)
     w4a16 = transformers.LlamaForCausalLM(config).eval()
     w4a16.load_state_dict({k: v for k, v in model.state_dict().items() if k in w4a16.state_dict()})
-    loaded = transformers.LlamaForCausalLM(transformers.AutoConfig.from_pretrained(tmp_path)).eval()
-    report = tc.load_compressed(loaded, str(tmp_path))
-    assert len(report.loaded) == 2 * 7 and report.unused_keys == []
-    assert isinstance(loaded.lm_head, nn.Linear)
+    loaded, report = _load_tiny_llama(transformers, tmp_path, decompressed)
     for name in report.loaded:
-        layer = loaded.get_submodule(name)
-        assert layer.scheme == tcgemm.PRESETS["w4a8-group"], name
-        assert torch.equal(layer.dequantize_weight(torch.float32), decompressed[f"{name}.weight"].float()), name
+        assert loaded.get_submodule(name).scheme == tcgemm.PRESETS["w4a8-group"], name
         assert torch.equal(w4a16.get_submodule(name).weight, decompressed[f"{name}.weight"]), name
-    if not has_int4_ops():
-        pytest.skip(NO_INT4_OPS)
     with torch.no_grad():
         ref = w4a16(ids).logits
         out = loaded(ids).logits
