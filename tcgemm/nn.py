@@ -733,11 +733,11 @@ class QuantLinear(nn.Module):
         return w.to(dtype)
 
     def _forward_2d(self, x2d: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-        two_level = {} if self.weight_group_scale is None else {"weight_group_scale": self.weight_group_scale}
         return _quant_linear_op()(
             x2d, self.weight, self.weight_scale, bias, activation=self._op_activation,
             input_scale=self.input_scale, smooth=self.smooth, asymmetric=self.asymmetric,
-            input_zero_point=self.input_zero_point, weight_colsum=self.weight_colsum, **two_level,
+            input_zero_point=self.input_zero_point, weight_colsum=self.weight_colsum,
+            weight_group_scale=self.weight_group_scale,
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
