@@ -28,16 +28,23 @@ TCGEMM_HD int int4_nibble(uint8_t byte, bool high) {
 }
 
 #if defined(__CUDACC__)
-// The eight 4-bit values of a packed word (k .. k + 7, little-endian) as two words of int8 bytes
-// in K order (k .. k + 3, k + 4 .. k + 7), each value times 16: shifted into the high half of its
-// byte, a nibble's two's complement is the byte's. Three logic operations and two byte permutes
-// for eight values; a dot product over a K block then carries a factor 16 that the caller takes
-// out exactly (arithmetic shift) once per block.
-__device__ __forceinline__ void unpack_int4x8_times16(uint32_t packed, uint32_t& lo4, uint32_t& hi4) {
-  const uint32_t even = (packed << 4) & 0xF0F0F0F0u;  // k, k + 2, k + 4, k + 6
-  const uint32_t odd = packed & 0xF0F0F0F0u;          // k + 1, k + 3, k + 5, k + 7
-  lo4 = __byte_perm(even, odd, 0x5140);
-  hi4 = __byte_perm(even, odd, 0x7362);
+// The eight 4-bit values of a packed word (k .. k + 7, little-endian) as two words of int8 bytes,
+// each value times 16 (shifted into the high half of its byte, a nibble's two's complement is the
+// byte's): even = k, k + 2, k + 4, k + 6 and odd = k + 1, k + 3, k + 5, k + 7. One shift and two
+// masks for eight values; the other operand of a dot product takes the same order
+// (pair_even_odd), and the sum over a K block carries a factor 16 that the caller takes out
+// exactly (an arithmetic shift) once per block.
+__device__ __forceinline__ void unpack_int4x8_times16(uint32_t packed, uint32_t& even, uint32_t& odd) {
+  even = (packed << 4) & 0xF0F0F0F0u;
+  odd = packed & 0xF0F0F0F0u;
+}
+
+// Eight int8 values in K order (lo = k .. k + 3, hi = k + 4 .. k + 7) reordered as
+// unpack_int4x8_times16 orders a packed word: lo = k, k + 2, k + 4, k + 6, hi = k + 1, ... k + 7.
+__device__ __forceinline__ void pair_even_odd(uint32_t& lo, uint32_t& hi) {
+  const uint32_t even = __byte_perm(lo, hi, 0x6420), odd = __byte_perm(lo, hi, 0x7531);
+  lo = even;
+  hi = odd;
 }
 #endif
 

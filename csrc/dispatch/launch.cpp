@@ -27,9 +27,9 @@ void run_skinny(const GemmProblem& p, const EpilogueArgs& epilogue, const Device
   const SkinnyConfig config = plan_skinny(p.m, p.n, dev.sm_count);
   with_epilogue(epilogue, p.d.type, [&](const auto& epi) {
     switch (config) {
-      case SkinnyConfig::kRows16Cols16: return skinny::launch<skinny::Rows16Cols16>(p, epi);
-      case SkinnyConfig::kRows16Cols32: return skinny::launch<skinny::Rows16Cols32>(p, epi);
-      case SkinnyConfig::kRows32Cols16: return skinny::launch<skinny::Rows32Cols16>(p, epi);
+      case SkinnyConfig::kRows16Cols16: return skinny::launch<skinny::Rows16Cols16>(p, epi, dev.sm_count);
+      case SkinnyConfig::kRows16Cols32: return skinny::launch<skinny::Rows16Cols32>(p, epi, dev.sm_count);
+      case SkinnyConfig::kRows32Cols16: return skinny::launch<skinny::Rows32Cols16>(p, epi, dev.sm_count);
     }
   });
 }

@@ -11,6 +11,9 @@ constexpr int kThreads = 32 * kWarps;
 // Blocks resident per SM (__launch_bounds__): 128 registers per thread.
 constexpr int kBlocksPerSm = 2;
 constexpr int kBK = 128;  // bytes of K per K block
+// Shared memory per warp for its ring of packed 4-bit B (skinny_gemm.cuh Int4Ring): 6 K blocks of
+// 16 columns (5 in flight), 3 of 32; 48 KB per block.
+constexpr int kInt4RingBytesPerWarp = 6 * 1024;
 static_assert(kBK == kScaleBlock, "a K block must be one scale block");
 // tcgemm.quant_linear lets the kernel quantize the activations itself (skinny_quantize.cuh) at up
 // to kQuantizeRows rows of x whose 16-byte vectors give each thread at most kQuantizeVecs: every

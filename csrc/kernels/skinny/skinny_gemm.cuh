@@ -27,13 +27,20 @@
 //     prefetches: a later block starts after the kernel before it has finished.
 //     After its main loop a block lets the next kernel be scheduled.
 //   4-bit B (GemmProblem::b_int4, common/int4.h): a K block of a row is 64 bytes, a lane's share
-//     one 16-byte load (16t) holding K 32t .. 32t + 31, so A's lane bytes follow (32t + 16v). At
+//     one 16-byte piece (16t) holding K 32t .. 32t + 31, so A's lane bytes follow (32t + 16v). At
 //     k-step s the packed word s unpacks into the two B words the mma takes (times 16: the
-//     nibbles shifted into the high half of their bytes). Each K block's int32 sums then lose the
+//     nibbles shifted into the high half of their bytes), its even and its odd K, and A's words
+//     2s and 2s + 1 are re-paired the same way (two byte permutes per 8 bytes of A, where B's
+//     order would take two per 8 values of every n8 tile). Each K block's int32 sums then lose the
 //     factor 16 exactly (an arithmetic shift) and are added times the block's int8 group scale
 //     (two-level scales: the sum over all of K equals that of the unpacked int8 weight, bit for
-//     bit, since int32 arithmetic wraps) or promoted with per-block fp32 scales. Half the bytes
-//     of B per K block: about twice as many K blocks in flight.
+//     bit, since int32 arithmetic wraps) or promoted with per-block fp32 scales.
+//     The grid is persistent and each warp streams its K blocks of the block's tiles, one tile
+//     after another, through a ring of shared memory by cp.async (Int4Stream): kStages - 1 K
+//     blocks stay in flight while it computes, across tile boundaries too, without holding
+//     registers, with no L2 policy (cp.async under an .L2::cache_hint policy stopped the quantizing
+//     kernel with an illegal instruction on an H100). (Loaded into registers a round at a time like int8 B, the unpacking between two
+//     rounds left DRAM 35% busy: docs/design/int4.md.)
 //   A quantized in the kernel (tcgemm.quant_linear at up to 4 rows, skinny_quantize.cuh): each
 //     block of a persistent grid quantizes the float rows of x into shared memory once, then
 //     takes its tiles reading A from there; the epilogue reads the block's scales.
@@ -143,41 +150,36 @@ __device__ __forceinline__ void load_packed16(uint32_t (&r)[4], const uint8_t* r
   r[3] = x.w;
 }
 
-// Lane t's share of K block kb of a row of B (k values): 8 words of int8, or 4 of packed 4-bit.
-template <bool BInt4, bool Masked, int Words>
-__device__ __forceinline__ void load_b(uint32_t (&r)[Words], const uint8_t* row, int kb, int t, int64_t k,
-                                       uint64_t policy) {
-  if constexpr (BInt4) {
-    load_packed16<Masked>(r, row, kb, t, k / kInt4PerByte, policy);
-  } else {
-    load_row32<From::kStream, Masked>(r, row, kb, t, k, policy);
-  }
-}
-
 // The int8 group scales (two-level 4-bit weights) of one K block for a lane's two columns of each
-// n8 tile, packed four to a word (1 for every column when the problem has none).
+// n8 tile (1 for every column when the problem has none).
 template <int ColTiles>
 struct Int4GroupScales {
-  uint32_t words[(2 * ColTiles + 3) / 4];
+  int32_t s[ColTiles][2];
+  __device__ int32_t get(int nt, int e) const { return s[nt][e]; }
+};
 
-  __device__ void load(const GemmProblem& p, int n0, int t, int kb) {
-#pragma unroll
-    for (int w = 0; w < (2 * ColTiles + 3) / 4; ++w) words[w] = 0x01010101u;
-    if (p.b_group_scale == nullptr) return;
-#pragma unroll
-    for (int w = 0; w < (2 * ColTiles + 3) / 4; ++w) words[w] = 0;
+// Where a lane's columns' group scales lie (their rows' offsets in p.b_group_scale, found once per
+// tile), and the scales of one K block (1 without group scales).
+template <int ColTiles>
+struct Int4GroupScaleRows {
+  const int8_t* base;  // p.b_group_scale
+  uint32_t row[ColTiles][2];
+
+  __device__ void start(const GemmProblem& p, int n0, int t) {
+    base = p.b_group_scale;
 #pragma unroll
     for (int nt = 0; nt < ColTiles; ++nt)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = min(n0 + 8 * nt + 2 * t + e, p.n - 1), i = 2 * nt + e;
-        const int8_t s = __ldg(p.b_group_scale + int64_t{col} * p.b_group_scale_stride + kb);
-        words[i / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(s)) << (8 * (i % 4));
-      }
+      for (int e = 0; e < 2; ++e)
+        row[nt][e] = static_cast<uint32_t>(min(n0 + 8 * nt + 2 * t + e, p.n - 1) * p.b_group_scale_stride);
   }
-  __device__ int32_t get(int nt, int e) const {
-    const int i = 2 * nt + e;
-    return static_cast<int8_t>(words[i / 4] >> (8 * (i % 4)));
+  __device__ Int4GroupScales<ColTiles> load(int kb) const {
+    Int4GroupScales<ColTiles> g;
+#pragma unroll
+    for (int nt = 0; nt < ColTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) g.s[nt][e] = base == nullptr ? 1 : __ldg(base + (row[nt][e] + kb));
+    return g;
   }
 };
 
@@ -196,28 +198,120 @@ __device__ __forceinline__ void b_rows_of(const GemmProblem& p, int n0, int g, c
     b_row[nt] = static_cast<const uint8_t*>(p.b.ptr) + row_offset(min(n0 + 8 * nt + g, p.n - 1), p.b.stride_row);
 }
 
-// K blocks of B a warp keeps in flight: kDepth, one fewer when promoting per-block scales (their
-// registers). 4-bit B takes half the registers per K block: 2 kDepth - 1 (the group scales' word
-// and the block's sums take the rest), kDepth when promoting.
-template <class Cfg, class Epi, bool BInt4 = false>
+// K blocks of int8 B a warp keeps in flight in registers: kDepth, one fewer when promoting
+// per-block scales (their registers).
+template <class Cfg, class Epi>
 constexpr int k_ahead() {
-  if constexpr (BInt4) return Epi::kPromotes ? Cfg::kDepth : 2 * Cfg::kDepth - 1;
   return Epi::kPromotes && Cfg::kDepth > 1 ? Cfg::kDepth - 1 : Cfg::kDepth;
 }
 
+// The ring of shared memory through which each warp streams packed 4-bit B (Int4Stream): per
+// warp kStages slots of one K block of its rows (a lane's 16 bytes per n8 tile, the warp's lanes
+// 16 bytes apart: no bank conflicts), kStages - 1 K blocks in flight.
+template <class Cfg>
+struct Int4Ring {
+  static constexpr int kSlotBytes = Cfg::kColTiles * 32 * 16;
+  static constexpr int kStages = std::max(3, kInt4RingBytesPerWarp / kSlotBytes);
+  static constexpr int kBytes = kWarps * kStages * kSlotBytes;
+  __device__ static uint8_t* slot(uint8_t* ring, int warp, int stage, int nt, int lane) {
+    return ring + (((warp * kStages + stage) * Cfg::kColTiles + nt) * 32 + lane) * 16;
+  }
+};
+
+// The work of one warp of a persistent block: tiles first_tile, + tile_step, ... (`tiles` of
+// them), of each the K blocks warp, warp + kWarps, ... below K's whole K blocks (per_tile).
+struct WarpWork {
+  int first_tile, tile_step, tiles, per_tile;
+
+  __device__ static WarpWork of_block(const GemmProblem& p, int rows, int cols) {
+    const int all = ceil_div(p.m, rows) * ceil_div(p.n, cols), full_blocks = p.k / kBK;
+    const int first = static_cast<int>(blockIdx.x), step = static_cast<int>(gridDim.x);
+    const int warp = threadIdx.x / 32;
+    return {first, step, first < all ? ceil_div(all - first, step) : 0,
+            warp < full_blocks ? ceil_div(full_blocks - warp, kWarps) : 0};
+  }
+  __device__ int items() const { return tiles * per_tile; }
+};
+
+// A warp's stream of packed 4-bit B through its ring (Int4Ring), in WarpWork's order across the
+// block's tiles: issue() starts the cp.async of the next item (one commit group per call, empty
+// past the last item), read() waits for the oldest item not yet read and returns the lane's words.
+// Each lane reads only the bytes it copied itself, so a lane waits for its own copies and no
+// barrier is needed; an item goes into the slot of the item kStages - 1 before it, which the warp
+// read before it computed that item. The addresses of the tile being issued are found once per
+// tile, and move on by a K block round per item.
+template <class Cfg>
+struct Int4Stream {
+  using Ring = Int4Ring<Cfg>;
+  uint8_t* ring;
+  WarpWork work;
+  int issued = 0, q = 0, tile_i = 0;  // items issued; the next one's K block index and tile
+  int slot_in = 0, slot_out = 0;      // the slots of the next item issued and read
+  bool tile_pending = false;          // the next item starts a tile whose addresses are not yet found
+  const uint8_t* next[Cfg::kColTiles];  // the lane's 16 bytes of the next item issued, per n8 tile
+
+  __device__ void find_tile(const GemmProblem& p) {
+    const int lane = threadIdx.x % 32;
+    const int n0 = (work.first_tile + work.tile_step * tile_i) % ceil_div(p.n, Cfg::kCols) * Cfg::kCols;
+    b_rows_of(p, n0, lane / 4, next);
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kColTiles; ++nt)
+      next[nt] += (threadIdx.x / 32) * b_block_bytes<true>() + 16 * (lane % 4);
+  }
+  __device__ void issue() {
+    if (issued < work.items()) {
+      const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+      for (int nt = 0; nt < Cfg::kColTiles; ++nt) {
+        ptx::cp_async_16(Ring::slot(ring, warp, slot_in, nt, lane), next[nt]);
+        next[nt] += kWarps * b_block_bytes<true>();
+      }
+      ++issued;
+      slot_in = slot_in + 1 == Ring::kStages ? 0 : slot_in + 1;
+      if (++q == work.per_tile) q = 0, ++tile_i, tile_pending = true;
+    }
+    ptx::cp_async_commit();
+  }
+  // The first kStages - 1 items.
+  __device__ void start(const GemmProblem& p) {
+    if (work.items() > 0) find_tile(p);
+#pragma unroll
+    for (int i = 0; i < Ring::kStages - 1; ++i) advance(p);
+  }
+  // issue(), finding the addresses of a new tile first.
+  __device__ void advance(const GemmProblem& p) {
+    if (tile_pending) {
+      tile_pending = false;
+      find_tile(p);
+    }
+    issue();
+  }
+  // The oldest item not yet read (after start() and one advance() per item read before it).
+  __device__ void read(uint32_t (&b)[Cfg::kColTiles][4]) {
+    ptx::cp_async_wait<Ring::kStages - 2>();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kColTiles; ++nt) {
+      const uint4 x = *reinterpret_cast<const uint4*>(Ring::slot(ring, warp, slot_out, nt, lane));
+      b[nt][0] = x.x;
+      b[nt][1] = x.y;
+      b[nt][2] = x.z;
+      b[nt][3] = x.w;
+    }
+    slot_out = slot_out + 1 == Ring::kStages ? 0 : slot_out + 1;
+  }
+};
+
 // The first round of B of a block's first tile, staged in shared memory by cp.async while the
-// block quantizes x (a kernel that quantizes x itself): each lane's own 32 bytes per K block and
-// n8 tile as two 16-byte pieces (lane_bytes), so that a lane waits only for its own copies; the
-// warp's lanes are 16 bytes apart in each piece (no bank conflicts).
+// block quantizes x (a kernel that quantizes x itself, int8 B): each lane's own 32 bytes per K
+// block and n8 tile as two 16-byte pieces (lane_bytes), so that a lane waits only for its own
+// copies; the warp's lanes are 16 bytes apart in each piece (no bank conflicts).
 template <class Cfg, class Epi>
 struct StagedRound {
   static constexpr int kBytes = kWarps * k_ahead<Cfg, Epi>() * Cfg::kColTiles * 2 * 32 * 16;
   __device__ static uint8_t* piece(uint8_t* base, int warp, int d, int nt, int v, int lane) {
     return base + ((((warp * k_ahead<Cfg, Epi>() + d) * Cfg::kColTiles + nt) * 2 + v) * 32 + lane) * 16;
   }
-  // Where the staged round starts in a block's dynamic shared memory: after x_bytes of x
-  // (QuantizedA).
-  TCGEMM_HD static constexpr int at(int x_bytes) { return round_up(x_bytes, 128); }
   // Issues this lane's copies for K blocks warp, warp + kWarps, ... of the first round.
   __device__ static void stage(uint8_t* base, const uint8_t* const (&b_row)[Cfg::kColTiles], int full_blocks) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -233,80 +327,85 @@ struct StagedRound {
     }
     ptx::cp_async_commit();
   }
-  // A lane's words of one staged K block (int8 B only: 4-bit B is never staged).
-  template <int Words>
-  __device__ static void load_words(uint32_t (&r)[Words], uint8_t* base, int warp, int d, int nt, int lane) {
-    if constexpr (Words == 8) {
+  // A lane's 8 words of one staged K block.
+  __device__ static void load_words(uint32_t (&r)[8], uint8_t* base, int warp, int d, int nt, int lane) {
 #pragma unroll
-      for (int v = 0; v < 2; ++v) put_piece(r, v, *reinterpret_cast<const uint4*>(piece(base, warp, d, nt, v, lane)));
-    }
+    for (int v = 0; v < 2; ++v) put_piece(r, v, *reinterpret_cast<const uint4*>(piece(base, warp, d, nt, v, lane)));
   }
 };
 
-// Tile `tile` of D, after griddep_wait: A's rows lie at a_base, a_stride bytes apart, in global
-// memory (ASrc == From::kCached) or in shared memory (From::kShared, quantized by the block).
-// Ends with the block's threads reading the shared sums: a block that goes on to another tile
-// must pass a barrier first. staged: the tile's first round of B (StagedRound, this thread's
-// copies not yet waited for), or nullptr.
-template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, From ASrc, class Epi, bool BInt4 = false>
-__device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi, const uint8_t* a_base,
-                                            int64_t a_stride, int tile, uint8_t* staged = nullptr) {
-  using Cfg = TileConfig<RowTiles, ColTiles>;
+// Where B's staged round or ring starts in a block's dynamic shared memory: after x_bytes of x
+// (QuantizedA), or at 0.
+TCGEMM_HD constexpr int b_smem_at(int x_bytes) { return round_up(x_bytes, 128); }
+
+struct NoGroupScales {};
+
+// One warp's share of a tile of D: its accumulators over the K blocks it takes, the rows of A
+// it reads, and the sum over the block's warps into D (store). ASrc: A in global memory (L1) or
+// in shared memory. BInt4: B's K blocks arrive as packed 4-bit words (4 per n8 tile), else as
+// int8 (8 words); A's bytes are then paired even/odd as the unpacked words are
+// (pair_even_odd). HalfRows: D has at most 8 rows (one m16 tile, whose rows 8-15 are never
+// stored): A's rows g + 8 are not loaded (the mma takes rows g twice) nor their sums scaled.
+template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, From ASrc, class Epi, bool BInt4,
+          bool HalfRows = false>
+struct TileSums {
+  static_assert(!HalfRows || RowTiles == 1, "HalfRows is one m16 tile");
   using Acc = typename Epi::Acc;  // int32, or fp32 when per-block scales are promoted
-  constexpr bool kPerBlock = Epi::kPromotes;
-  constexpr int kCols = Cfg::kCols;
-  constexpr int kRegs = RowTiles * ColTiles * 4;  // accumulators per lane
-  constexpr int kAhead = k_ahead<Cfg, Epi, BInt4>();
-  constexpr int kBWords = BInt4 ? 4 : 8;  // registers of a lane's share of a K block of a B row
-  __shared__ Acc partial[kWarps][kRegs][32];
+  using Scales = MmaSyncPromotion<RowTiles, ColTiles>;
+  using Group = std::conditional_t<BInt4, Int4GroupScales<ColTiles>, NoGroupScales>;
+  static constexpr bool kPerBlock = Epi::kPromotes;
+  static constexpr int kBWords = BInt4 ? 4 : 8;  // registers of a lane's share of a K block of a B row
+  static constexpr int kRegs = RowTiles * ColTiles * 4;  // accumulators per lane
+  static constexpr int kHalves = HalfRows ? 1 : 2;       // rows g and g + 8 of each m16 tile
+  using A = uint32_t[RowTiles][kHalves][8];
+  using B = uint32_t[ColTiles][kBWords];
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int col_blocks = ceil_div(p.n, kCols);
-  const int m0 = tile / col_blocks * 16 * RowTiles;
-  const int n0 = tile % col_blocks * kCols;
-
-  // This lane's rows (rows past the edges of A and B clamp: their results are computed and not
-  // stored); of each K block it reads the bytes of lane_bytes(t, 0) and (t, 1).
-  const uint8_t* a_row[RowTiles][2];
-  const uint8_t* b_row[ColTiles];
-#pragma unroll
-  for (int mt = 0; mt < RowTiles; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) a_row[mt][h] = a_base + row_offset(min(m0 + 16 * mt + g + 8 * h, p.m - 1), a_stride);
-  b_rows_of(p, n0, g, b_row);
-  const uint64_t stream = ptx::l2_policy_evict_first();
-
+  const uint8_t* a_row[RowTiles][kHalves];
   int32_t acc[RowTiles][ColTiles][4];  // the whole K range, or one K block when promoting
   float accf[RowTiles][ColTiles][4];
+
   // f(mt, nt, j) for every accumulator register of the lane: m16 tile, n8 tile, fragment register.
-  auto each_acc = [](auto&& f) {
+  template <class F>
+  __device__ __forceinline__ static void each_acc(F&& f) {
 #pragma unroll
     for (int mt = 0; mt < RowTiles; ++mt)
 #pragma unroll
       for (int nt = 0; nt < ColTiles; ++nt)
 #pragma unroll
         for (int j = 0; j < 4; ++j) f(mt, nt, j);
-  };
-  each_acc([&](int mt, int nt, int j) {
-    acc[mt][nt][j] = 0;
-    accf[mt][nt][j] = 0.0f;
-  });
+  }
 
-  // One K block: A loaded now (L1), B loaded ahead; promotion of its partial sums if per-block,
-  // with the block's scales, which were loaded with B (a load of its own per K block, waited on
-  // at once, stalled every K block for a trip to L2: docs/design/skinny.md). 4-bit B: the
-  // block's sums on their own, then added times the group scales (or promoted), see the top.
-  using Scales = MmaSyncPromotion<RowTiles, ColTiles>;
-  using GroupScales = Int4GroupScales<ColTiles>;
-  auto compute = [&](const uint32_t (&b)[ColTiles][kBWords], int kb, auto masked, const Scales& scales,
-                     const GroupScales& group) {
-    uint32_t a[RowTiles][2][8];
+  // A tile of rows m0 ... from zero, for a lane of group g; A's rows at a_base, a_stride bytes
+  // apart (rows past the edge clamp: their results are computed and not stored).
+  __device__ __forceinline__ void start(const GemmProblem& p, const uint8_t* a_base, int64_t a_stride, int m0, int g) {
 #pragma unroll
     for (int mt = 0; mt < RowTiles; ++mt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        load_row32<ASrc, decltype(masked)::value, BInt4>(a[mt][h], a_row[mt][h], kb, t, p.k, 0);
-    // The mma's accumulators: the whole K range's, or this block's alone (promoted or scaled after).
+      for (int h = 0; h < kHalves; ++h)
+        a_row[mt][h] = a_base + row_offset(min(m0 + 16 * mt + g + 8 * h, p.m - 1), a_stride);
+    each_acc([&](int mt, int nt, int j) {
+      acc[mt][nt][j] = 0;
+      accf[mt][nt][j] = 0.0f;
+    });
+  }
+
+  // The lane's bytes of K block kb of its rows of A (masked: bytes past K read as zero).
+  template <bool Masked>
+  __device__ __forceinline__ void load_a(const GemmProblem& p, int kb, int t, A& a) const {
+#pragma unroll
+    for (int mt = 0; mt < RowTiles; ++mt)
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) {
+        load_row32<ASrc, Masked, BInt4>(a[mt][h], a_row[mt][h], kb, t, p.k, 0);
+        if constexpr (BInt4)
+#pragma unroll
+          for (int s = 0; s < kBK / 32; ++s) pair_even_odd(a[mt][h][2 * s], a[mt][h][2 * s + 1]);
+      }
+  }
+
+  // One K block: its partial sums promoted with the block's scales if per-block; 4-bit B: the
+  // block's sums on their own, then added times the group scales (or promoted), see the top.
+  __device__ __forceinline__ void add(const B& b, const A& a, const Scales& scales, const Group& group) {
     constexpr bool kBlockSums = kPerBlock || BInt4;
     int32_t block[RowTiles][ColTiles][4];
     int32_t(*sums)[ColTiles][4] = kBlockSums ? block : acc;
@@ -315,7 +414,8 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
     for (int s = 0; s < kBK / 32; ++s)
 #pragma unroll
       for (int mt = 0; mt < RowTiles; ++mt) {
-        const uint32_t af[4] = {a[mt][0][2 * s], a[mt][1][2 * s], a[mt][0][2 * s + 1], a[mt][1][2 * s + 1]};
+        const uint32_t af[4] = {a[mt][0][2 * s], a[mt][kHalves - 1][2 * s], a[mt][0][2 * s + 1],
+                                a[mt][kHalves - 1][2 * s + 1]};
 #pragma unroll
         for (int nt = 0; nt < ColTiles; ++nt) {
           uint32_t bf[2];
@@ -329,21 +429,92 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
         }
       }
     if constexpr (BInt4)  // the factor 16 out (exact: a multiple of 16), the group scale in
-      each_acc([&](int mt, int nt, int j) { block[mt][nt][j] = wrap_mul(block[mt][nt][j] >> 4, group.get(nt, j % 2)); });
+      each_acc([&](int mt, int nt, int j) {
+        if (!HalfRows || j < 2) block[mt][nt][j] = wrap_mul(block[mt][nt][j] >> 4, group.get(nt, j % 2));
+      });
     if constexpr (kPerBlock) {
       scales.promote_into(accf, block);
     } else if constexpr (BInt4) {
-      each_acc([&](int mt, int nt, int j) { acc[mt][nt][j] = wrap_add(acc[mt][nt][j], block[mt][nt][j]); });
+      each_acc([&](int mt, int nt, int j) {
+        if (!HalfRows || j < 2) acc[mt][nt][j] = wrap_add(acc[mt][nt][j], block[mt][nt][j]);
+      });
     }
+  }
+
+  // The block's warps' sums meet in shared memory; its threads add them (int32 wraps, so the
+  // total is exact in any order; fp32 in a fixed warp order) and apply the epilogue, one element
+  // per thread. Ends with the threads reading the shared sums: a block that goes on to another
+  // tile must pass a barrier first.
+  __device__ __forceinline__ void store(const GemmProblem& p, const Epi& epi, int m0, int n0) const {
+    __shared__ Acc partial[kWarps][kRegs][32];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    each_acc([&](int mt, int nt, int j) {
+      if constexpr (kPerBlock) {
+        partial[warp][(mt * ColTiles + nt) * 4 + j][lane] = accf[mt][nt][j];
+      } else {
+        partial[warp][(mt * ColTiles + nt) * 4 + j][lane] = acc[mt][nt][j];
+      }
+    });
+    __syncthreads();
+
+    using Out = typename Epi::OutT;
+    Out* d = static_cast<Out*>(p.d.ptr);
+    for (int idx = threadIdx.x; idx < kRegs * 32; idx += kThreads) {
+      const int i = idx / 32, l = idx % 32;
+      Acc sum = partial[0][i][l];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) {
+        if constexpr (kPerBlock) {
+          sum += partial[w][i][l];
+        } else {
+          sum = wrap_add(sum, partial[w][i][l]);
+        }
+      }
+      const int mt = i / (ColTiles * 4), nt = (i / 4) % ColTiles, j = i % 4;
+      const int row = m0 + 16 * mt + l / 4 + 8 * (j / 2);
+      const int col = n0 + 8 * nt + 2 * (l % 4) + j % 2;
+      if (row < p.m && col < p.n)
+        d[static_cast<int64_t>(row) * p.d.ld + col] = epi.full(sum, epi.row(row), epi.col(col), row, col);
+    }
+  }
+};
+
+// Tile `tile` of D against int8 B, after griddep_wait: A's rows lie at a_base, a_stride bytes
+// apart, in global memory (ASrc == From::kCached) or in shared memory (From::kShared, quantized
+// by the block). B is loaded into registers kAhead K blocks at a time, then computed. Ends as
+// TileSums::store. staged: the tile's first round of B (StagedRound, this thread's copies not yet
+// waited for), or nullptr.
+template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, From ASrc, class Epi>
+__device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi, const uint8_t* a_base,
+                                            int64_t a_stride, int tile, uint8_t* staged = nullptr) {
+  using Cfg = TileConfig<RowTiles, ColTiles>;
+  using Sums = TileSums<RowTiles, ColTiles, ASigned, BSigned, ASrc, Epi, false>;
+  constexpr bool kPerBlock = Epi::kPromotes;
+  constexpr int kAhead = k_ahead<Cfg, Epi>();
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int col_blocks = ceil_div(p.n, Cfg::kCols);
+  const int m0 = tile / col_blocks * Cfg::kRows, n0 = tile % col_blocks * Cfg::kCols;
+  Sums sums;
+  sums.start(p, a_base, a_stride, m0, g);
+  const uint8_t* b_row[ColTiles];
+  b_rows_of(p, n0, g, b_row);
+  const uint64_t stream = ptx::l2_policy_evict_first();
+
+  // A K block: A loaded now (L1), B loaded ahead; with per-block scales, the block's scales,
+  // loaded with B (a load of its own per K block, waited on at once, stalled every K block for a
+  // trip to L2: docs/design/skinny.md).
+  auto compute = [&](const typename Sums::B& b, int kb, auto masked, const typename Sums::Scales& scales) {
+    typename Sums::A a;
+    sums.template load_a<decltype(masked)::value>(p, kb, t, a);
+    sums.add(b, a, scales, NoGroupScales{});
   };
 
   const int full_blocks = p.k / kBK;
-
   if (staged != nullptr) ptx::cp_async_wait<0>();
   for (int kb0 = warp; kb0 < full_blocks; kb0 += kWarps * kAhead) {
-    uint32_t b[kAhead][ColTiles][kBWords];
-    Scales scales[kPerBlock ? kAhead : 1];
-    GroupScales group[BInt4 ? kAhead : 1];
+    uint32_t b[kAhead][ColTiles][8];
+    typename Sums::Scales scales[kPerBlock ? kAhead : 1];
     const bool from_stage = staged != nullptr && kb0 == warp;
 #pragma unroll
     for (int d = 0; d < kAhead; ++d) {
@@ -351,77 +522,102 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
       if (kb < full_blocks) {
 #pragma unroll
         for (int nt = 0; nt < ColTiles; ++nt) {
-          if (!BInt4 && from_stage) {
+          if (from_stage) {
             StagedRound<Cfg, Epi>::load_words(b[d][nt], staged, warp, d, nt, lane);
           } else {
-            load_b<BInt4, false>(b[d][nt], b_row[nt], kb, t, p.k, stream);
+            load_row32<From::kStream, false>(b[d][nt], b_row[nt], kb, t, p.k, stream);
           }
         }
         if constexpr (kPerBlock) scales[d].load(epi, m0, n0, p.m, p.n, lane, kb);
-        if constexpr (BInt4) group[d].load(p, n0, t, kb);
       }
     }
 #pragma unroll
     for (int d = 0; d < kAhead; ++d) {
       const int kb = kb0 + kWarps * d;
-      if (kb < full_blocks)
-        compute(b[d], kb, std::false_type{}, scales[kPerBlock ? d : 0], group[BInt4 ? d : 0]);
+      if (kb < full_blocks) compute(b[d], kb, std::false_type{}, scales[kPerBlock ? d : 0]);
     }
   }
   if (full_blocks * kBK < p.k && warp == full_blocks % kWarps) {
-    uint32_t b[ColTiles][kBWords];
-    Scales scales;
-    GroupScales group;
+    uint32_t b[ColTiles][8];
+    typename Sums::Scales scales;
 #pragma unroll
-    for (int nt = 0; nt < ColTiles; ++nt) load_b<BInt4, true>(b[nt], b_row[nt], full_blocks, t, p.k, stream);
+    for (int nt = 0; nt < ColTiles; ++nt) load_row32<From::kStream, true>(b[nt], b_row[nt], full_blocks, t, p.k, stream);
     if constexpr (kPerBlock) scales.load(epi, m0, n0, p.m, p.n, lane, full_blocks);
-    if constexpr (BInt4) group.load(p, n0, t, full_blocks);
-    compute(b, full_blocks, std::true_type{}, scales, group);
+    compute(b, full_blocks, std::true_type{}, scales);
   }
   ptx::griddep_launch_dependents();
+  sums.store(p, epi, m0, n0);
+}
 
-  each_acc([&](int mt, int nt, int j) {
-    if constexpr (kPerBlock) {
-      partial[warp][(mt * ColTiles + nt) * 4 + j][lane] = accf[mt][nt][j];
-    } else {
-      partial[warp][(mt * ColTiles + nt) * 4 + j][lane] = acc[mt][nt][j];
+// A persistent block's tiles of D against packed 4-bit B (WarpWork's order), B streamed through
+// the warps' rings (Int4Stream, started by the caller), A as for skinny_tile (A in shared memory
+// is x quantized by the block: at most kQuantizeRows rows, HalfRows). Each K block's scales (group
+// scales, per-block scales when promoting; L1 hits but for the first of 32 K blocks) are loaded
+// before its B is waited for.
+template <int RowTiles, int ColTiles, From ASrc, class Epi>
+__device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Epi& epi, const uint8_t* a_base,
+                                                  int64_t a_stride, Int4Stream<TileConfig<RowTiles, ColTiles>>& b) {
+  using Cfg = TileConfig<RowTiles, ColTiles>;
+  static_assert(kQuantizeRows <= 8, "x quantized in the kernel takes the HalfRows sums");
+  using Sums = TileSums<RowTiles, ColTiles, true, true, ASrc, Epi, true, ASrc == From::kShared && RowTiles == 1>;
+  const WarpWork& work = b.work;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int col_blocks = ceil_div(p.n, Cfg::kCols), full_blocks = p.k / kBK;
+  for (int ti = 0; ti < work.tiles; ++ti) {
+    const int tile = work.first_tile + work.tile_step * ti;
+    const int m0 = tile / col_blocks * Cfg::kRows, n0 = tile % col_blocks * Cfg::kCols;
+    if (ti > 0) __syncthreads();  // the last tile's sums have been read
+    Sums sums;
+    sums.start(p, a_base, a_stride, m0, g);
+    Int4GroupScaleRows<ColTiles> group_rows;
+    group_rows.start(p, n0, t);
+    typename Sums::Scales scales;
+    typename Sums::Group group;
+    auto load_scales = [&](int kb) {
+      if constexpr (Epi::kPromotes) scales.load(epi, m0, n0, p.m, p.n, lane, kb);
+      group = group_rows.load(kb);
+    };
+    for (int q = 0, kb = warp; q < work.per_tile; ++q, kb += kWarps) {
+      load_scales(kb);
+      typename Sums::A a;
+      sums.template load_a<false>(p, kb, t, a);
+      uint32_t bw[ColTiles][4];
+      b.read(bw);
+      b.advance(p);
+      sums.add(bw, a, scales, group);
     }
-  });
-  __syncthreads();
-
-  using Out = typename Epi::OutT;
-  Out* d = static_cast<Out*>(p.d.ptr);
-  for (int idx = threadIdx.x; idx < kRegs * 32; idx += kThreads) {
-    const int i = idx / 32, l = idx % 32;
-    Acc sum = partial[0][i][l];
+    if (full_blocks * kBK < p.k && warp == full_blocks % kWarps) {  // the K tail, straight from global memory
+      const uint8_t* b_row[ColTiles];
+      b_rows_of(p, n0, lane / 4, b_row);
+      uint32_t bw[ColTiles][4];
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) {
-      if constexpr (kPerBlock) {
-        sum += partial[w][i][l];
-      } else {
-        sum = wrap_add(sum, partial[w][i][l]);
-      }
+      for (int nt = 0; nt < ColTiles; ++nt)
+        load_packed16<true>(bw[nt], b_row[nt], full_blocks, t, p.k / kInt4PerByte, ptx::l2_policy_evict_first());
+      load_scales(full_blocks);
+      typename Sums::A a;
+      sums.template load_a<true>(p, full_blocks, t, a);
+      sums.add(bw, a, scales, group);
     }
-    const int mt = i / (ColTiles * 4), nt = (i / 4) % ColTiles, j = i % 4;
-    const int row = m0 + 16 * mt + l / 4 + 8 * (j / 2);
-    const int col = n0 + 8 * nt + 2 * (l % 4) + j % 2;
-    if (row < p.m && col < p.n) d[static_cast<int64_t>(row) * p.d.ld + col] = epi.full(sum, epi.row(row), epi.col(col), row, col);
+    if (ti + 1 == work.tiles) ptx::griddep_launch_dependents();
+    sums.store(p, epi, m0, n0);
   }
 }
 
 // RowTiles, ColTiles: those of the config (TileConfig<RowTiles, ColTiles>). XT: void for int8 A
-// as given (p.a), one block per tile; else the element type of the float x that each block
-// quantizes itself (xq, skinny_quantize.cuh; dynamic shared memory of QuantizedA's layout) before
-// it takes tiles blockIdx.x, + gridDim.x, ... (a persistent grid: x is quantized once per block).
-// BInt4: B is packed 4-bit (p.b_int4).
+// as given (p.a); else the element type of the float x that each block quantizes itself (xq,
+// skinny_quantize.cuh; dynamic shared memory of QuantizedA's layout) before it takes its tiles
+// (a persistent grid: x is quantized once per block). BInt4: B is packed 4-bit (p.b_int4), read
+// by a persistent grid through the warps' rings (Int4Stream) across the block's tiles; int8 B
+// is read by one block per tile unless x is quantized in the kernel.
 template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, class Epi, class XT, bool BInt4>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     skinny_gemm_kernel(const GemmProblem p, const Epi epi, const QuantizeParams xq) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using Cfg = TileConfig<RowTiles, ColTiles>;
   constexpr bool kQuantizes = !std::is_void_v<XT>;
-  // kQuantizes: x quantized by the block (QuantizedA), then the first round of B (StagedRound)
-  extern __shared__ __align__(128) uint8_t quantized[];
+  // Dynamic shared memory: x quantized by the block (QuantizedA) if kQuantizes, then B's ring
+  // (4-bit) or the first round of B (StagedRound, int8 B where the launcher gave it the room).
+  extern __shared__ __align__(128) uint8_t smem[];
   // The block's first round of B into L2, a row per thread. With an overlapped launch, before
   // griddep_wait and only in the first wave, the blocks that can run beside the kernel before
   // this one (later blocks find it finished, and their prefetch only added L2 traffic:
@@ -430,7 +626,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     if (threadIdx.x >= Cfg::kCols) return;
     const int n0 = static_cast<int>(blockIdx.x % ceil_div(p.n, Cfg::kCols)) * Cfg::kCols;
     const int row_bytes = BInt4 ? p.k / kInt4PerByte : p.k;
-    const int bytes = min(row_bytes, kWarps * k_ahead<Cfg, Epi, BInt4>() * b_block_bytes<BInt4>()) & ~15;
+    const int ahead = BInt4 ? Int4Ring<Cfg>::kStages - 1 : k_ahead<Cfg, Epi>();
+    const int bytes = min(row_bytes, kWarps * ahead * b_block_bytes<BInt4>()) & ~15;
     const int row = min(n0 + static_cast<int>(threadIdx.x), p.n - 1);
     if (bytes > 0)
       ptx::prefetch_l2_bulk(static_cast<const uint8_t*>(p.b.ptr) + row_offset(row, p.b.stride_row),
@@ -438,20 +635,34 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   };
   if (!kQuantizes && p.pdl && blockIdx.x < kBlocksPerSm * ptx::nsmid()) prefetch_first_round();
   ptx::griddep_wait();  // A (or x), the scales and D belong to the kernels before this one
-  if constexpr (!kQuantizes) {
-    skinny_tile<RowTiles, ColTiles, ASigned, BSigned, From::kCached, Epi, BInt4>(
+  if constexpr (BInt4) {
+    const QuantizedA layout = kQuantizes ? QuantizedA::layout(p.m, p.k, xq.granularity) : QuantizedA{0, 0, 0};
+    // The rings' first copies go out right after the loads of x (issued first, they would queue
+    // behind them) and hold no registers, so the main loop starts on B already on its way.
+    Int4Stream<Cfg> b{smem + (kQuantizes ? b_smem_at(layout.bytes) : 0),
+                      WarpWork::of_block(p, Cfg::kRows, Cfg::kCols)};
+    if constexpr (!kQuantizes) {
+      b.start(p);
+      skinny_tiles_int4<RowTiles, ColTiles, From::kCached, Epi>(p, epi, static_cast<const uint8_t*>(p.a.ptr),
+                                                                p.a.stride_row, b);
+    } else {
+      quantize_a_to_shared<XT>(xq, smem, layout, [&] { b.start(p); });
+      const Epi in_block = epi.with_a_scales(reinterpret_cast<const float*>(smem + layout.scales_at));
+      skinny_tiles_int4<RowTiles, ColTiles, From::kShared, Epi>(p, in_block, smem, layout.row_stride, b);
+    }
+  } else if constexpr (!kQuantizes) {
+    skinny_tile<RowTiles, ColTiles, ASigned, BSigned, From::kCached, Epi>(
         p, epi, static_cast<const uint8_t*>(p.a.ptr), p.a.stride_row, static_cast<int>(blockIdx.x));
   } else {
     // The first tile's first round of B goes into shared memory while the block quantizes x
-    // (where the launcher gave it the room, launch_quantizing): the copies are issued right
-    // after the loads of x (issued first, they would queue behind them) and hold no registers,
+    // (where the launcher gave it the room, launch_quantizing), after the loads of x as above,
     // so the main loop starts on B already in the SM. Without the room, the round is prefetched
-    // into L2 at the same point (always for 4-bit B, whose round is half the bytes).
+    // into L2 at the same point.
     using Staged = StagedRound<Cfg, Epi>;
     const QuantizedA layout = QuantizedA::layout(p.m, p.k, xq.granularity);
     uint8_t* staged =
-        !BInt4 && ptx::dynamic_smem_size() >= static_cast<uint32_t>(Staged::at(layout.bytes) + Staged::kBytes)
-            ? quantized + Staged::at(layout.bytes)
+        ptx::dynamic_smem_size() >= static_cast<uint32_t>(b_smem_at(layout.bytes) + Staged::kBytes)
+            ? smem + b_smem_at(layout.bytes)
             : nullptr;
     auto stage_first_round = [&] {
       if (staged == nullptr) return prefetch_first_round();
@@ -459,14 +670,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       b_rows_of(p, static_cast<int>(blockIdx.x % ceil_div(p.n, Cfg::kCols)) * Cfg::kCols, threadIdx.x % 32 / 4, b_row);
       Staged::stage(staged, b_row, static_cast<int>(p.k / kBK));
     };
-    quantize_a_to_shared<XT>(xq, quantized, layout, stage_first_round);
-    const Epi in_block = epi.with_a_scales(reinterpret_cast<const float*>(quantized + layout.scales_at));
+    quantize_a_to_shared<XT>(xq, smem, layout, stage_first_round);
+    const Epi in_block = epi.with_a_scales(reinterpret_cast<const float*>(smem + layout.scales_at));
     const int tiles = ceil_div(p.m, Cfg::kRows) * ceil_div(p.n, Cfg::kCols);
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const bool first = tile == static_cast<int>(blockIdx.x);
       if (!first) __syncthreads();  // the last tile's sums have been read
-      skinny_tile<RowTiles, ColTiles, ASigned, BSigned, From::kShared, Epi, BInt4>(
-          p, in_block, quantized, layout.row_stride, tile, first ? staged : nullptr);
+      skinny_tile<RowTiles, ColTiles, ASigned, BSigned, From::kShared, Epi>(p, in_block, smem, layout.row_stride,
+                                                                             tile, first ? staged : nullptr);
     }
   }
 #endif
@@ -482,25 +693,24 @@ void launch_grid(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq,
                         static_cast<size_t>(smem_bytes), p.stream, p.pdl, p, epi, xq);
 }
 
-// f(bool_constant<B is packed 4-bit>).
-template <class F>
-void with_b_format(const GemmProblem& p, F&& f) {
-  if (p.b_int4) return f(std::true_type{});
-  f(std::false_type{});
+// The persistent grid of a packed 4-bit B (signed A against signed 4-bit values): kBlocksPerSm
+// blocks per SM, each with its rings after x_bytes of quantized x.
+template <class Cfg, class Epi, class XT, int XMost>
+void launch_int4(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count, int x_bytes) {
+  if (!p.a.is_signed) throw std::logic_error("tcgemm: 4-bit B needs an int8 A");
+  constexpr int kMost = b_smem_at(XMost) + Int4Ring<Cfg>::kBytes;
+  if (x_bytes > XMost) throw std::logic_error("tcgemm: the skinny kernel's quantized x leaves no room for 4-bit B");
+  allow_dynamic_smem<skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT, true>, kMost>();
+  launch_grid<Cfg, Epi, true, true, XT, true>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count,
+                                             b_smem_at(x_bytes) + Int4Ring<Cfg>::kBytes);
 }
 
 template <class Cfg, class Epi>
-void launch(const GemmProblem& p, const Epi& epi) {
-  with_b_format(p, [&](auto b_int4) {
-    if constexpr (decltype(b_int4)::value) {  // signed A against signed 4-bit values
-      if (!p.a.is_signed) throw std::logic_error("tcgemm: 4-bit B needs an int8 A");
-      launch_grid<Cfg, Epi, true, true, void, true>(p, epi, QuantizeParams{}, int64_t{1} << 31, 0);
-    } else {
-      with_operand_signs<Epi>(p, [&](auto a_signed, auto b_signed) {
-        launch_grid<Cfg, Epi, decltype(a_signed)::value, decltype(b_signed)::value, void, false>(
-            p, epi, QuantizeParams{}, int64_t{1} << 31, 0);
-      });
-    }
+void launch(const GemmProblem& p, const Epi& epi, int sm_count) {
+  if (p.b_int4) return launch_int4<Cfg, Epi, void, 0>(p, epi, QuantizeParams{}, sm_count, 0);
+  with_operand_signs<Epi>(p, [&](auto a_signed, auto b_signed) {
+    launch_grid<Cfg, Epi, decltype(a_signed)::value, decltype(b_signed)::value, void, false>(
+        p, epi, QuantizeParams{}, int64_t{1} << 31, 0);
   });
 }
 
@@ -512,23 +722,22 @@ void launch_quantizing(const GemmProblem& p, const Epi& epi, const QuantizeParam
   constexpr int kXMost = 48 * 1024;  // bytes of quantized x a block may hold
   if (!quantizes_in_kernel(xq) || xq.m != p.m || xq.k != p.k || x.bytes > kXMost)
     throw std::logic_error("tcgemm: the skinny kernel cannot quantize this x itself");
+  // 4-bit B: x takes at most about 8.5 KB (quantizes_in_kernel), its rings 48 KB.
+  if (p.b_int4) return launch_int4<Cfg, Epi, XT, 16 * 1024>(p, epi, xq, sm_count, x.bytes);
   // The staged first round of B where kBlocksPerSm blocks still fit on an SM (not on GPUs with
   // about 100 KB of shared memory per SM); the kernel sees its room in %dynamic_smem_size.
-  constexpr int kMost = Staged::at(kXMost) + Staged::kBytes;
-  const int staged = Staged::at(x.bytes) + Staged::kBytes;
-  const bool stage = kBlocksPerSm * kMost <= smem_optin && !p.b_int4;
-  with_b_format(p, [&](auto b_int4) {
-    constexpr bool kInt4 = decltype(b_int4)::value;
-    if (stage) allow_dynamic_smem<skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT, kInt4>, kMost>();
-    launch_grid<Cfg, Epi, true, true, XT, kInt4>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count, stage ? staged : x.bytes);
-  });
+  constexpr int kMost = b_smem_at(kXMost) + Staged::kBytes;
+  const bool stage = kBlocksPerSm * kMost <= smem_optin;
+  if (stage) allow_dynamic_smem<skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT, false>, kMost>();
+  launch_grid<Cfg, Epi, true, true, XT, false>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count,
+                                               stage ? b_smem_at(x.bytes) + Staged::kBytes : x.bytes);
 }
 
 }  // namespace tcgemm::skinny
 
 // The launchers of one tile config for every epilogue (one translation unit per config).
 #define TCGEMM_SKINNY_INSTANTIATE_ONE(Epi, Cfg) \
-  template void tcgemm::skinny::launch<Cfg, Epi>(const tcgemm::GemmProblem&, const Epi&);
+  template void tcgemm::skinny::launch<Cfg, Epi>(const tcgemm::GemmProblem&, const Epi&, int);
 
 namespace tcgemm::skinny {
 // The launchers that quantize x in the kernel for config Cfg and each functor of Epis.

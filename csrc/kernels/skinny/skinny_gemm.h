@@ -1,5 +1,6 @@
 // Host-side interface of the skinny-M kernel (mma.sync, sm_80+): D for a few rows of A against a
-// wide B, streaming B from global memory straight into registers. The launchers are instantiated
+// wide B, streaming B from global memory straight into registers (int8) or through shared memory
+// (packed 4-bit). The launchers are instantiated
 // per tile config (configs.h) in skinny_<config>.cu for every epilogue.
 #pragma once
 
@@ -14,9 +15,9 @@ namespace tcgemm::skinny {
 
 // Needs both operands K-major with a 16-byte aligned base (and row stride when they have more
 // than one row); any M, N, K >= 1; no split-K. A packed 4-bit B (p.b_int4, packed_b_fits) needs
-// an int8 A.
+// an int8 A; it is read by a persistent grid of kBlocksPerSm blocks on each of sm_count SMs.
 template <class Cfg, class Epi>
-void launch(const GemmProblem& p, const Epi& epi);
+void launch(const GemmProblem& p, const Epi& epi, int sm_count);
 
 // Whether the kernel reads a packed 4-bit B (GemmProblem::b_int4) of `rows` rows in place: K-major,
 // a 16-byte aligned base and, with more than one row, a row stride of whole 16 bytes.
