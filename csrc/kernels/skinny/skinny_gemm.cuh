@@ -218,19 +218,30 @@ struct Int4Ring {
   }
 };
 
-// The work of one warp of a persistent block: tiles first_tile, + tile_step, ... (`tiles` of
-// them), of each the K blocks warp, warp + kWarps, ... below K's whole K blocks (per_tile).
+// The work of one warp of a persistent block: `tiles` tiles, blockIdx.x, + gridDim.x, ... (first
+// and next() give their (row, column) tile coordinates without a division per tile), of each
+// the K blocks warp, warp + kWarps, ... below K's whole K blocks (per_tile).
 struct WarpWork {
-  int first_tile, tile_step, tiles, per_tile;
+  struct Tile {
+    int row, col;
+  };
+  Tile first;
+  int cols, step_rows, step_cols;  // tile columns of D; gridDim.x in tile rows and columns
+  int tiles, per_tile;
 
   __device__ static WarpWork of_block(const GemmProblem& p, int rows, int cols) {
-    const int all = ceil_div(p.m, rows) * ceil_div(p.n, cols), full_blocks = p.k / kBK;
+    const int col_blocks = ceil_div(p.n, cols), all = ceil_div(p.m, rows) * col_blocks, full_blocks = p.k / kBK;
     const int first = static_cast<int>(blockIdx.x), step = static_cast<int>(gridDim.x);
     const int warp = threadIdx.x / 32;
-    return {first, step, first < all ? ceil_div(all - first, step) : 0,
-            warp < full_blocks ? ceil_div(full_blocks - warp, kWarps) : 0};
+    return {{first / col_blocks, first % col_blocks}, col_blocks, step / col_blocks, step % col_blocks,
+            first < all ? ceil_div(all - first, step) : 0, warp < full_blocks ? ceil_div(full_blocks - warp, kWarps) : 0};
   }
   __device__ int items() const { return tiles * per_tile; }
+  __device__ void next(Tile& t) const {
+    t.row += step_rows;
+    t.col += step_cols;
+    if (t.col >= cols) t.col -= cols, ++t.row;
+  }
 };
 
 // A warp's stream of packed 4-bit B through its ring (Int4Ring), in WarpWork's order across the
@@ -245,15 +256,15 @@ struct Int4Stream {
   using Ring = Int4Ring<Cfg>;
   uint8_t* ring;
   WarpWork work;
-  int issued = 0, q = 0, tile_i = 0;  // items issued; the next one's K block index and tile
+  WarpWork::Tile tile;                // of the next item issued
+  int issued = 0, q = 0;              // items issued; the next one's K block index in its tile
   int slot_in = 0, slot_out = 0;      // the slots of the next item issued and read
   bool tile_pending = false;          // the next item starts a tile whose addresses are not yet found
   const uint8_t* next[Cfg::kColTiles];  // the lane's 16 bytes of the next item issued, per n8 tile
 
   __device__ void find_tile(const GemmProblem& p) {
     const int lane = threadIdx.x % 32;
-    const int n0 = (work.first_tile + work.tile_step * tile_i) % ceil_div(p.n, Cfg::kCols) * Cfg::kCols;
-    b_rows_of(p, n0, lane / 4, next);
+    b_rows_of(p, tile.col * Cfg::kCols, lane / 4, next);
 #pragma unroll
     for (int nt = 0; nt < Cfg::kColTiles; ++nt)
       next[nt] += (threadIdx.x / 32) * b_block_bytes<true>() + 16 * (lane % 4);
@@ -268,12 +279,13 @@ struct Int4Stream {
       }
       ++issued;
       slot_in = slot_in + 1 == Ring::kStages ? 0 : slot_in + 1;
-      if (++q == work.per_tile) q = 0, ++tile_i, tile_pending = true;
+      if (++q == work.per_tile) q = 0, work.next(tile), tile_pending = true;
     }
     ptx::cp_async_commit();
   }
   // The first kStages - 1 items.
   __device__ void start(const GemmProblem& p) {
+    tile = work.first;
     if (work.items() > 0) find_tile(p);
 #pragma unroll
     for (int i = 0; i < Ring::kStages - 1; ++i) advance(p);
@@ -461,6 +473,10 @@ struct TileSums {
     Out* d = static_cast<Out*>(p.d.ptr);
     for (int idx = threadIdx.x; idx < kRegs * 32; idx += kThreads) {
       const int i = idx / 32, l = idx % 32;
+      const int mt = i / (ColTiles * 4), nt = (i / 4) % ColTiles, j = i % 4;
+      const int row = m0 + 16 * mt + l / 4 + 8 * (j / 2);
+      const int col = n0 + 8 * nt + 2 * (l % 4) + j % 2;
+      if (row >= p.m || col >= p.n) continue;
       Acc sum = partial[0][i][l];
 #pragma unroll
       for (int w = 1; w < kWarps; ++w) {
@@ -470,11 +486,7 @@ struct TileSums {
           sum = wrap_add(sum, partial[w][i][l]);
         }
       }
-      const int mt = i / (ColTiles * 4), nt = (i / 4) % ColTiles, j = i % 4;
-      const int row = m0 + 16 * mt + l / 4 + 8 * (j / 2);
-      const int col = n0 + 8 * nt + 2 * (l % 4) + j % 2;
-      if (row < p.m && col < p.n)
-        d[static_cast<int64_t>(row) * p.d.ld + col] = epi.full(sum, epi.row(row), epi.col(col), row, col);
+      d[static_cast<int64_t>(row) * p.d.ld + col] = epi.full(sum, epi.row(row), epi.col(col), row, col);
     }
   }
 };
@@ -562,10 +574,10 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
   using Sums = TileSums<RowTiles, ColTiles, true, true, ASrc, Epi, true, ASrc == From::kShared && RowTiles == 1>;
   const WarpWork& work = b.work;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int col_blocks = ceil_div(p.n, Cfg::kCols), full_blocks = p.k / kBK;
-  for (int ti = 0; ti < work.tiles; ++ti) {
-    const int tile = work.first_tile + work.tile_step * ti;
-    const int m0 = tile / col_blocks * Cfg::kRows, n0 = tile % col_blocks * Cfg::kCols;
+  const int full_blocks = p.k / kBK;
+  WarpWork::Tile tile = work.first;
+  for (int ti = 0; ti < work.tiles; ++ti, work.next(tile)) {
+    const int m0 = tile.row * Cfg::kRows, n0 = tile.col * Cfg::kCols;
     if (ti > 0) __syncthreads();  // the last tile's sums have been read
     Sums sums;
     sums.start(p, a_base, a_stride, m0, g);
