@@ -21,7 +21,7 @@ from ._ops import (
     unpack_int4,
 )
 from ._quantize import quantize
-from . import reference
+from . import reference, rotation
 from .int4 import pack_int4
 from .nn import GPTQ, QuantLinear, QuantizeReport, calibrate, quantize_model
 from .scheme import (

@@ -404,6 +404,9 @@ def save_compressed(model: nn.Module, path: str) -> None:
         if module.smooth is not None:
             raise ValueError(f"tcgemm.compressed: layer '{name}' has SmoothQuant multipliers, which the "
                              "compressed-tensors format has no place for")
+        if module.scheme.rotate:
+            raise ValueError(f"tcgemm.compressed: layer '{name}' rotates its input (rotate=True), which the "
+                             "compressed-tensors format has no place for")
         # The scheme a reader of the checkpoint finds (two-level 4-bit weights: float group scales).
         stated = QuantScheme.from_compressed_tensors(module.scheme.to_compressed_tensors())
         try:

@@ -37,6 +37,7 @@ from ._scales import weight_scale_shape as _weight_scale_shape
 from .int4 import (
     INT4_GRIDS, INT4_MAX, INT4_MIN, check_group_scale, check_packed, int4_grid, pack_int4, quantize_int4,
 )
+from .rotation import rotate_blocks, rotate_hessian
 from .scheme import (  # noqa: F401  (WEIGHT_GRANULARITIES: tcgemm.nn's name for them)
     LAYER_ACTIVATIONS, PRESETS, WEIGHT_BITS, WEIGHT_GRANULARITIES, WEIGHT_QUANTIZED_AS, QuantScheme, SchemeError,
     WeightArgs, check_weight_granularity,
@@ -533,6 +534,10 @@ class QuantLinear(nn.Module):
         self.out_features = int(out_features)
         self.scheme: QuantScheme = _scheme("QuantLinear", scheme, weight, activation, asymmetric)
         self._op_activation = self.scheme.activation  # forward's argument, read once
+        self._rotate = self.scheme.rotate
+        if self._rotate and self.in_features % SCALE_BLOCK:
+            raise ValueError(f"QuantLinear: rotate=True needs in_features a multiple of {SCALE_BLOCK} (one Hadamard "
+                             f"block each), got {self.in_features}")
         smooth = bool(smooth) or self.scheme.smooth is not None
         static = self.scheme.static
         weights = self.scheme.weights
@@ -692,6 +697,10 @@ class QuantLinear(nn.Module):
         amax = None if input_amax is None else input_amax.detach().to(device=device, dtype=torch.float32)
         if hessian is not None:
             hessian = hessian.detach().to(device=device, dtype=torch.float32)
+        if scheme.rotate:  # the weight's rows and the input both times R (tcgemm.rotation)
+            w = rotate_blocks(w.float())
+            if hessian is not None:
+                hessian = rotate_hessian(hessian)
         if smooth is not None:
             factors = smooth_factors(amax, w, smooth)
             module.smooth.copy_(1.0 / factors)
@@ -721,11 +730,16 @@ class QuantLinear(nn.Module):
     def dequantize_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The weight the layer computes with, ``weight * weight_scale`` (4-bit weights unpacked,
         times ``weight_group_scale`` where the layer has it; times ``smooth`` per input channel,
-        where the layer has it) as ``dtype`` [out, in].
+        where the layer has it; rotated back where the layer rotates its input) as ``dtype`` [out, in].
 
         Example:
             >>> err = (qlin.dequantize_weight() - linear.weight).abs().max()
         """
+        w = self._op_weight(torch.float32)
+        return (rotate_blocks(w) if self._rotate else w).to(dtype)
+
+    def _op_weight(self, dtype: torch.dtype) -> torch.Tensor:
+        """The weight the input of tcgemm.quant_linear meets (rotated, where the layer rotates)."""
         w = self.int_weight().float() * expand_weight_scale(
             self.weight_scale, self.out_features, self.in_features, self.weight_granularity)
         if self.smooth is not None:
@@ -749,6 +763,8 @@ class QuantLinear(nn.Module):
             )
         if x.dtype not in _INPUT_DTYPES:
             raise TypeError(f"QuantLinear: input dtype must be bfloat16, float16 or float32, got {x.dtype}")
+        if self._rotate:  # x R (a matrix product per call; gradients flow through it)
+            x = rotate_blocks(x)
         # The buffers by dict lookup (nn.Module.__getattr__ costs about 0.3 us per buffer per call);
         # by attribute when one of them has been made a Parameter (e.g. a bias to train).
         buffers = self._buffers
@@ -796,6 +812,7 @@ class QuantLinear(nn.Module):
             state["scheme"] = QuantScheme.from_keywords(
                 state.pop("weight_granularity"), state.pop("activation_granularity"), state.pop("asymmetric", False))
             state["_op_activation"] = state["scheme"].activation
+        state.setdefault("_rotate", state["scheme"].rotate)
         super().__setstate__(state)
         for name in ("input_zero_point", "weight_colsum", "weight_group_scale"):
             self._buffers.setdefault(name, None)
@@ -824,6 +841,7 @@ class QuantLinear(nn.Module):
             + f", activation={self.activation_granularity!r}"
             + (", smooth=True" if self.smooth is not None else "")
             + (", asymmetric=True" if self.asymmetric else "")
+            + (", rotate=True" if self._rotate else "")
         )
 
 
@@ -857,7 +875,7 @@ class _QuantLinearFunction(torch.autograd.Function):
     def backward(ctx, grad_y: torch.Tensor):
         grad_x = grad_bias = None
         if ctx.needs_input_grad[0]:
-            grad_x = grad_y @ ctx.layer.dequantize_weight(grad_y.dtype)
+            grad_x = grad_y @ ctx.layer._op_weight(grad_y.dtype)
         if ctx.needs_input_grad[1]:
             grad_bias = grad_y.float().sum(dim=0)
         return grad_x, grad_bias, None

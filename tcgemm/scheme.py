@@ -242,7 +242,9 @@ LAYER_ACTIVATIONS = tuple(_LAYER_ACTIVATIONS)
 class QuantScheme:
     """How a linear layer is quantized: its weights, its input activations and, optionally,
     SmoothQuant (``smooth``: the migration strength alpha; the layer then holds per-input-channel
-    multipliers).
+    multipliers) or a rotation (``rotate=True``: the input and the weight's rows both multiplied by
+    an orthonormal Hadamard matrix in each block of 128 input features, which leaves ``x W^T``
+    unchanged and spreads outliers over their block before either is quantized: :mod:`tcgemm.rotation`).
 
     Presets: :data:`W8A8_DYNAMIC` (the default), :data:`W8A8_STATIC`, :data:`W8A8_GROUP`,
     :data:`W8A8_CHANNEL_GROUP`, :data:`W8A8_BLOCK`, :data:`W8A8_ASYMMETRIC`, :data:`W8A8_STATIC_ASYMMETRIC`,
@@ -259,10 +261,13 @@ class QuantScheme:
     weights: WeightArgs = WeightArgs()
     activations: ActivationArgs = ActivationArgs()
     smooth: Optional[float] = None
+    rotate: bool = False
 
     def __post_init__(self) -> None:
         if self.smooth is not None and not 0.0 <= float(self.smooth) <= 1.0:
             raise ValueError(f"smooth_factors: alpha must be in [0, 1], got {self.smooth}")
+        if not isinstance(self.rotate, bool):
+            raise TypeError(f"tcgemm.QuantScheme: rotate must be a bool, got {type(self.rotate).__name__}")
 
     # -- what a layer does with it ---------------------------------------------------------------
     @property
@@ -301,6 +306,12 @@ class QuantScheme:
         """Raises ValueError if a :class:`tcgemm.QuantLinear` cannot run this scheme; returns it."""
         activation = self.activation
         check_weight_granularity(self.weight)
+        if self.rotate and (self.smooth is not None or self.static or self.asymmetric):
+            raise SchemeError(
+                "rotate=True needs dynamic symmetric activations without SmoothQuant (the calibrated statistics "
+                f"are of the unrotated input), got activation strategy '{self.activations.granularity}' "
+                f"(dynamic={self.activations.dynamic}, symmetric={self.activations.symmetric}) and smooth={self.smooth}",
+                "tcgemm.nn")
         if self.asymmetric and (self.weight != "channel" or activation == "block"):
             raise SchemeError(
                 "asymmetric activations need weight='channel' and activation='token' or 'static', got asymmetric "
@@ -334,6 +345,9 @@ class QuantScheme:
         SmoothQuant has no place in the format (ValueError)."""
         if self.smooth is not None:
             raise ValueError("tcgemm.QuantScheme: SmoothQuant multipliers have no place in compressed-tensors")
+        if self.rotate:
+            raise ValueError("tcgemm.QuantScheme: rotate=True (Hadamard-rotated inputs) has no place in "
+                             "compressed-tensors' quantization schemes")
         return {"weights": self.weights.to_compressed_tensors(),
                 "input_activations": self.activations.to_compressed_tensors()}
 
@@ -354,7 +368,8 @@ class QuantScheme:
     def __str__(self) -> str:
         text = f"weight={self.weight}" + (f", bits={self.bits}" if self.bits != 8 else "")
         text += f", activation={self.activation}"
-        return text + (", asymmetric" if self.asymmetric else "") + (f", smooth={self.smooth}" if self.smooth else "")
+        return (text + (", asymmetric" if self.asymmetric else "") + (f", smooth={self.smooth}" if self.smooth else "")
+                + (", rotate" if self.rotate else ""))
 
 
 W8A8_DYNAMIC = QuantScheme()

@@ -11,7 +11,8 @@
   squared weight error): round-to-nearest keeps a mean cosine >= 0.95 (about 0.959; 0.938 on the
   "amax" grid); GPTQ, from the second moments of 671 calibration sentences (never the evaluated
   ones; tests/sentences.py), >= 0.98 (about 0.986; 0.988 with SmoothQuant 0.5) and >= 0.015
-  above round-to-nearest.
+  above round-to-nearest; with the inputs and weights rotated (block Hadamard, rotate=True)
+  GPTQ keeps >= 0.99 (about 0.991) and round-to-nearest >= 0.95 (about 0.963).
 """
 
 import copy
@@ -281,6 +282,9 @@ MINILM_W4_RECIPES = {
     "W4A8-group GPTQ": {"scheme": "w4a8-group", "gptq": GPTQ(act_order=True, damp=0.03)},
     "W4A8 SmoothQuant 0.5 + GPTQ": {"scheme": dataclasses.replace(tcgemm.W4A8, smooth=0.5),
                                     "gptq": GPTQ(act_order=True, damp=0.03)},
+    "W4A8 rotated RTN": {"scheme": dataclasses.replace(tcgemm.W4A8, rotate=True)},
+    "W4A8 rotated GPTQ": {"scheme": dataclasses.replace(tcgemm.W4A8, rotate=True),
+                          "gptq": GPTQ(act_order=True, damp=0.03)},
 }
 
 
@@ -293,7 +297,9 @@ def minilm_w4_rtn(minilm):
 def test_minilm_4bit_embeddings(minilm, minilm_w4_rtn, recipe):
     mean, worst, same = minilm_accuracy(minilm, **MINILM_W4_RECIPES[recipe])
     print(f"all-MiniLM-L6-v2 {recipe}: mean cosine {mean:.5f}, min {worst:.5f}, nearest neighbour kept {same:.3f}")
-    if recipe == "W4A8 RTN":
+    if recipe.endswith("RTN"):
         assert mean >= 0.95 and worst >= 0.92 and same >= 0.8
+    elif "rotated" in recipe:  # the issue's bar: >= 0.99 with GPTQ, and above round-to-nearest
+        assert mean >= 0.99 and mean >= minilm_w4_rtn[0] + 0.015 and worst >= 0.97 and same >= 0.84
     else:  # GPTQ: well above round-to-nearest on the same scales
         assert mean >= 0.98 and mean >= minilm_w4_rtn[0] + 0.015 and worst >= 0.96 and same >= 0.84
