@@ -12,7 +12,8 @@ over rounds is reported. Methods: bf16 ``F.linear``; ``QuantLinear`` (weight per
 activations per token: the one op ``tcgemm.quant_linear``); the same layer as two ops
 (``tcgemm.quantize`` then ``tcgemm.scaled_gemm``, the path before the one op);
 ``QuantLinear(weight="block", activation="block")``; ``QuantLinear(scheme="w4a8")`` (4-bit
-weights with an fp32 scale per channel and int8 scales per 128 inputs); and its peer, torch's int4
+weights with an fp32 scale per channel and int8 scales per 128 inputs), the same with rotated inputs
+(``rotate=True``: an fp32 Hadamard product of x per call before the op); and its peer, torch's int4
 weight-only kernel (``torch.ops.aten._weight_int4pack_mm``, tinygemm) on bf16 activations with
 weights packed as torchao's ``Int4WeightOnlyConfig`` packs them. Each method's output on the first
 copy is compared with bf16's, so that no figure is of a layer computing nothing. A method that
@@ -52,11 +53,11 @@ PREFILL = [("8B up", 4096, 14336), ("8B down", 14336, 4096)]
 STATIC = ("8B up", 4096, 14336)
 STATIC_ROWS = (1, 16)
 PREFILL_ROWS = 2048
-METHODS = ("bf16", "quantlinear", "two_ops", "quantlinear_block", "w4a8", "torch_int4")
-PREFILL_METHODS = ("bf16", "quantlinear", "quantlinear_block", "w4a8")
+METHODS = ("bf16", "quantlinear", "two_ops", "quantlinear_block", "w4a8", "w4a8_rot", "torch_int4")
+PREFILL_METHODS = ("bf16", "quantlinear", "quantlinear_block", "w4a8", "w4a8_rot")
 # The weight copy each method reads: methods that read the same one share its copies.
 WEIGHTS = {"bf16": "bf16", "quantlinear": "channel", "two_ops": "channel", "quantlinear_block": "block",
-           "w4a8": "w4a8", "torch_int4": "torch_int4"}
+           "w4a8": "w4a8", "w4a8_rot": "w4a8_rot", "torch_int4": "torch_int4"}
 CALLS_MIN = 24  # calls per graph or eager loop
 ROUNDS = 7
 # A method's output on the first copy differs from bf16's by at most this (relative Frobenius norm);
@@ -174,6 +175,7 @@ def make_methods(k: int, n: int, m: int, device, methods: tuple[str, ...] = METH
         "channel": tcgemm.QuantLinear.from_linear,
         "block": lambda lin: tcgemm.QuantLinear.from_linear(lin, weight="block", activation="block"),
         "w4a8": lambda lin: tcgemm.QuantLinear.from_linear(lin, scheme="w4a8"),
+        "w4a8_rot": lambda lin: tcgemm.QuantLinear.from_linear(lin, scheme=dataclasses.replace(tcgemm.W4A8, rotate=True)),
         "torch_int4": TorchInt4Linear.from_linear,
     }
     kinds = list(dict.fromkeys(WEIGHTS[name] for name in methods))
@@ -202,6 +204,7 @@ def make_methods(k: int, n: int, m: int, device, methods: tuple[str, ...] = METH
         "two_ops": two_ops,
         "quantlinear_block": lambda i: copies["block"][i](x),
         "w4a8": lambda i: copies["w4a8"][i](x),
+        "w4a8_rot": lambda i: copies["w4a8_rot"][i](x),
         "torch_int4": lambda i: copies["torch_int4"][i](x),
     }
     fns = {name: calls[name] for name in methods if WEIGHTS[name] not in failed}
@@ -383,7 +386,7 @@ def ratio(a: Optional[float], b: Optional[float]) -> str:
 
 
 LABELS = {"bf16": "bf16", "quantlinear": "QuantLinear", "two_ops": "two ops", "quantlinear_block": "QuantLinear block",
-          "w4a8": "W4A8", "torch_int4": "torch int4", "token": "QuantLinear token", "static": "QuantLinear static"}
+          "w4a8": "W4A8", "w4a8_rot": "W4A8 rotated", "torch_int4": "torch int4", "token": "QuantLinear token", "static": "QuantLinear static"}
 
 
 def row_text(rec: dict[str, Any]) -> str:
@@ -393,6 +396,8 @@ def row_text(rec: dict[str, Any]) -> str:
     parts.append(f"graph speed-up {ratio(g.get('bf16'), g.get('quantlinear'))}")
     if "w4a8" in g:
         parts.append(f"W4A8 {ratio(g.get('bf16'), g['w4a8'])}, x torch int4 {ratio(g.get('torch_int4'), g['w4a8'])}")
+    if "w4a8_rot" in g:
+        parts.append(f"W4A8 rotated {ratio(g.get('bf16'), g['w4a8_rot'])}")
     if "eager" in rec:
         parts.append(f"eager {ratio(rec['eager'].get('bf16'), rec['eager'].get('quantlinear'))}")
     parts += [f"{LABELS.get(k, k)} off bf16 by {v:.2f}" for k, v in rec.get("rel_err", {}).items()

@@ -14,6 +14,7 @@ optional import. Variants, one after the other on copies of the same model:
 - tcgemm-w4a8: ``quantize_model(scheme="w4a8")``, 4-bit weights with an fp32 scale per channel and
   int8 scales per 128 inputs, int8 activations per token;
 - tcgemm-w4a8-group: ``scheme="w4a8-group"``, 4-bit weights with fp32 scales per 128 inputs;
+- tcgemm-w4a8-rot: ``W4A8`` with rotated inputs (``rotate=True``, ``tcgemm.rotation``);
 - torch-int4: every projection a ``TorchInt4Linear`` (``benchmarks.bench_decode``): torch's int4
   weight-only kernel (``torch.ops.aten._weight_int4pack_mm``, tinygemm) on bf16 activations, the
   weights packed as torchao's ``Int4WeightOnlyConfig`` packs them (groups of 128);
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import functools
 import gc
 import inspect
@@ -119,6 +121,8 @@ def variants() -> dict[str, Optional[Callable]]:
         "tcgemm block": lambda m: tcgemm.quantize_model(m, weight="block", activation="block", skip=["lm_head"]),
         "tcgemm-w4a8": lambda m: tcgemm.quantize_model(m, skip=["lm_head"], scheme="w4a8"),
         "tcgemm-w4a8-group": lambda m: tcgemm.quantize_model(m, skip=["lm_head"], scheme="w4a8-group"),
+        "tcgemm-w4a8-rot": lambda m: tcgemm.quantize_model(m, skip=["lm_head"],
+                                                          scheme=dataclasses.replace(tcgemm.W4A8, rotate=True)),
         "torch-int4": lambda m: swap_linears(m, TorchInt4Linear.from_linear),
     }
     try:
@@ -330,6 +334,7 @@ FOUR_BIT = {
     "tcgemm-w4a8": "`quantize_model(scheme=\"w4a8\")`, 4-bit weights with an fp32 scale per channel and int8 scales "
                    "per 128 inputs, int8 activations per token",
     "tcgemm-w4a8-group": "`scheme=\"w4a8-group\"`, 4-bit weights with fp32 scales per 128 inputs",
+    "tcgemm-w4a8-rot": "`W4A8` with rotated inputs (`rotate=True`: an fp32 Hadamard product of x per call per layer)",
     "torch-int4": "`torch.ops.aten._weight_int4pack_mm` (tinygemm) on bf16 activations, the weights as torchao's "
                   "`Int4WeightOnlyConfig` packs them (groups of 128, bf16 scales and zero points)",
 }
