@@ -2,7 +2,8 @@
 orthonormal and its own inverse; a rotated QuantLinear is ``tcgemm.quant_linear`` on ``x R`` with
 the quantized ``W R``, bit for bit, and within the quantization's error of the float layer; its
 weight rotates back, its state_dict round-trips, its gradient is the rotated-back weight's, GPTQ
-sees the rotated second moments; what it cannot run is refused naming the setting. CPU and CUDA.
+sees the rotated second moments, it traces whole under torch.compile and replays in a CUDA graph;
+what it cannot run is refused naming the setting. CPU and CUDA.
 (Accuracy on a trained model: tests/test_calibration.py.)"""
 
 import dataclasses
@@ -135,3 +136,34 @@ def test_rotated_layer_needs_whole_blocks_and_no_compressed_checkpoint(tmp_path)
     model = nn.Sequential(QuantLinear.from_linear(nn.Linear(256, 64), scheme=ROTATED["w4a8"]))
     with pytest.raises(ValueError, match="layer '0' rotates its input"):
         ct.save_compressed(model, str(tmp_path / "ckpt"))
+
+
+def test_rotated_layers_compile_fullgraph_cpu():
+    gen = torch.Generator().manual_seed(7)
+    model = nn.Sequential(QuantLinear.from_linear(_linear(gen, 256, 384, "cpu"), scheme=ROTATED["w4a8"]), nn.ReLU(),
+                          QuantLinear.from_linear(_linear(gen, 384, 128, "cpu"), scheme=ROTATED["w8a8"]))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        for m in (8, 3):
+            x = torch.randn(2, m, 256, generator=gen)
+            assert torch.equal(compiled(x), model(x))
+    torch._dynamo.reset()
+
+
+@pytest.mark.gpu
+def test_rotated_layer_cuda_graph():
+    gen = torch.Generator().manual_seed(8)
+    layer = QuantLinear.from_linear(_linear(gen, 512, 256, "cuda"), scheme=ROTATED["w4a8"])
+    x = torch.randn(4, 512, generator=gen).to("cuda", torch.bfloat16)
+    expect = layer(x)
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        layer(x)  # warm-up off the default stream
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph):
+        out = layer(x)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, expect)
