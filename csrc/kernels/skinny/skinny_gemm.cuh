@@ -38,9 +38,10 @@
 //     The grid is persistent and each warp streams its K blocks of the block's tiles, one tile
 //     after another, through a ring of shared memory by cp.async (Int4Stream): kStages - 1 K
 //     blocks stay in flight while it computes, across tile boundaries too, without holding
-//     registers, with no L2 policy (cp.async under an .L2::cache_hint policy stopped the quantizing
-//     kernel with an illegal instruction on an H100). (Loaded into registers a round at a time like int8 B, the unpacking between two
-//     rounds left DRAM 35% busy: docs/design/int4.md.)
+//     registers. The copies take no L2 policy: cp.async under an .L2::cache_hint policy stopped
+//     the quantizing kernel with an illegal instruction on an H100. (Loaded into registers a
+//     round at a time like int8 B, the unpacking between two rounds left DRAM 35% busy:
+//     docs/design/int4.md.)
 //   A quantized in the kernel (tcgemm.quant_linear at up to 4 rows, skinny_quantize.cuh): each
 //     block of a persistent grid quantizes the float rows of x into shared memory once, then
 //     takes its tiles reading A from there; the epilogue reads the block's scales.
@@ -234,7 +235,8 @@ struct WarpWork {
     const int first = static_cast<int>(blockIdx.x), step = static_cast<int>(gridDim.x);
     const int warp = threadIdx.x / 32;
     return {{first / col_blocks, first % col_blocks}, col_blocks, step / col_blocks, step % col_blocks,
-            first < all ? ceil_div(all - first, step) : 0, warp < full_blocks ? ceil_div(full_blocks - warp, kWarps) : 0};
+            first < all ? ceil_div(all - first, step) : 0,
+            warp < full_blocks ? ceil_div(full_blocks - warp, kWarps) : 0};
   }
   __device__ int items() const { return tiles * per_tile; }
   __device__ void next(Tile& t) const {
