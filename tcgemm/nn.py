@@ -37,7 +37,7 @@ from ._scales import weight_scale_shape as _weight_scale_shape
 from .int4 import (
     INT4_GRIDS, INT4_MAX, INT4_MIN, check_group_scale, check_packed, int4_grid, pack_int4, quantize_int4,
 )
-from .rotation import rotate_blocks, rotate_hessian
+from .rotation import hadamard, rotate_blocks, rotate_hessian
 from .scheme import (  # noqa: F401  (WEIGHT_GRANULARITIES: tcgemm.nn's name for them)
     LAYER_ACTIVATIONS, PRESETS, WEIGHT_BITS, WEIGHT_GRANULARITIES, WEIGHT_QUANTIZED_AS, QuantScheme, SchemeError,
     WeightArgs, check_weight_granularity,
@@ -484,6 +484,9 @@ class QuantLinear(nn.Module):
         ``input_scale``: fp32 [] (``activation="static"``), else None.
         ``input_zero_point``: int32 [] (``activation="static"`` and ``asymmetric=True``), else None.
         ``smooth``: fp32 [in_features] SmoothQuant multipliers (``smooth=True``), else None.
+        ``hadamard``: fp32 [128, 128], the matrix a rotated layer (``rotate=True`` in its scheme)
+        multiplies each block of 128 input features by (:mod:`tcgemm.rotation`), else None; not in
+        ``state_dict``.
         ``weight_colsum``: int32 [out_features], the weight's row sums (``asymmetric=True``),
         else None; derived from ``weight`` and kept out of ``state_dict`` (recomputed on load).
 
@@ -567,6 +570,8 @@ class QuantLinear(nn.Module):
             torch.zeros(self.out_features, dtype=torch.int32, device=device) if self.asymmetric else None,
             persistent=False,
         )
+        # The Hadamard matrix the input is rotated with (tcgemm.rotation), on the layer's device.
+        self.register_buffer("hadamard", hadamard(device).clone() if self._rotate else None, persistent=False)
         if weights.bits == 4:
             self.register_load_state_dict_pre_hook(_check_int4_state)
         if self.asymmetric:
@@ -764,7 +769,7 @@ class QuantLinear(nn.Module):
         if x.dtype not in _INPUT_DTYPES:
             raise TypeError(f"QuantLinear: input dtype must be bfloat16, float16 or float32, got {x.dtype}")
         if self._rotate:  # x R (a matrix product per call; gradients flow through it)
-            x = rotate_blocks(x)
+            x = rotate_blocks(x, self._buffers["hadamard"])
         # The buffers by dict lookup (nn.Module.__getattr__ costs about 0.3 us per buffer per call);
         # by attribute when one of them has been made a Parameter (e.g. a bias to train).
         buffers = self._buffers
@@ -814,17 +819,17 @@ class QuantLinear(nn.Module):
             state["_op_activation"] = state["scheme"].activation
         state.setdefault("_rotate", state["scheme"].rotate)
         super().__setstate__(state)
-        for name in ("input_zero_point", "weight_colsum", "weight_group_scale"):
+        for name in ("input_zero_point", "weight_colsum", "weight_group_scale", "hadamard"):
             self._buffers.setdefault(name, None)
 
     def _apply(self, fn, recurse=True):
         # Module.half() / .to(torch.bfloat16) convert every floating buffer; the kernels want fp32
-        # scales and rounding them would silently cost accuracy, so scales and bias keep fp32 and
-        # follow only device moves. (The integer weight and group scales are never converted: they
+        # scales and rounding them would silently cost accuracy, so scales, bias and the Hadamard
+        # matrix keep fp32 and follow only device moves. (The integer weight and group scales are never converted: they
         # are not floating point.)
         kept = {
             name: self._buffers[name]
-            for name in ("weight_scale", "bias", "input_scale", "smooth")
+            for name in ("weight_scale", "bias", "input_scale", "smooth", "hadamard")
             if self._buffers.get(name) is not None
         }
         super()._apply(fn, recurse)

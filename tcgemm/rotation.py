@@ -13,6 +13,8 @@ quantization kernel. Accuracy and cost: ``docs/design/int4.md``.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from ._scales import SCALE_BLOCK
@@ -35,17 +37,21 @@ def hadamard(device=None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return h
 
 
-def rotate_blocks(x: torch.Tensor) -> torch.Tensor:
+def rotate_blocks(x: torch.Tensor, h: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``x R``: each block of ``SCALE_BLOCK`` values of the last dimension times ``H``, computed in
-    fp32 and returned in ``x``'s dtype. The last dimension must be a multiple of ``SCALE_BLOCK``.
-    Applied twice it gives ``x`` back (up to rounding)."""
+    fp32 (fp64 for fp64 ``x``) and returned in ``x``'s dtype. The last dimension must be a multiple
+    of ``SCALE_BLOCK``. Applied twice it gives ``x`` back (up to rounding). ``h``: ``hadamard()``
+    already on ``x``'s device in the compute dtype (a layer's buffer: nothing is allocated or
+    copied to the device here, e.g. while a CUDA graph is captured)."""
     k = x.shape[-1]
     if k % SCALE_BLOCK:
         raise ValueError(f"tcgemm.rotation.rotate_blocks: the last dimension must be a multiple of {SCALE_BLOCK}, "
                          f"got shape {list(x.shape)}")
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    if h is None:
+        h = hadamard(x.device, dtype)
     blocks = x.to(dtype).reshape(*x.shape[:-1], k // SCALE_BLOCK, SCALE_BLOCK)
-    return (blocks @ hadamard(x.device, dtype)).reshape(x.shape).to(x.dtype)
+    return (blocks @ h).reshape(x.shape).to(x.dtype)
 
 
 def rotate_hessian(h: torch.Tensor) -> torch.Tensor:

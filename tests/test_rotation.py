@@ -167,3 +167,12 @@ def test_rotated_layer_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, expect)
+
+
+def test_rotated_layer_keeps_an_fp32_matrix_of_its_own():
+    layer = QuantLinear(256, 64, scheme=ROTATED["w8a8"])
+    assert layer.hadamard.dtype == torch.float32 and "hadamard" not in layer.state_dict()
+    assert layer.hadamard.data_ptr() != hadamard().data_ptr()
+    layer.half()
+    assert layer.hadamard.dtype == torch.float32
+    assert QuantLinear(256, 64, scheme="w8a8").hadamard is None
