@@ -7,6 +7,7 @@ what it cannot run is refused naming the setting. CPU and CUDA.
 (Accuracy on a trained model: tests/test_calibration.py.)"""
 
 import dataclasses
+import pickle
 
 import pytest
 import torch
@@ -176,3 +177,7 @@ def test_rotated_layer_keeps_an_fp32_matrix_of_its_own():
     layer.half()
     assert layer.hadamard.dtype == torch.float32
     assert QuantLinear(256, 64, scheme="w8a8").hadamard is None
+    # pickled whole (torch.save of a model): the buffer and the rotation come back
+    again = pickle.loads(pickle.dumps(layer))
+    x = torch.randn(3, 256)
+    assert again._rotate and torch.equal(again.hadamard, layer.hadamard) and torch.equal(again(x), layer(x))
