@@ -24,7 +24,7 @@ void prefill_for_split(const GemmProblem& p, const EpilogueArgs& epilogue) {
 }
 
 void run_skinny(const GemmProblem& p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
-  const SkinnyConfig config = plan_skinny(p.m, p.n, dev.sm_count);
+  const SkinnyConfig config = plan_skinny(p.m, p.n, dev.sm_count, p.b_int4);
   with_epilogue(epilogue, p.d.type, [&](const auto& epi) {
     switch (config) {
       case SkinnyConfig::kRows16Cols16: return skinny::launch<skinny::Rows16Cols16>(p, epi, dev.sm_count);
@@ -114,7 +114,7 @@ void run_skinny_quantizing(const GemmProblem& p, const ScaledEpilogueParams& e, 
                            const DeviceInfo& dev) {
   if (e.asymmetric()) throw std::logic_error("tcgemm: the skinny kernel quantizes A symmetrically only");
   const bool launched = select_epilogue<KernelQuantizingEpilogues>(e, p.d.type, [&](const auto& epi) {
-    skinny::launch_quantizing<skinny::Rows16Cols16>(p, epi, xq, dev.sm_count, dev.smem_optin);
+    skinny::launch_quantizing(p, epi, xq, dev.sm_count, dev.smem_optin);
   });
   if (!launched) throw std::logic_error("tcgemm: the skinny kernel quantizes A for the scaled epilogue only");
 }

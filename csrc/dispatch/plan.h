@@ -10,7 +10,7 @@ namespace tcgemm {
 bool use_skinny(int m, int n, int k, int sm_count, bool vs_sm90, bool b_int4 = false);
 
 enum class SkinnyConfig { kRows16Cols16, kRows16Cols32, kRows32Cols16 };
-SkinnyConfig plan_skinny(int m, int n, int sm_count);
+SkinnyConfig plan_skinny(int m, int n, int sm_count, bool b_int4 = false);
 
 enum class Sm80Config { kLarge, kSmall, kBlock };
 struct Sm80Plan {

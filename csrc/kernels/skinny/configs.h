@@ -11,10 +11,11 @@ constexpr int kThreads = 32 * kWarps;
 // Blocks resident per SM (__launch_bounds__): 128 registers per thread.
 constexpr int kBlocksPerSm = 2;
 constexpr int kBK = 128;  // bytes of K per K block
-// Shared memory per warp for its ring of packed 4-bit B (skinny_gemm.cuh Int4Ring): 6 K blocks of
-// 16 columns (5 in flight), 3 of 32; 48 KB per block. (10 KB, 9 in flight, measured slower on an
-// H100: 8B gate+up at M = 1 30.8 -> 32.6 us; the loop is bound by its instructions, not by bytes
-// in flight.)
+// Shared memory per warp for its ring of packed 4-bit B (skinny_gemm.cuh Int4Ring): 3 K blocks of
+// 32 columns (2 in flight while one is computed), 6 of 16; 48 KB per block. Deeper rings measured
+// slower: 32 columns, H200 bench_decode M = 1, 8B gate+up 22.7 us at 6 KB, 23.4 at 8 KB, 24.1 at
+// 10 KB; 16 columns, H100, 30.8 us at 6 KB, 32.6 at 10 KB. The loop is bound by its
+// instructions, not by bytes in flight.
 constexpr int kInt4RingBytesPerWarp = 6 * 1024;
 static_assert(kBK == kScaleBlock, "a K block must be one scale block");
 // tcgemm.quant_linear lets the kernel quantize the activations itself (skinny_quantize.cuh) at up
@@ -40,5 +41,15 @@ using Rows16Cols16 = TileConfig<1, 2>;
 using Rows16Cols32 = TileConfig<1, 4>;
 // 17-32 rows (reached only through the forced skinny backend).
 using Rows32Cols16 = TileConfig<2, 2>;
+
+// The config of packed 4-bit B at up to 16 rows (dispatch/plan.cpp), x quantized in the kernel or
+// not: each K block a warp waits for in its ring, loads and re-pairs A for and reads group scales
+// for then feeds the mma of 32 columns, and a block's per-tile work (finding the tile, the sums'
+// reduction) covers twice the columns. H200, bench_decode M = 1 against 16 columns: 8B qkv 11.1 ->
+// 8.6 us, 8B gate+up 26.8 -> 22.7 us, 70B down 55.7 -> 42.1 us; M = 16 as fast or faster
+// (docs/design/int4.md).
+using Int4Rows16 = Rows16Cols32;
+// The config of the kernels that quantize x themselves against int8 B.
+using QuantizingInt8 = Rows16Cols16;
 
 }  // namespace tcgemm::skinny

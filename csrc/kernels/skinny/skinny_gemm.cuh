@@ -721,23 +721,28 @@ void launch_int4(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq,
 
 template <class Cfg, class Epi>
 void launch(const GemmProblem& p, const Epi& epi, int sm_count) {
-  if (p.b_int4) return launch_int4<Cfg, Epi, void, 0>(p, epi, QuantizeParams{}, sm_count, 0);
+  if (p.b_int4) {
+    // Not instantiated for the config 4-bit B does not take (configs.h, Int4Rows16).
+    if constexpr (std::is_same_v<Cfg, Rows16Cols16>) throw std::logic_error("tcgemm: 4-bit B takes another skinny config");
+    else return launch_int4<Cfg, Epi, void, 0>(p, epi, QuantizeParams{}, sm_count, 0);
+  }
   with_operand_signs<Epi>(p, [&](auto a_signed, auto b_signed) {
     launch_grid<Cfg, Epi, decltype(a_signed)::value, decltype(b_signed)::value, void, false>(
         p, epi, QuantizeParams{}, int64_t{1} << 31, 0);
   });
 }
 
-template <class Cfg, class Epi>
+template <class Epi>
 void launch_quantizing(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count, int smem_optin) {
   using XT = typename Epi::OutT;  // tcgemm.quant_linear returns x's dtype
+  using Cfg = QuantizingInt8;
   using Staged = StagedRound<Cfg, Epi>;
   const QuantizedA x = QuantizedA::layout(p.m, p.k, xq.granularity);
   constexpr int kXMost = 48 * 1024;  // bytes of quantized x a block may hold
   if (!quantizes_in_kernel(xq) || xq.m != p.m || xq.k != p.k || x.bytes > kXMost)
     throw std::logic_error("tcgemm: the skinny kernel cannot quantize this x itself");
   // 4-bit B: x takes at most about 8.5 KB (quantizes_in_kernel), its rings 48 KB.
-  if (p.b_int4) return launch_int4<Cfg, Epi, XT, 16 * 1024>(p, epi, xq, sm_count, x.bytes);
+  if (p.b_int4) return launch_int4<Int4Rows16, Epi, XT, 16 * 1024>(p, epi, xq, sm_count, x.bytes);
   // The staged first round of B where kBlocksPerSm blocks still fit on an SM (not on GPUs with
   // about 100 KB of shared memory per SM); the kernel sees its room in %dynamic_smem_size.
   constexpr int kMost = b_smem_at(kXMost) + Staged::kBytes;
@@ -754,16 +759,16 @@ void launch_quantizing(const GemmProblem& p, const Epi& epi, const QuantizeParam
   template void tcgemm::skinny::launch<Cfg, Epi>(const tcgemm::GemmProblem&, const Epi&, int);
 
 namespace tcgemm::skinny {
-// The launchers that quantize x in the kernel for config Cfg and each functor of Epis.
-template <class Cfg, class... Epis>
+// The launchers that quantize x in the kernel for each functor of Epis.
+template <class... Epis>
 constexpr auto quantizing_launchers(TypeList<Epis...>) {
-  return std::make_tuple(&launch_quantizing<Cfg, Epis>...);
+  return std::make_tuple(&launch_quantizing<Epis>...);
 }
 }  // namespace tcgemm::skinny
 
-// The launchers that quantize x in the kernel, for config Cfg and every functor of
-// KernelQuantizingEpilogues (epilogue/epilogues.h): a type list, which explicit instantiations
-// cannot spell, so a table of their addresses that is kept in the object instantiates them.
-#define TCGEMM_SKINNY_INSTANTIATE_QUANTIZING(Cfg)                          \
+// The launchers that quantize x in the kernel, for every functor of KernelQuantizingEpilogues
+// (epilogue/epilogues.h): a type list, which explicit instantiations cannot spell, so a table of
+// their addresses that is kept in the object instantiates them.
+#define TCGEMM_SKINNY_INSTANTIATE_QUANTIZING()                             \
   [[gnu::used]] static constexpr auto tcgemm_skinny_quantizing_launchers = \
-      tcgemm::skinny::quantizing_launchers<Cfg>(tcgemm::KernelQuantizingEpilogues{});
+      tcgemm::skinny::quantizing_launchers(tcgemm::KernelQuantizingEpilogues{});

@@ -15,7 +15,8 @@ namespace tcgemm::skinny {
 
 // Needs both operands K-major with a 16-byte aligned base (and row stride when they have more
 // than one row); any M, N, K >= 1; no split-K. A packed 4-bit B (p.b_int4, packed_b_fits) needs
-// an int8 A; it is read by a persistent grid of kBlocksPerSm blocks on each of sm_count SMs.
+// an int8 A and a config other than Rows16Cols16 (Int4Rows16 up to 16 rows); it is read by a
+// persistent grid of kBlocksPerSm blocks on each of sm_count SMs.
 template <class Cfg, class Epi>
 void launch(const GemmProblem& p, const Epi& epi, int sm_count);
 
@@ -45,12 +46,12 @@ inline bool quantizes_in_kernel(const QuantizeParams& xq) {
 
 // The launcher that quantizes x (xq, quantizes_in_kernel) in the kernel instead of reading an
 // int8 A: Epi one of KernelQuantizingEpilogues (epilogue/epilogues.h: the symmetric scaled ones)
-// whose output type is x's; B as for launch(). Only the Rows16Cols16 config is instantiated
-// (M <= kQuantizeRows). The grid is persistent (at most kBlocksPerSm blocks per SM, each taking
+// whose output type is x's; B as for launch(), in config QuantizingInt8 or, packed 4-bit,
+// Int4Rows16 (configs.h; M <= kQuantizeRows). The grid is persistent (at most kBlocksPerSm blocks per SM, each taking
 // tiles in turn), so that each block quantizes x once.
 // smem_optin: the device's largest dynamic shared memory per block, which decides whether the
 // first round of B is staged in shared memory while x is quantized (skinny_gemm.cuh).
-template <class Cfg, class Epi>
+template <class Epi>
 void launch_quantizing(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count,
                        int smem_optin);
 
