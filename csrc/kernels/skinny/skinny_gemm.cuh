@@ -24,8 +24,9 @@
 //     while the activations' quantize still runs: the block prefetches the bytes of B its warps
 //     load in their first round into L2 (one bulk prefetch per row, no registers held), then
 //     waits (griddep_wait) before it touches anything else. Only the first wave of blocks
-//     prefetches: a later block starts after the kernel before it has finished.
-//     After its main loop a block lets the next kernel be scheduled.
+//     prefetches: a later block starts after the kernel before it has finished. Against 4-bit B
+//     the block instead starts its rings' copies before griddep_wait (x quantized in the
+//     kernel: after loading x). After its main loop a block lets the next kernel be scheduled.
 //   4-bit B (GemmProblem::b_int4, common/int4.h): a K block of a row is 64 bytes, a lane's share
 //     one 16-byte piece (16t) holding K 32t .. 32t + 31, so A's lane bytes follow (32t + 16v). At
 //     k-step s the packed word s unpacks into the two B words the mma takes (times 16: the
@@ -219,26 +220,38 @@ struct Int4Ring {
   }
 };
 
-// The work of one warp of a persistent block: `tiles` tiles, blockIdx.x, + gridDim.x, ... (first
-// and next() give their (row, column) tile coordinates without a division per tile), of each
-// the K blocks warp, warp + kWarps, ... below K's whole K blocks (per_tile).
+// The work of one warp of a persistent block: the tiles blockIdx.x, + gridDim.x, ... (first and
+// next() give their (row, column) tile coordinates, has() whether one is in D), of each the K
+// blocks warp, warp + kWarps, ... below K's whole K blocks (per_tile). D of one tile row (every
+// problem up to 16 rows) takes no division: the grid has at most a block per tile.
 struct WarpWork {
   struct Tile {
     int row, col;
   };
   Tile first;
-  int cols, step_rows, step_cols;  // tile columns of D; gridDim.x in tile rows and columns
-  int tiles, per_tile;
+  int rows, cols, step_rows, step_cols;  // tile rows and columns of D; gridDim.x in tile rows and columns
+  int per_tile;
 
-  __device__ static WarpWork of_block(const GemmProblem& p, int rows, int cols) {
-    const int col_blocks = ceil_div(p.n, cols), all = ceil_div(p.m, rows) * col_blocks, full_blocks = p.k / kBK;
-    const int first = static_cast<int>(blockIdx.x), step = static_cast<int>(gridDim.x);
-    const int warp = threadIdx.x / 32;
-    return {{first / col_blocks, first % col_blocks}, col_blocks, step / col_blocks, step % col_blocks,
-            first < all ? ceil_div(all - first, step) : 0,
-            warp < full_blocks ? ceil_div(full_blocks - warp, kWarps) : 0};
+  __device__ static WarpWork of_block(const GemmProblem& p, int tile_rows, int tile_cols) {
+    const unsigned rows = ceil_div(p.m, tile_rows), cols = ceil_div(p.n, tile_cols);
+    const unsigned first = blockIdx.x, step = gridDim.x;
+    const int warp = threadIdx.x / 32, full_blocks = p.k / kBK;
+    WarpWork w;
+    if (rows == 1 && first < cols && step <= cols) {
+      w.first = {0, static_cast<int>(first)};
+      w.step_rows = step == cols;
+      w.step_cols = step == cols ? 0 : step;
+    } else {
+      w.first = {static_cast<int>(first / cols), static_cast<int>(first % cols)};
+      w.step_rows = step / cols;
+      w.step_cols = step % cols;
+    }
+    w.rows = rows;
+    w.cols = cols;
+    w.per_tile = warp < full_blocks ? ceil_div(full_blocks - warp, kWarps) : 0;
+    return w;
   }
-  __device__ int items() const { return tiles * per_tile; }
+  __device__ bool has(const Tile& t) const { return t.row < rows; }
   __device__ void next(Tile& t) const {
     t.row += step_rows;
     t.col += step_cols;
@@ -259,7 +272,7 @@ struct Int4Stream {
   uint8_t* ring;
   WarpWork work;
   WarpWork::Tile tile;                // of the next item issued
-  int issued = 0, q = 0;              // items issued; the next one's K block index in its tile
+  int q = 0;                          // the next item's K block index in its tile
   int slot_in = 0, slot_out = 0;      // the slots of the next item issued and read
   bool tile_pending = false;          // the next item starts a tile whose addresses are not yet found
   const uint8_t* next[Cfg::kColTiles];  // the lane's 16 bytes of the next item issued, per n8 tile
@@ -272,14 +285,13 @@ struct Int4Stream {
       next[nt] += (threadIdx.x / 32) * b_block_bytes<true>() + 16 * (lane % 4);
   }
   __device__ void issue() {
-    if (issued < work.items()) {
+    if (work.per_tile > 0 && work.has(tile)) {
       const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
       for (int nt = 0; nt < Cfg::kColTiles; ++nt) {
         ptx::cp_async_16(Ring::slot(ring, warp, slot_in, nt, lane), next[nt]);
         next[nt] += kWarps * b_block_bytes<true>();
       }
-      ++issued;
       slot_in = slot_in + 1 == Ring::kStages ? 0 : slot_in + 1;
       if (++q == work.per_tile) q = 0, work.next(tile), tile_pending = true;
     }
@@ -288,7 +300,7 @@ struct Int4Stream {
   // The first kStages - 1 items.
   __device__ void start(const GemmProblem& p) {
     tile = work.first;
-    if (work.items() > 0) find_tile(p);
+    if (work.has(tile)) find_tile(p);
 #pragma unroll
     for (int i = 0; i < Ring::kStages - 1; ++i) advance(p);
   }
@@ -578,9 +590,10 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int full_blocks = p.k / kBK;
   WarpWork::Tile tile = work.first;
-  for (int ti = 0; ti < work.tiles; ++ti, work.next(tile)) {
+  for (bool later = false; work.has(tile); later = true) {
     const int m0 = tile.row * Cfg::kRows, n0 = tile.col * Cfg::kCols;
-    if (ti > 0) __syncthreads();  // the last tile's sums have been read
+    work.next(tile);  // from here on, the block's next tile
+    if (later) __syncthreads();  // the last tile's sums have been read
     Sums sums;
     sums.start(p, a_base, a_stride, m0, g);
     Int4GroupScaleRows<ColTiles> group_rows;
@@ -612,7 +625,7 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
       sums.template load_a<true>(p, full_blocks, t, a);
       sums.add(bw, a, scales, group);
     }
-    if (ti + 1 == work.tiles) ptx::griddep_launch_dependents();
+    if (!work.has(tile)) ptx::griddep_launch_dependents();
     sums.store(p, epi, m0, n0);
   }
 }
@@ -632,66 +645,73 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   // Dynamic shared memory: x quantized by the block (QuantizedA) if kQuantizes, then B's ring
   // (4-bit) or the first round of B (StagedRound, int8 B where the launcher gave it the room).
   extern __shared__ __align__(128) uint8_t smem[];
-  // The block's first round of B into L2, a row per thread. With an overlapped launch, before
-  // griddep_wait and only in the first wave, the blocks that can run beside the kernel before
-  // this one (later blocks find it finished, and their prefetch only added L2 traffic:
+  // The block's first round of int8 B into L2, a row per thread. With an overlapped launch,
+  // before griddep_wait and only in the first wave, the blocks that can run beside the kernel
+  // before this one (later blocks find it finished, and their prefetch only added L2 traffic:
   // docs/design/decode.md).
   auto prefetch_first_round = [&] {
     if (threadIdx.x >= Cfg::kCols) return;
     const int n0 = static_cast<int>(blockIdx.x % ceil_div(p.n, Cfg::kCols)) * Cfg::kCols;
-    const int row_bytes = BInt4 ? p.k / kInt4PerByte : p.k;
-    const int ahead = BInt4 ? Int4Ring<Cfg>::kStages - 1 : k_ahead<Cfg, Epi>();
-    const int bytes = min(row_bytes, kWarps * ahead * b_block_bytes<BInt4>()) & ~15;
+    const int bytes = min(p.k, kWarps * k_ahead<Cfg, Epi>() * kBK) & ~15;
     const int row = min(n0 + static_cast<int>(threadIdx.x), p.n - 1);
     if (bytes > 0)
       ptx::prefetch_l2_bulk(static_cast<const uint8_t*>(p.b.ptr) + row_offset(row, p.b.stride_row),
                             static_cast<uint32_t>(bytes));
   };
-  if (!kQuantizes && p.pdl && blockIdx.x < kBlocksPerSm * ptx::nsmid()) prefetch_first_round();
-  ptx::griddep_wait();  // A (or x), the scales and D belong to the kernels before this one
   if constexpr (BInt4) {
+    // The rings' first copies hold no registers, so the main loop starts on B already on its way.
+    // An int8 A given: they go out before griddep_wait (B and its group scales do not come from
+    // the kernels before this one), so with an overlapped launch they overlap those kernels' tail
+    // (H200, bench_decode M = 16: 8B qkv 11.1 -> 10.0 us, 70B o 16.8 -> 15.5 us). x quantized in
+    // the kernel: right after the loads of x, which would otherwise queue behind them (M = 1: 8B
+    // gate+up 22.6 -> 23.4 us, 70B o 14.0 -> 14.7 us with the copies first).
     const QuantizedA layout = kQuantizes ? QuantizedA::layout(p.m, p.k, xq.granularity) : QuantizedA{0, 0, 0};
-    // The rings' first copies go out right after the loads of x (issued first, they would queue
-    // behind them) and hold no registers, so the main loop starts on B already on its way.
     Int4Stream<Cfg> b{smem + (kQuantizes ? b_smem_at(layout.bytes) : 0),
                       WarpWork::of_block(p, Cfg::kRows, Cfg::kCols)};
     if constexpr (!kQuantizes) {
       b.start(p);
+      ptx::griddep_wait();  // A, its scales and D belong to the kernels before this one
       skinny_tiles_int4<RowTiles, ColTiles, From::kCached, Epi>(p, epi, static_cast<const uint8_t*>(p.a.ptr),
                                                                 p.a.stride_row, b);
     } else {
+      ptx::griddep_wait();  // x and D belong to the kernels before this one
       quantize_a_to_shared<XT>(xq, smem, layout, [&] { b.start(p); });
       const Epi in_block = epi.with_a_scales(reinterpret_cast<const float*>(smem + layout.scales_at));
       skinny_tiles_int4<RowTiles, ColTiles, From::kShared, Epi>(p, in_block, smem, layout.row_stride, b);
     }
-  } else if constexpr (!kQuantizes) {
-    skinny_tile<RowTiles, ColTiles, ASigned, BSigned, From::kCached, Epi>(
-        p, epi, static_cast<const uint8_t*>(p.a.ptr), p.a.stride_row, static_cast<int>(blockIdx.x));
   } else {
-    // The first tile's first round of B goes into shared memory while the block quantizes x
-    // (where the launcher gave it the room, launch_quantizing), after the loads of x as above,
-    // so the main loop starts on B already in the SM. Without the room, the round is prefetched
-    // into L2 at the same point.
-    using Staged = StagedRound<Cfg, Epi>;
-    const QuantizedA layout = QuantizedA::layout(p.m, p.k, xq.granularity);
-    uint8_t* staged =
-        ptx::dynamic_smem_size() >= static_cast<uint32_t>(b_smem_at(layout.bytes) + Staged::kBytes)
-            ? smem + b_smem_at(layout.bytes)
-            : nullptr;
-    auto stage_first_round = [&] {
-      if (staged == nullptr) return prefetch_first_round();
-      const uint8_t* b_row[ColTiles];
-      b_rows_of(p, static_cast<int>(blockIdx.x % ceil_div(p.n, Cfg::kCols)) * Cfg::kCols, threadIdx.x % 32 / 4, b_row);
-      Staged::stage(staged, b_row, static_cast<int>(p.k / kBK));
-    };
-    quantize_a_to_shared<XT>(xq, smem, layout, stage_first_round);
-    const Epi in_block = epi.with_a_scales(reinterpret_cast<const float*>(smem + layout.scales_at));
-    const int tiles = ceil_div(p.m, Cfg::kRows) * ceil_div(p.n, Cfg::kCols);
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const bool first = tile == static_cast<int>(blockIdx.x);
-      if (!first) __syncthreads();  // the last tile's sums have been read
-      skinny_tile<RowTiles, ColTiles, ASigned, BSigned, From::kShared, Epi>(p, in_block, smem, layout.row_stride,
-                                                                             tile, first ? staged : nullptr);
+    if (!kQuantizes && p.pdl && blockIdx.x < kBlocksPerSm * ptx::nsmid()) prefetch_first_round();
+    ptx::griddep_wait();  // A (or x), the scales and D belong to the kernels before this one
+    if constexpr (!kQuantizes) {
+      skinny_tile<RowTiles, ColTiles, ASigned, BSigned, From::kCached, Epi>(
+          p, epi, static_cast<const uint8_t*>(p.a.ptr), p.a.stride_row, static_cast<int>(blockIdx.x));
+    } else {
+      // The first tile's first round of B goes into shared memory while the block quantizes x
+      // (where the launcher gave it the room, launch_quantizing), after the loads of x as above,
+      // so the main loop starts on B already in the SM. Without the room, the round is prefetched
+      // into L2 at the same point.
+      using Staged = StagedRound<Cfg, Epi>;
+      const QuantizedA layout = QuantizedA::layout(p.m, p.k, xq.granularity);
+      uint8_t* staged =
+          ptx::dynamic_smem_size() >= static_cast<uint32_t>(b_smem_at(layout.bytes) + Staged::kBytes)
+              ? smem + b_smem_at(layout.bytes)
+              : nullptr;
+      auto stage_first_round = [&] {
+        if (staged == nullptr) return prefetch_first_round();
+        const uint8_t* b_row[ColTiles];
+        const int n0 = static_cast<int>(blockIdx.x % ceil_div(p.n, Cfg::kCols)) * Cfg::kCols;
+        b_rows_of(p, n0, threadIdx.x % 32 / 4, b_row);
+        Staged::stage(staged, b_row, static_cast<int>(p.k / kBK));
+      };
+      quantize_a_to_shared<XT>(xq, smem, layout, stage_first_round);
+      const Epi in_block = epi.with_a_scales(reinterpret_cast<const float*>(smem + layout.scales_at));
+      const int tiles = ceil_div(p.m, Cfg::kRows) * ceil_div(p.n, Cfg::kCols);
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const bool first = tile == static_cast<int>(blockIdx.x);
+        if (!first) __syncthreads();  // the last tile's sums have been read
+        skinny_tile<RowTiles, ColTiles, ASigned, BSigned, From::kShared, Epi>(p, in_block, smem, layout.row_stride,
+                                                                               tile, first ? staged : nullptr);
+      }
     }
   }
 #endif
@@ -723,7 +743,8 @@ template <class Cfg, class Epi>
 void launch(const GemmProblem& p, const Epi& epi, int sm_count) {
   if (p.b_int4) {
     // Not instantiated for the config 4-bit B does not take (configs.h, Int4Rows16).
-    if constexpr (std::is_same_v<Cfg, Rows16Cols16>) throw std::logic_error("tcgemm: 4-bit B takes another skinny config");
+    if constexpr (std::is_same_v<Cfg, Rows16Cols16>)
+      throw std::logic_error("tcgemm: 4-bit B takes another skinny config");
     else return launch_int4<Cfg, Epi, void, 0>(p, epi, QuantizeParams{}, sm_count, 0);
   }
   with_operand_signs<Epi>(p, [&](auto a_signed, auto b_signed) {
