@@ -467,14 +467,17 @@ struct TileSums {
     }
   }
 
-  // The block's warps' sums meet in shared memory; its threads add them (int32 wraps, so the
-  // total is exact in any order; fp32 in a fixed warp order) and apply the epilogue, one element
-  // per thread. Ends with the threads reading the shared sums: a block that goes on to another
-  // tile must pass a barrier first.
-  __device__ __forceinline__ void store(const GemmProblem& p, const Epi& epi, int m0, int n0) const {
-    __shared__ Acc partial[kWarps][kRegs][32];
+  // The block's warps' sums meet in shared memory (buffer `buffer` of Buffers); its threads add
+  // them (int32 wraps, so the total is exact in any order; fp32 in a fixed warp order) and apply
+  // the epilogue, one element per thread. Ends with the threads reading the shared sums: a block
+  // that goes on to another tile must pass a barrier before it writes the same buffer again.
+  template <int Buffers = 1>
+  __device__ __forceinline__ void store(const GemmProblem& p, const Epi& epi, int m0, int n0, int buffer = 0) const {
+    __shared__ Acc buffers[Buffers][kWarps][kRegs][32];
+    Acc(&partial)[kWarps][kRegs][32] = buffers[buffer];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     each_acc([&](int mt, int nt, int j) {
+      if (HalfRows && j >= 2) return;  // rows g + 8: never in D
       if constexpr (kPerBlock) {
         partial[warp][(mt * ColTiles + nt) * 4 + j][lane] = accf[mt][nt][j];
       } else {
@@ -590,10 +593,12 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int full_blocks = p.k / kBK;
   WarpWork::Tile tile = work.first;
-  for (bool later = false; work.has(tile); later = true) {
+  // The tiles' sums go through two shared buffers in turn (TileSums::store): between the reads of
+  // one tile's sums and the writes of the tile after next lies the next tile's barrier, so no
+  // other is needed (one barrier per tile, not two: the warps wait for each other half as often).
+  for (int parity = 0; work.has(tile); parity ^= 1) {
     const int m0 = tile.row * Cfg::kRows, n0 = tile.col * Cfg::kCols;
     work.next(tile);  // from here on, the block's next tile
-    if (later) __syncthreads();  // the last tile's sums have been read
     Sums sums;
     sums.start(p, a_base, a_stride, m0, g);
     Int4GroupScaleRows<ColTiles> group_rows;
@@ -626,7 +631,7 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
       sums.add(bw, a, scales, group);
     }
     if (!work.has(tile)) ptx::griddep_launch_dependents();
-    sums.store(p, epi, m0, n0);
+    sums.template store<2>(p, epi, m0, n0, parity);
   }
 }
 
