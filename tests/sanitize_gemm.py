@@ -143,8 +143,9 @@ def main() -> int:
                           f"{'exact' if ok else 'MISMATCH'}")
     # Packed 4-bit weights (two-level group scales or none): the few-rows kernel that streams them
     # (forced, and through quant_linear's in-kernel quantization) and the unpacking of the others,
-    # each against the int8 GEMM of the unpacked weight.
-    for m, n, k in [(1, 300, 1008), (3, 140, 530), (17, 40, 264), (2, 8464, 512)]:
+    # each against the int8 GEMM of the unpacked weight. N = 25384: at least three 32-column tiles
+    # per block of the persistent grid on up to 132 SMs (the tiles' sums through two buffers in turn).
+    for m, n, k in [(1, 300, 1008), (3, 140, 530), (17, 40, 264), (2, 8464, 512), (1, 25384, 256), (6, 25384, 384)]:
         a = torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8).cuda()
         packed = torch.randint(0, 256, (n, k // 2), generator=gen, dtype=torch.uint8).cuda()
         gs = torch.randint(1, 17, (n, (k + 127) // 128), generator=gen, dtype=torch.int8).cuda()
