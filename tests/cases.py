@@ -1,6 +1,10 @@
-"""Case lists and readable pytest ids shared by the test modules (pytest puts tests/ on sys.path)."""
+"""Case lists, readable pytest ids and helpers shared by the test modules (pytest puts tests/ on sys.path)."""
 
 import torch
+
+# The skinny kernel quantizes x itself up to this many 16-byte vectors of x per thread of its 256
+# (csrc/kernels/skinny/configs.h, kQuantizeVecs), against int8 and packed 4-bit weights alike.
+FUSED_VECTORS_PER_THREAD = 4
 
 
 def dtype_id(dtype):
@@ -23,3 +27,16 @@ ALPHA_BETA_WRAP = [
     (2**31 - 1, -(2**31)),
     (65537, 65537),
 ]
+
+
+def cuda_kernels(fn):
+    """The names of the CUDA kernels fn() launches (torch profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()  # warm: first-call set-up (descriptor caches, lazy module loads) is not profiled
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]

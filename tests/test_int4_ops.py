@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import tcgemm
+from cases import FUSED_VECTORS_PER_THREAD, cuda_kernels
 from tcgemm.reference import gemm_reference
 
 U8, I8 = torch.uint8, torch.int8
@@ -159,6 +160,32 @@ def test_quant_linear_4bit_equals_the_unpacked_weight_gpu(scaled_backend, rows, 
     ref = tcgemm.reference.scaled_gemm_reference(qx.cpu(), w8.cpu().t(), sx.cpu(), scale.cpu(), bias.cpu(),
                                                  return_float64=True)
     assert torch.allclose(y4.double().cpu(), ref, rtol=2**-7, atol=1e-3 * ref.abs().max().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("activation", ["token", "block"])
+@pytest.mark.parametrize("m,k", [(1, 8192), (1, 8320), (1, 14336), (2, 4096), (3, 2048), (4, 2048), (4, 2176)],
+                         ids=str)
+def test_quant_linear_4bit_one_kernel_at_a_few_rows(m, k, activation, dtype, rng):
+    """Against a packed 4-bit weight too, the skinny GEMM quantizes up to 4 rows of x itself when
+    they take at most FUSED_VECTORS_PER_THREAD vectors per thread: one kernel, the bits of the
+    unpacked int8 weight's layer. Beyond that, two kernels and the same bits."""
+    n = 8448  # more 32-column tiles than blocks: a block takes several
+    vec = 16 // dtype.itemsize
+    if activation == "block":  # a group of 128 values takes 128 / vec lanes
+        fits = m * -(-k // 128) * (128 // vec) <= FUSED_VECTORS_PER_THREAD * 256
+    else:  # each of the 256 threads holds FUSED_VECTORS_PER_THREAD // m vectors of each row
+        fits = -(-k // vec // 256) <= FUSED_VECTORS_PER_THREAD // m
+    q = random_q4(n, k, rng)
+    gs = random_group_scale(n, k, rng).cuda()
+    scale = (torch.rand(n, generator=rng) * 0.01 + 1e-3).cuda()
+    x = torch.randn(m, k, generator=rng).to(dtype).cuda()
+    packed, w8 = pack(q).cuda(), unpacked(q.cuda(), gs)
+    y4, y8 = _quant_linear_pair(x, packed, w8, scale, gs, "auto", activation=activation)
+    assert torch.equal(y4, y8)
+    kernels = cuda_kernels(lambda: tcgemm.quant_linear(x, packed, scale, weight_group_scale=gs, activation=activation))
+    assert len(kernels) == (1 if fits else 2), kernels
 
 
 @pytest.mark.gpu

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import tcgemm
+from cases import FUSED_VECTORS_PER_THREAD, cuda_kernels
 from tcgemm.nn import quantize_weight
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -50,9 +51,6 @@ def unfused(x, q, s, b, activation, backend="auto"):
 
 
 WEIGHTS = ["channel", "block", "row_block"]
-# The skinny kernel quantizes x itself up to this many 16-byte vectors of x per thread of its 256
-# (csrc/kernels/skinny/configs.h, kQuantizeVecs).
-FUSED_VECTORS_PER_THREAD = 4
 BIASES = [None, torch.float32, torch.bfloat16]
 
 
@@ -193,19 +191,6 @@ def test_gpu_few_rows_static_smooth_and_bad_data(k, weight, activation, dtype):
                 assert _nan_equal(got, expected), f"m={m} smooth={mul is not None} scale={given}"
 
 
-def _cuda_kernels(fn):
-    """The names of the CUDA kernels fn() launches (torch profiler)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()  # warm: first-call set-up (descriptor caches, lazy module loads) is not profiled
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events()
-            if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("activation", ["token", "block", "static"])
@@ -236,7 +221,7 @@ def test_gpu_one_kernel_at_a_few_rows(m, k, row_stride, n, activation, dtype):
         assert torch.equal(got, tcgemm.scaled_gemm(qx, q.t(), sx, s, b, out_dtype=dtype))
     else:
         assert torch.equal(got, unfused(x, q, s, b, activation))
-    kernels = _cuda_kernels(lambda: tcgemm.quant_linear(x, q, s, b, activation, input_scale=given))
+    kernels = cuda_kernels(lambda: tcgemm.quant_linear(x, q, s, b, activation, input_scale=given))
     assert len(kernels) == (1 if one_kernel else 2), kernels
     assert ("quantize" in kernels[0]) != one_kernel, kernels  # the quantize kernel comes first when there are two
 
