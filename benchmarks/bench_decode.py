@@ -47,6 +47,12 @@ LAYERS = [
     ("70B o", 8192, 8192),
     ("70B down", 28672, 8192),
 ]
+# Run only when named in --layers: 8B projections as Hugging Face's Llama runs them, each of q, k,
+# v, gate and up its own Linear (q is "8B o"'s shape, down "8B down"'s).
+SPLIT_LAYERS = [
+    ("8B kv", 4096, 1024),
+    ("8B up", 4096, 14336),
+]
 ROWS = (1, 4, 16)
 PREFILL = [("8B up", 4096, 14336), ("8B down", 14336, 4096)]
 # Static (calibrated per-tensor) against dynamic per-token activation scales.
@@ -346,10 +352,11 @@ def run(args) -> dict[str, Any]:
 
 def select_layers(names: Optional[str], quick: bool) -> list[tuple[str, int, int]]:
     """The decode layers to time: those named in a comma-separated list (spaces in a name may be
-    written as '_', e.g. "8B_qkv,70B_o"), else the quick three or all of LAYERS."""
+    written as '_', e.g. "8B_qkv,70B_o"; of LAYERS and SPLIT_LAYERS), else the quick three or all
+    of LAYERS."""
     if not names:
         return LAYERS[:2] + LAYERS[3:4] if quick else LAYERS
-    by_name = {name.replace(" ", "_"): (name, k, n) for name, k, n in LAYERS}
+    by_name = {name.replace(" ", "_"): (name, k, n) for name, k, n in LAYERS + SPLIT_LAYERS}
     chosen = []
     for item in names.split(","):
         key = item.strip().replace(" ", "_")
@@ -515,7 +522,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m benchmarks.bench_decode", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="three layers at M = 1 and 16")
     p.add_argument("--layers", default=None, help="comma-separated decode layers, e.g. 8B_qkv,70B_o (default: all, "
-                   "or the quick three)")
+                   "or the quick three; 8B_kv and 8B_up only when named)")
     p.add_argument("--rows", type=int, nargs="+", default=None, help="decode row counts (default: 1 4 16, quick 1 16)")
     p.add_argument("--methods", default=None, help=f"comma-separated methods among {', '.join(METHODS)} "
                    "(default: all; prefill times those of them it has)")

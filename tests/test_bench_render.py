@@ -57,11 +57,12 @@ def test_bench_decode_layer_selection():
     assert select_layers(None, False) == bench_decode.LAYERS
     assert [name for name, _, _ in select_layers(None, True)] == ["8B qkv", "8B o", "8B down"]
     assert select_layers("70B_o, 8B gate+up", False) == [("70B o", 8192, 8192), ("8B gate+up", 4096, 28672)]
-    with pytest.raises(ValueError, match="--layers.*'8B_up'"):
-        select_layers("8B_qkv,8B_up", False)
+    assert select_layers("8B_kv,8B_up", False) == bench_decode.SPLIT_LAYERS  # named only
+    with pytest.raises(ValueError, match="--layers.*'8B_gate'"):
+        select_layers("8B_qkv,8B_gate", False)
 
 
-@pytest.mark.parametrize("argv, message", [(["--layers", "8B_up"], "unknown layer '8B_up'"),
+@pytest.mark.parametrize("argv, message", [(["--layers", "8B_gate"], "unknown layer '8B_gate'"),
                                            (["--rows", "0", "4"], "--rows: row counts must be at least 1")])
 def test_bench_decode_refuses_a_bad_selection_before_running(argv, message, capsys):
     with pytest.raises(SystemExit):
