@@ -247,6 +247,26 @@ def test_weight_written_just_before_the_layer(m):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 8])
+def test_packed_weight_written_just_before_the_layer(m):
+    """As above for 4-bit weights: at 8 rows the GEMM's rings copy the packed weight into shared
+    memory before it waits for the kernel before it (the quantize kernel, which lets it start only
+    after its own wait, so after the write). At one row the GEMM quantizes x itself first."""
+    n, k = 8192, 4096
+    layer = tcgemm.QuantLinear(k, n, bias=False, device="cuda", scheme="w4a8")
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    packed = [torch.randint(0, 256, (n, k // 2), device="cuda", dtype=torch.uint8) for _ in range(3)]
+    gs = layer.weight_group_scale
+    expected = [unfused(x, tcgemm.unpack_int4(w, gs), layer.weight_scale, None, "token") for w in packed]
+    torch.cuda.synchronize()
+    with torch.no_grad():
+        for rep in range(20):
+            i = rep % 3
+            layer.weight.copy_(packed[i])
+            assert torch.equal(layer(x), expected[i]), f"repetition {rep}"
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("m", [1, 16, 64])
 def test_consecutive_layers_in_a_cuda_graph(m):
     """A stack of layers, each reading the output of the one before, captured in one graph: the

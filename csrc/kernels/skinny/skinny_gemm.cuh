@@ -665,9 +665,11 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   };
   if constexpr (BInt4) {
     // The rings' first copies hold no registers, so the main loop starts on B already on its way.
-    // An int8 A given: they go out before griddep_wait (B and its group scales do not come from
-    // the kernels before this one), so with an overlapped launch they overlap those kernels' tail
-    // (H200, bench_decode M = 16: 8B qkv 11.1 -> 10.0 us, 70B o 16.8 -> 15.5 us). x quantized in
+    // An int8 A given: they go out before griddep_wait, so with an overlapped launch they overlap
+    // the tail of the kernel before, which is tcgemm's quantize of x: it lets this kernel start
+    // only after its own griddep_wait, so whatever wrote B or its group scales before it has
+    // finished (tests/test_quant_linear.py: a packed weight written just before the layer). H200,
+    // bench_decode M = 16: 8B qkv 11.1 -> 10.0 us, 70B o 16.8 -> 15.5 us. x quantized in
     // the kernel: right after the loads of x, which would otherwise queue behind them (M = 1: 8B
     // gate+up 22.6 -> 23.4 us, 70B o 14.0 -> 14.7 us with the copies first).
     const QuantizedA layout = kQuantizes ? QuantizedA::layout(p.m, p.k, xq.granularity) : QuantizedA{0, 0, 0};
