@@ -27,7 +27,9 @@ each variant's model under ``torch.compile`` (default mode, static shapes), as P
 decode; ``both`` runs each variant without and with it. The prompt that fills the KV cache runs
 uncompiled; the compiled decode step is captured in a CUDA graph like the uncompiled one (what
 ``mode="reduce-overhead"`` would do). The variant that compiles its own linears runs only
-uncompiled.
+uncompiled. ``--profile`` adds to each decode record one step's kernels under ``torch.profiler``:
+their GPU time in all, the span from the first kernel's start to the last one's end, and the
+kernels that took most (where a step's time goes beyond its projections).
 
 The lm_head stays bf16 in every variant. Measured per variant:
 
@@ -224,9 +226,38 @@ def static_cache(config, batch: int, length: int, device):
                            dtype=torch.bfloat16)
 
 
-def decode(model, batch: int, context: int, device, step_model=None) -> dict[str, Any]:
+def kernel_summary(kernels: list[tuple[str, float, float]], top: int = 12) -> dict[str, Any]:
+    """Kernels given as (name, start us, end us): their time in all, the span from the first
+    start to the last end (so span minus time is when no kernel ran, where they do not overlap),
+    and the `top` names that took most time (names cut at 100 characters), with their counts."""
+    if not kernels:
+        return {"kernels": 0, "kernel_us": 0.0, "span_us": 0.0, "top": []}
+    by_name: dict[str, list[float]] = {}
+    for name, start, end in kernels:
+        by_name.setdefault(name[:100], []).append(end - start)
+    ranked = sorted(by_name.items(), key=lambda item: -sum(item[1]))[:top]
+    return {"kernels": len(kernels), "kernel_us": sum(end - start for _, start, end in kernels),
+            "span_us": max(end for _, _, end in kernels) - min(start for _, start, _ in kernels),
+            "top": [{"name": name, "count": len(times), "us": sum(times)} for name, times in ranked]}
+
+
+def profile_kernels(run: Callable[[], Any]) -> dict[str, Any]:
+    """One call of run() under torch.profiler: kernel_summary of the CUDA kernels it ran."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    kernels = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
+               if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]
+    return kernel_summary(kernels)
+
+
+def decode(model, batch: int, context: int, device, step_model=None, profile: bool = False) -> dict[str, Any]:
     """Tokens per second of one decode step at position `context` with a static cache: the prompt
-    run by `model`, the step by `step_model` (the model compiled, say; default `model`)."""
+    run by `model`, the step by `step_model` (the model compiled, say; default `model`); with
+    `profile`, one more step's kernels (profile_kernels)."""
     cache = static_cache(model.config, batch, context + 192, device)  # room for every step below
     ids = random_ids(model.config.vocab_size, (batch, context), device)
     forward(model, cache, input_ids=ids, use_cache=True, cache_position=torch.arange(context, device=device))
@@ -261,7 +292,10 @@ def decode(model, batch: int, context: int, device, step_model=None) -> dict[str
             run()
 
     ms = time_ms(burst) / steps
-    return {"batch": batch, "mode": mode, "ms_per_step": ms, "tokens_per_s": batch / ms * 1e3}
+    rec = {"batch": batch, "mode": mode, "ms_per_step": ms, "tokens_per_s": batch / ms * 1e3}
+    if profile:
+        rec["profile"] = profile_kernels(run)
+    return rec
 
 
 def measure(model, name: str, compiled: bool, args, device) -> dict[str, Any]:
@@ -284,7 +318,7 @@ def measure(model, name: str, compiled: bool, args, device) -> dict[str, Any]:
         rec["decode"] = []
         for b in args.batches:
             try:
-                rec["decode"].append(decode(model, b, args.context, device, step_model=runner))
+                rec["decode"].append(decode(model, b, args.context, device, step_model=runner, profile=args.profile))
             except Exception as e:
                 rec["decode"].append({"batch": b, "error": f"{type(e).__name__}: {str(e)[:300]}"})
     except Exception as e:
@@ -458,6 +492,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--batches", type=int, nargs="+", default=list(BATCHES),
                    help=f"decode batch sizes (default: {' '.join(map(str, BATCHES))})")
     p.add_argument("--no-prefill", action="store_true", help=f"leave out the {PREFILL_TOKENS}-token prefill")
+    p.add_argument("--profile", action="store_true",
+                   help="add one decode step's kernels under torch.profiler to each decode record "
+                   "(time, span, top kernels)")
     report.add_result_args(p, "bench_llm")
     args = p.parse_args(argv)
     if min(args.batches) < 1:

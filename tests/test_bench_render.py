@@ -52,6 +52,15 @@ def test_bench_llm_variant_selection():
         select_variants(known, " , ")
 
 
+def test_llm_kernel_summary():
+    """One step's kernels: their time in all, the span with the gaps, the names that took most."""
+    kernels = [("gemm_a", 0.0, 10.0), ("norm", 12.0, 13.0), ("gemm_a", 15.0, 25.0), ("x" * 150, 30.0, 31.5)]
+    got = bench_llm.kernel_summary(kernels, top=2)
+    assert got["kernels"] == 4 and got["kernel_us"] == 22.5 and got["span_us"] == 31.5
+    assert got["top"] == [{"name": "gemm_a", "count": 2, "us": 20.0}, {"name": "x" * 100, "count": 1, "us": 1.5}]
+    assert bench_llm.kernel_summary([]) == {"kernels": 0, "kernel_us": 0.0, "span_us": 0.0, "top": []}
+
+
 def test_bench_decode_layer_selection():
     select_layers = bench_decode.select_layers
     assert select_layers(None, False) == bench_decode.LAYERS
