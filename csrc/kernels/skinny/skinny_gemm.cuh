@@ -105,6 +105,16 @@ __device__ __forceinline__ void put_piece(uint32_t (&r)[8], int v, uint4 x) {
   r[4 * v + 3] = x.w;
 }
 
+// The 16 bytes of `row` from byte `at`, as 4 little-endian words; those at or past byte `end`
+// read as zero and are not touched.
+__device__ __forceinline__ uint4 load16_before(const uint8_t* row, int64_t at, int64_t end) {
+  uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    if (at + i < end) w[i / 4] |= static_cast<uint32_t>(row[at + i]) << (8 * (i % 4));
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // Lane t's 32 bytes of K block kb of one operand row (lane_bytes) as 8 little-endian words.
 // Masked: bytes at or past k read as zero (and are not touched). Rows in shared memory are padded
 // to whole K blocks.
@@ -120,32 +130,18 @@ __device__ __forceinline__ void load_row32(uint32_t (&r)[8], const uint8_t* row,
     } else if (!Masked || kv + 16 <= k) {
       x = Src == From::kStream ? ptx::ld_global_stream_v4(row + kv, policy) : ptx::ld_global_nc_v4(row + kv);
     } else {
-      uint32_t w[4] = {0, 0, 0, 0};
-#pragma unroll
-      for (int i = 0; i < 16; ++i)
-        if (kv + i < k) w[i / 4] |= static_cast<uint32_t>(row[kv + i]) << (8 * (i % 4));
-      x = make_uint4(w[0], w[1], w[2], w[3]);
+      x = load16_before(row, kv, k);
     }
     put_piece(r, v, x);
   }
 }
 
-// Lane t's 16 bytes of K block kb of a packed 4-bit row (K 32t .. 32t + 31) as 4 words; masked:
-// bytes at or past bytes = K / 2 read as zero.
-template <bool Masked>
+// Lane t's 16 bytes of K block kb of a packed 4-bit row (K 32t .. 32t + 31) as 4 words, bytes at
+// or past bytes = K / 2 read as zero (the K tail; whole K blocks come through the rings).
 __device__ __forceinline__ void load_packed16(uint32_t (&r)[4], const uint8_t* row, int kb, int t, int64_t bytes,
                                               uint64_t policy) {
   const int64_t at = int64_t{kb} * b_block_bytes<true>() + 16 * t;
-  uint4 x;
-  if (!Masked || at + 16 <= bytes) {
-    x = ptx::ld_global_stream_v4(row + at, policy);
-  } else {
-    uint32_t w[4] = {0, 0, 0, 0};
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-      if (at + i < bytes) w[i / 4] |= static_cast<uint32_t>(row[at + i]) << (8 * (i % 4));
-    x = make_uint4(w[0], w[1], w[2], w[3]);
-  }
+  const uint4 x = at + 16 <= bytes ? ptx::ld_global_stream_v4(row + at, policy) : load16_before(row, at, bytes);
   r[0] = x.x;
   r[1] = x.y;
   r[2] = x.z;
@@ -624,7 +620,7 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
       uint32_t bw[ColTiles][4];
 #pragma unroll
       for (int nt = 0; nt < ColTiles; ++nt)
-        load_packed16<true>(bw[nt], b_row[nt], full_blocks, t, p.k / kInt4PerByte, ptx::l2_policy_evict_first());
+        load_packed16(bw[nt], b_row[nt], full_blocks, t, p.k / kInt4PerByte, ptx::l2_policy_evict_first());
       load_scales(full_blocks);
       typename Sums::A a;
       sums.template load_a<true>(p, full_blocks, t, a);
