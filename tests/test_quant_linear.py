@@ -227,42 +227,28 @@ def test_gpu_one_kernel_at_a_few_rows(m, k, row_stride, n, activation, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("m", [1, 8])
-def test_weight_written_just_before_the_layer(m):
+def test_weight_written_just_before_the_layer(m, bits):
     """A weight written just before the layer (a copy_ into it) is what the layer reads. At 8 rows
-    the few-rows GEMM prefetches the weight before it waits for the kernel before it: the quantize
-    kernel in between waits for the write before it lets the GEMM start. At one row the GEMM
-    quantizes x itself and touches the weight only after its wait."""
+    the few-rows GEMM reads the weight before it waits for the kernel before it (int8: a prefetch
+    into L2; 4-bit: its rings' first copies into shared memory): the quantize kernel in between
+    waits for the write before it lets the GEMM start. At one row the GEMM quantizes x itself and
+    touches the weight only after its wait."""
     n, k = 8192, 4096
-    layer = tcgemm.QuantLinear(k, n, bias=False, device="cuda")
+    layer = tcgemm.QuantLinear(k, n, bias=False, device="cuda", scheme="w4a8" if bits == 4 else None)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    weights = [torch.randint(-127, 128, (n, k), device="cuda", dtype=torch.int8) for _ in range(3)]
-    expected = [unfused(x, w, layer.weight_scale, None, "token") for w in weights]
+    if bits == 4:
+        weights = [torch.randint(0, 256, (n, k // 2), device="cuda", dtype=torch.uint8) for _ in range(3)]
+        int8_of = [tcgemm.unpack_int4(w, layer.weight_group_scale) for w in weights]
+    else:
+        weights = int8_of = [torch.randint(-127, 128, (n, k), device="cuda", dtype=torch.int8) for _ in range(3)]
+    expected = [unfused(x, w, layer.weight_scale, None, "token") for w in int8_of]
     torch.cuda.synchronize()
     with torch.no_grad():
         for rep in range(20):
             i = rep % 3
             layer.weight.copy_(weights[i])
-            assert torch.equal(layer(x), expected[i]), f"repetition {rep}"
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 8])
-def test_packed_weight_written_just_before_the_layer(m):
-    """As above for 4-bit weights: at 8 rows the GEMM's rings copy the packed weight into shared
-    memory before it waits for the kernel before it (the quantize kernel, which lets it start only
-    after its own wait, so after the write). At one row the GEMM quantizes x itself first."""
-    n, k = 8192, 4096
-    layer = tcgemm.QuantLinear(k, n, bias=False, device="cuda", scheme="w4a8")
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    packed = [torch.randint(0, 256, (n, k // 2), device="cuda", dtype=torch.uint8) for _ in range(3)]
-    gs = layer.weight_group_scale
-    expected = [unfused(x, tcgemm.unpack_int4(w, gs), layer.weight_scale, None, "token") for w in packed]
-    torch.cuda.synchronize()
-    with torch.no_grad():
-        for rep in range(20):
-            i = rep % 3
-            layer.weight.copy_(packed[i])
             assert torch.equal(layer(x), expected[i]), f"repetition {rep}"
 
 
