@@ -27,8 +27,8 @@ bool use_skinny(int m, int n, int k, int sm_count, bool vs_sm90, bool b_int4) {
 
 // A forced skinny backend takes any M. At 9-16 rows, 32 columns per block when that still gives
 // every SM its two block slots (N >= ~7.9K on 132 SMs): each K block of A a warp loads then feeds
-// twice as many mma (docs/design/skinny.md, "32-column blocks at 9-16 rows). A packed 4-bit B
-// takes 32 columns at every M <= 16 (skinny::kInt4Rows16, configs.h).
+// twice as many mma (docs/design/skinny.md, "32-column blocks at 9-16 rows"). A packed 4-bit B
+// takes 32 columns at every M <= 16 (skinny::Int4Rows16, configs.h).
 SkinnyConfig plan_skinny(int m, int n, int sm_count, bool b_int4) {
   if (m > 16) return SkinnyConfig::kRows32Cols16;
   if (b_int4) return SkinnyConfig::kRows16Cols32;

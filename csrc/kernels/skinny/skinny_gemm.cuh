@@ -25,8 +25,9 @@
 //     load in their first round into L2 (one bulk prefetch per row, no registers held), then
 //     waits (griddep_wait) before it touches anything else. Only the first wave of blocks
 //     prefetches: a later block starts after the kernel before it has finished. Against 4-bit B
-//     the block instead starts its rings' copies before griddep_wait (x quantized in the
-//     kernel: after loading x). After its main loop a block lets the next kernel be scheduled.
+//     with an int8 A given, the block instead starts its rings' copies before griddep_wait; where
+//     it quantizes x itself, after griddep_wait and the loads of x. After its main loop a block
+//     lets the next kernel be scheduled.
 //   4-bit B (GemmProblem::b_int4, common/int4.h): a K block of a row is 64 bytes, a lane's share
 //     one 16-byte piece (16t) holding K 32t .. 32t + 31, so A's lane bytes follow (32t + 16v). At
 //     k-step s the packed word s unpacks into the two B words the mma takes (times 16: the

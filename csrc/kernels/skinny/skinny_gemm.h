@@ -47,8 +47,8 @@ inline bool quantizes_in_kernel(const QuantizeParams& xq) {
 // The launcher that quantizes x (xq, quantizes_in_kernel) in the kernel instead of reading an
 // int8 A: Epi one of KernelQuantizingEpilogues (epilogue/epilogues.h: the symmetric scaled ones)
 // whose output type is x's; B as for launch(), in config QuantizingInt8 or, packed 4-bit,
-// Int4Rows16 (configs.h; M <= kQuantizeRows). The grid is persistent (at most kBlocksPerSm blocks per SM, each taking
-// tiles in turn), so that each block quantizes x once.
+// Int4Rows16 (configs.h; M <= kQuantizeRows). The grid is persistent (at most kBlocksPerSm
+// blocks per SM, each taking tiles in turn), so that each block quantizes x once.
 // smem_optin: the device's largest dynamic shared memory per block, which decides whether the
 // first round of B is staged in shared memory while x is quantized (skinny_gemm.cuh).
 template <class Epi>
