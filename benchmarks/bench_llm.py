@@ -63,7 +63,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from benchmarks import report
+from benchmarks import report, timing
 from benchmarks.bench_decode import TorchInt4Linear, layer_bytes, tensor_bytes
 
 BATCHES = (1, 8, 32)
@@ -241,23 +241,10 @@ def kernel_summary(kernels: list[tuple[str, float, float]], top: int = 12) -> di
             "top": [{"name": name, "count": len(times), "us": sum(times)} for name, times in ranked]}
 
 
-def profile_kernels(run: Callable[[], Any]) -> dict[str, Any]:
-    """One call of run() under torch.profiler: kernel_summary of the CUDA kernels it ran."""
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        run()
-        torch.cuda.synchronize()
-    kernels = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
-               if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]
-    return kernel_summary(kernels)
-
-
 def decode(model, batch: int, context: int, device, step_model=None, profile: bool = False) -> dict[str, Any]:
     """Tokens per second of one decode step at position `context` with a static cache: the prompt
     run by `model`, the step by `step_model` (the model compiled, say; default `model`); with
-    `profile`, one more step's kernels (profile_kernels)."""
+    `profile`, one more step's kernels (kernel_summary)."""
     cache = static_cache(model.config, batch, context + 192, device)  # room for every step below
     ids = random_ids(model.config.vocab_size, (batch, context), device)
     forward(model, cache, input_ids=ids, use_cache=True, cache_position=torch.arange(context, device=device))
@@ -294,7 +281,7 @@ def decode(model, batch: int, context: int, device, step_model=None, profile: bo
     ms = time_ms(burst) / steps
     rec = {"batch": batch, "mode": mode, "ms_per_step": ms, "tokens_per_s": batch / ms * 1e3}
     if profile:
-        rec["profile"] = profile_kernels(run)
+        rec["profile"] = kernel_summary(timing.cuda_kernels(run))
     return rec
 
 

@@ -179,3 +179,16 @@ def host_us(fn: Callable[[], Any], calls: int = 2000, warmup: int = 50,
 def tops(m: int, n: int, k: int, ms: Optional[float]) -> Optional[float]:
     """2*M*N*K / time in tera-operations per second (None when there is no time)."""
     return None if ms is None or ms <= 0 else 2.0 * m * n * k / (ms * 1e-3) / 1e12
+
+
+def cuda_kernels(fn: Callable[[], Any]) -> list[tuple[str, float, float]]:
+    """The CUDA kernels one call of fn() runs (torch.profiler; copies and fills left out), as
+    (name, start us, end us)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]

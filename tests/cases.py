@@ -30,13 +30,9 @@ ALPHA_BETA_WRAP = [
 
 
 def cuda_kernels(fn):
-    """The names of the CUDA kernels fn() launches (torch profiler)."""
-    from torch.profiler import ProfilerActivity, profile
+    """The names of the CUDA kernels fn() launches (benchmarks.timing.cuda_kernels), after a
+    warm-up call: first-call set-up (descriptor caches, lazy module loads) is not profiled."""
+    from benchmarks import timing
 
-    fn()  # warm: first-call set-up (descriptor caches, lazy module loads) is not profiled
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events()
-            if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]
+    fn()
+    return [name for name, _, _ in timing.cuda_kernels(fn)]
