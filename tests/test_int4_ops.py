@@ -99,6 +99,31 @@ def test_int4_gemm_gpu_exact_on_every_backend(gemm_backend, m, n, k, scaled, rng
     assert torch.equal(got, int8)
 
 
+# At most one 32-column tile per SM (up to 132 tiles on an H100) and K of at least 16 K blocks:
+# on sm90 the few-rows kernel splits each tile's K between the two blocks of a cluster and adds
+# their sums through distributed shared memory (dispatch/plan.cpp, plan_skinny_int4_split); a K
+# tail, rows 1-16, x quantized in the kernel and not. Elsewhere the same shapes run unsplit.
+SPLIT_SHAPES = [(1, 1024, 4096 + 32), (3, 200, 2048), (4, 2112, 4096 + 128), (16, 4096, 8192), (2, 40, 14336 + 64)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", SPLIT_SHAPES)
+def test_int4_k_split_between_the_blocks_of_a_cluster(m, n, k, rng):
+    a = torch.randint(-128, 128, (m, k), generator=rng, dtype=I8)
+    q = random_q4(n, k, rng)
+    gs = random_group_scale(n, k, rng)
+    w8 = unpacked(q, gs)
+    got = tcgemm.int4_gemm(a.cuda(), pack(q).cuda(), gs.cuda(), backend="auto")
+    assert torch.equal(got.cpu(), gemm_reference(a, w8.t()))
+    x = torch.randn(m, k, generator=rng).to(torch.bfloat16).cuda()
+    scale = (torch.rand(n, generator=rng) * 0.01 + 1e-3).cuda()
+    bias = torch.randn(n, generator=rng).cuda()
+    for activation in ("token", "block"):
+        y4, y8 = _quant_linear_pair(x, pack(q).cuda(), w8.cuda(), scale, gs.cuda(), "auto", bias=bias,
+                                    activation=activation)
+        assert torch.equal(y4, y8), activation
+
+
 @pytest.mark.gpu
 def test_int4_gemm_gpu_reads_views_and_offsets(rng):
     # A packed weight that is a row slice of a larger one (base 16-byte aligned or not).

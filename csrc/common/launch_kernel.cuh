@@ -27,20 +27,36 @@ void allow_dynamic_smem() {
   if (device >= 0 && device < static_cast<int>(done.size())) done[device].store(true, std::memory_order_release);
 }
 
+// As launch_kernel, in clusters of `cluster` consecutive blocks along x (sm_90+; gridDim.x a
+// multiple of it): the blocks of a cluster run at once and reach each other's shared memory
+// (ptx/cluster.cuh). A cluster of 1 is a plain launch.
 template <class... Params, class... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
-                   bool overlap, const Args&... args) {
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+void launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
+                               cudaStream_t stream, bool overlap, unsigned cluster, const Args&... args) {
+  cudaLaunchAttribute attributes[2] = {};
+  unsigned count = 0;
+  if (overlap) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 1) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count++].val.clusterDim = {cluster, 1, 1};
+  }
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = overlap ? 1 : 0;
+  config.attrs = attributes;
+  config.numAttrs = count;
   TCGEMM_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+}
+
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                   bool overlap, const Args&... args) {
+  launch_kernel_in_clusters(kernel, grid, block, smem_bytes, stream, overlap, 1u, args...);
 }
 
 }  // namespace tcgemm

@@ -23,7 +23,18 @@ void prefill_for_split(const GemmProblem& p, const EpilogueArgs& epilogue) {
   if (p.split_k > 1) launch_epilogue_fill(p, std::get<Int32EpilogueParams>(epilogue));
 }
 
-void run_skinny(const GemmProblem& p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
+// Packed 4-bit B splits each tile's K between the blocks of a cluster where the device and this
+// build's kernels have clusters (the skinny kernels carry sm_90a code wherever the sm90 ones do),
+// unless per-block scales are promoted in fp32 (per_block): their sums then keep the order of the
+// unpacked int8 weight's kernel, so that the two give the same bits.
+GemmProblem with_int4_split(GemmProblem p, const DeviceInfo& dev, bool per_block) {
+  if (p.b_int4 && !per_block && dev.major >= 9 && dev.sm90_kernels)
+    p.cluster_k_split = plan_skinny_int4_split(p.m, p.n, p.k, dev.sm_count);
+  return p;
+}
+
+void run_skinny(const GemmProblem& given, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
+  const GemmProblem p = with_int4_split(given, dev, epilogue_family_of(epilogue) == kEpiPerBlock);
   const SkinnyConfig config = plan_skinny(p.m, p.n, dev.sm_count, p.b_int4);
   with_epilogue(epilogue, p.d.type, [&](const auto& epi) {
     switch (config) {
@@ -110,8 +121,9 @@ bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev) {
   return runs_on_skinny(b, p.m, p.n, p.k, dev, /*b_int4=*/true) && skinny::packed_b_fits(p.b, p.n) && p.a.is_signed;
 }
 
-void run_skinny_quantizing(const GemmProblem& p, const ScaledEpilogueParams& e, const QuantizeParams& xq,
+void run_skinny_quantizing(const GemmProblem& given, const ScaledEpilogueParams& e, const QuantizeParams& xq,
                            const DeviceInfo& dev) {
+  const GemmProblem p = with_int4_split(given, dev, e.per_block());
   if (e.asymmetric()) throw std::logic_error("tcgemm: the skinny kernel quantizes A symmetrically only");
   const bool launched = select_epilogue<KernelQuantizingEpilogues>(e, p.d.type, [&](const auto& epi) {
     skinny::launch_quantizing(p, epi, xq, dev.sm_count, dev.smem_optin);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "epilogue/epilogues.h"
+#include "kernels/skinny/configs.h"
 #include "kernels/sm80/configs.h"
 #include "kernels/sm90/configs.h"
 
@@ -34,6 +35,20 @@ SkinnyConfig plan_skinny(int m, int n, int sm_count, bool b_int4) {
   if (b_int4) return SkinnyConfig::kRows16Cols32;
   const long long wide_blocks = (n + 31) / 32;
   return m > 8 && 8 * wide_blocks >= 15LL * sm_count ? SkinnyConfig::kRows16Cols32 : SkinnyConfig::kRows16Cols16;
+}
+
+// Two blocks per tile where the tiles alone leave every SM's second block slot idle (at most one
+// tile per SM) and K gives each of the cluster's 16 warps a K block; else whole tiles. H200,
+// 2026-11-26, the splits interleaved in one run, M = 1, us at split 1 / 2 / 4 (docs/design/int4.md):
+// 8B o (128 tiles) 7.2 / 6.7 / 11.8, 8B down (128) 16.2 / 14.7 / 20.7, 8B k and v (32) 5.9 / 5.3 /
+// 5.4; but 8B qkv (192) 8.1 / 9.6 / 16.8, 70B o (256) 13.6 / 14.6 / 25.6, 8B gate+up (896) 21.8 /
+// 26.6 / 64.5: a split tile costs each block a cluster barrier and a reduction through
+// distributed shared memory, and the blocks of a cluster wait for each other.
+int plan_skinny_int4_split(int m, int n, int k, int sm_count) {
+  using Cfg = skinny::Int4Rows16;
+  const long long tiles = static_cast<long long>((m + Cfg::kRows - 1) / Cfg::kRows) * ((n + Cfg::kCols - 1) / Cfg::kCols);
+  const long long k_blocks = (k + skinny::kBK - 1) / skinny::kBK;
+  return tiles <= sm_count && k_blocks >= 2 * skinny::kWarps ? 2 : 1;
 }
 
 Sm80Plan plan_sm80(int m, int n, int k, unsigned epilogue_family, int sm_count, int smem_optin) {

@@ -69,6 +69,7 @@
 #include "kernels/skinny/skinny_quantize.cuh"
 #include "common/launch_kernel.cuh"
 #include "ptx/cache_policy.cuh"
+#include "ptx/cluster.cuh"
 #include "ptx/cp_async.cuh"
 #include "ptx/griddep.cuh"
 #include "ptx/prefetch.cuh"
@@ -182,6 +183,16 @@ struct Int4GroupScaleRows {
   }
 };
 
+// The blocks of a cluster that share each tile's K (GemmProblem::cluster_k_split): 1 before
+// sm_90, where dispatch asks for no clusters (and the code for them folds away).
+__device__ __forceinline__ int cluster_split(const GemmProblem& p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return p.cluster_k_split;
+#else
+  return 1;
+#endif
+}
+
 // Byte offset of a row: the index is never negative, and widening it as unsigned keeps a sign
 // word per row out of the registers (sm_80's promoting kernels spilled one at the 128 cap).
 __device__ __forceinline__ int64_t row_offset(int row, int64_t stride) {
@@ -217,21 +228,25 @@ struct Int4Ring {
   }
 };
 
-// The work of one warp of a persistent block: the tiles blockIdx.x, + gridDim.x, ... (first and
-// next() give their (row, column) tile coordinates, has() whether one is in D), of each the K
-// blocks warp, warp + kWarps, ... below K's whole K blocks (per_tile). D of one tile row (every
-// problem up to 16 rows) takes no division: the grid has at most a block per tile.
+// The work of one warp of a persistent grid of clusters of p.cluster_k_split blocks (1: no
+// clusters): the tiles c, c + C, ... of its cluster c of C (first and next() give their (row,
+// column) tile coordinates, has() whether one is in D), of each the K blocks k_first, k_first +
+// k_step, ... below K's whole K blocks (per_tile), where k_first is the warp's slot among the
+// cluster's warps (rank * kWarps + warp) and k_step their number. D of one tile row (every problem
+// up to 16 rows) takes no division: the grid has at most a cluster per tile.
 struct WarpWork {
   struct Tile {
     int row, col;
   };
   Tile first;
-  int rows, cols, step_rows, step_cols;  // tile rows and columns of D; gridDim.x in tile rows and columns
+  int rows, cols, step_rows, step_cols;  // tile rows and columns of D; the clusters in tile rows and columns
+  int k_first, k_step;
   int per_tile;
 
   __device__ static WarpWork of_block(const GemmProblem& p, int tile_rows, int tile_cols) {
     const unsigned rows = ceil_div(p.m, tile_rows), cols = ceil_div(p.n, tile_cols);
-    const unsigned first = blockIdx.x, step = gridDim.x;
+    const unsigned split = cluster_split(p);
+    const unsigned first = blockIdx.x / split, step = gridDim.x / split;
     const int warp = threadIdx.x / 32, full_blocks = p.k / kBK;
     WarpWork w;
     if (rows == 1 && first < cols && step <= cols) {
@@ -245,7 +260,9 @@ struct WarpWork {
     }
     w.rows = rows;
     w.cols = cols;
-    w.per_tile = warp < full_blocks ? ceil_div(full_blocks - warp, kWarps) : 0;
+    w.k_first = static_cast<int>(ptx::cluster_ctarank()) * kWarps + warp;
+    w.k_step = static_cast<int>(split) * kWarps;
+    w.per_tile = w.k_first < full_blocks ? ceil_div(full_blocks - w.k_first, w.k_step) : 0;
     return w;
   }
   __device__ bool has(const Tile& t) const { return t.row < rows; }
@@ -279,7 +296,7 @@ struct Int4Stream {
     b_rows_of(p, tile.col * Cfg::kCols, lane / 4, next);
 #pragma unroll
     for (int nt = 0; nt < Cfg::kColTiles; ++nt)
-      next[nt] += (threadIdx.x / 32) * b_block_bytes<true>() + 16 * (lane % 4);
+      next[nt] += work.k_first * b_block_bytes<true>() + 16 * (lane % 4);
   }
   __device__ void issue() {
     if (work.per_tile > 0 && work.has(tile)) {
@@ -287,7 +304,7 @@ struct Int4Stream {
 #pragma unroll
       for (int nt = 0; nt < Cfg::kColTiles; ++nt) {
         ptx::cp_async_16(Ring::slot(ring, warp, slot_in, nt, lane), next[nt]);
-        next[nt] += kWarps * b_block_bytes<true>();
+        next[nt] += work.k_step * b_block_bytes<true>();
       }
       slot_in = slot_in + 1 == Ring::kStages ? 0 : slot_in + 1;
       if (++q == work.per_tile) q = 0, work.next(tile), tile_pending = true;
@@ -468,6 +485,10 @@ struct TileSums {
   // them (int32 wraps, so the total is exact in any order; fp32 in a fixed warp order) and apply
   // the epilogue, one element per thread. Ends with the threads reading the shared sums: a block
   // that goes on to another tile must pass a barrier before it writes the same buffer again.
+  // 4-bit B split between the blocks of a cluster (p.cluster_k_split): a cluster barrier instead
+  // of the block's, then block r of the cluster finishes elements r, r + C, ... (in units of the
+  // block's threads), adding the sums of every block's warps in rank order through distributed
+  // shared memory (the barrier before the next tile but one keeps them until all have read).
   template <int Buffers = 1>
   __device__ __forceinline__ void store(const GemmProblem& p, const Epi& epi, int m0, int n0, int buffer = 0) const {
     __shared__ Acc buffers[Buffers][kWarps][kRegs][32];
@@ -481,23 +502,46 @@ struct TileSums {
         partial[warp][(mt * ColTiles + nt) * 4 + j][lane] = acc[mt][nt][j];
       }
     });
-    __syncthreads();
+    const int split = BInt4 ? cluster_split(p) : 1;
+    const int rank = BInt4 && split > 1 ? static_cast<int>(ptx::cluster_ctarank()) : 0;
+    if (BInt4 && split > 1) {
+      ptx::cluster_sync();
+    } else {
+      __syncthreads();
+    }
 
+    auto add_into = [](Acc& sum, Acc x) {
+      if constexpr (kPerBlock) {
+        sum += x;
+      } else {
+        sum = wrap_add(sum, x);
+      }
+    };
     using Out = typename Epi::OutT;
     Out* d = static_cast<Out*>(p.d.ptr);
-    for (int idx = threadIdx.x; idx < kRegs * 32; idx += kThreads) {
+    for (int idx = threadIdx.x + kThreads * rank; idx < kRegs * 32; idx += kThreads * split) {
       const int i = idx / 32, l = idx % 32;
       const int mt = i / (ColTiles * 4), nt = (i / 4) % ColTiles, j = i % 4;
       const int row = m0 + 16 * mt + l / 4 + 8 * (j / 2);
       const int col = n0 + 8 * nt + 2 * (l % 4) + j % 2;
       if (row >= p.m || col >= p.n) continue;
       Acc sum = partial[0][i][l];
+      if (!BInt4 || split == 1) {
 #pragma unroll
-      for (int w = 1; w < kWarps; ++w) {
-        if constexpr (kPerBlock) {
-          sum += partial[w][i][l];
-        } else {
-          sum = wrap_add(sum, partial[w][i][l]);
+        for (int w = 1; w < kWarps; ++w) add_into(sum, partial[w][i][l]);
+      } else {
+        constexpr uint32_t kWarpBytes = kRegs * 32 * sizeof(Acc);
+        for (int r = 0; r < split; ++r) {
+          const uint32_t at = ptx::cluster_map_shared(&partial[0][i][l], static_cast<uint32_t>(r));
+#pragma unroll
+          for (int w = 0; w < kWarps; ++w) {
+            const Acc x = ptx::ld_shared_cluster(at + w * kWarpBytes, Acc{});
+            if (r == 0 && w == 0) {
+              sum = x;
+            } else {
+              add_into(sum, x);
+            }
+          }
         }
       }
       d[static_cast<int64_t>(row) * p.d.ld + col] = epi.full(sum, epi.row(row), epi.col(col), row, col);
@@ -587,7 +631,7 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
   static_assert(kQuantizeRows <= 8, "x quantized in the kernel takes the HalfRows sums");
   using Sums = TileSums<RowTiles, ColTiles, true, true, ASrc, Epi, true, ASrc == From::kShared && RowTiles == 1>;
   const WarpWork& work = b.work;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int full_blocks = p.k / kBK;
   WarpWork::Tile tile = work.first;
   // The tiles' sums go through two shared buffers in turn (TileSums::store): between the reads of
@@ -606,7 +650,7 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
       if constexpr (Epi::kPromotes) scales.load(epi, m0, n0, p.m, p.n, lane, kb);
       group = group_rows.load(kb);
     };
-    for (int q = 0, kb = warp; q < work.per_tile; ++q, kb += kWarps) {
+    for (int q = 0, kb = work.k_first; q < work.per_tile; ++q, kb += work.k_step) {
       load_scales(kb);
       typename Sums::A a;
       sums.template load_a<false>(p, kb, t, a);
@@ -615,7 +659,7 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
       b.advance(p);
       sums.add(bw, a, scales, group);
     }
-    if (full_blocks * kBK < p.k && warp == full_blocks % kWarps) {  // the K tail, straight from global memory
+    if (full_blocks * kBK < p.k && work.k_first == full_blocks % work.k_step) {  // the K tail, from global memory
       const uint8_t* b_row[ColTiles];
       b_rows_of(p, n0, lane / 4, b_row);
       uint32_t bw[ColTiles][4];
@@ -630,6 +674,8 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
     if (!work.has(tile)) ptx::griddep_launch_dependents();
     sums.template store<2>(p, epi, m0, n0, parity);
   }
+  // No block leaves while another block of its cluster may still read its sums.
+  if (cluster_split(p) > 1) ptx::cluster_sync();
 }
 
 // RowTiles, ColTiles: those of the config (TileConfig<RowTiles, ColTiles>). XT: void for int8 A
@@ -661,6 +707,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                             static_cast<uint32_t>(bytes));
   };
   if constexpr (BInt4) {
+#if __CUDA_ARCH__ < 900
+    if (p.cluster_k_split > 1) __trap();  // clusters are sm_90+: dispatch asks for none before
+#endif
     // The rings' first copies hold no registers, so the main loop starts on B already on its way.
     // An int8 A given: they go out before griddep_wait, so with an overlapped launch they overlap
     // the tail of the kernel before, which is tcgemm's quantize of x: it lets this kernel start
@@ -721,14 +770,19 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 #endif
 }
 
-// A grid of at most blocks_most blocks over the tiles of D (flattened into gridDim.x).
+// A grid of at most blocks_most blocks over the tiles of D (flattened into gridDim.x), in
+// clusters of p.cluster_k_split blocks per tile (a whole number of clusters).
 template <class Cfg, class Epi, bool ASigned, bool BSigned, class XT, bool BInt4>
 void launch_grid(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int64_t blocks_most, int smem_bytes) {
   const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, Cfg::kRows)) * ceil_div(p.n, Cfg::kCols);
-  if (tiles >= (int64_t{1} << 31)) throw std::invalid_argument("tcgemm: the skinny GEMM's grid exceeds 2^31 blocks");
-  tcgemm::launch_kernel(skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi, XT, BInt4>,
-                        dim3(static_cast<unsigned>(std::min(tiles, blocks_most))), kThreads,
-                        static_cast<size_t>(smem_bytes), p.stream, p.pdl, p, epi, xq);
+  const int64_t split = p.cluster_k_split;
+  if (split < 1 || (split > 1 && (!BInt4 || blocks_most < split)))
+    throw std::logic_error("tcgemm: the skinny kernel splits K between cluster blocks for 4-bit B only");
+  if (tiles * split >= (int64_t{1} << 31)) throw std::invalid_argument("tcgemm: the skinny GEMM's grid exceeds 2^31 blocks");
+  const int64_t blocks = std::min(tiles * split, blocks_most / split * split);
+  tcgemm::launch_kernel_in_clusters(skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi, XT, BInt4>,
+                                    dim3(static_cast<unsigned>(blocks)), kThreads, static_cast<size_t>(smem_bytes),
+                                    p.stream, p.pdl, static_cast<unsigned>(split), p, epi, xq);
 }
 
 // The persistent grid of a packed 4-bit B (signed A against signed 4-bit values): kBlocksPerSm
