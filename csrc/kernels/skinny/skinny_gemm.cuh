@@ -679,7 +679,7 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
 }
 
 // RowTiles, ColTiles: those of the config (TileConfig<RowTiles, ColTiles>). XT: void for int8 A
-// as given (p.a); else the element type of the float x that each block quantizes itself (xq,
+// as given (p.a); else the XQuant of the float x that each block quantizes itself (xq,
 // skinny_quantize.cuh; dynamic shared memory of QuantizedA's layout) before it takes its tiles
 // (a persistent grid: x is quantized once per block). BInt4: B is packed 4-bit (p.b_int4), read
 // by a persistent grid through the warps' rings (Int4Stream) across the block's tiles; int8 B
@@ -811,9 +811,9 @@ void launch(const GemmProblem& p, const Epi& epi, int sm_count) {
   });
 }
 
-template <class Epi>
-void launch_quantizing(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count, int smem_optin) {
-  using XT = typename Epi::OutT;  // tcgemm.quant_linear returns x's dtype
+// launch_quantizing for x of XT (XQuant).
+template <class Epi, class XT>
+void launch_quantizing_as(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count, int smem_optin) {
   using Cfg = QuantizingInt8;
   using Staged = StagedRound<Cfg, Epi>;
   const QuantizedA x = QuantizedA::layout(p.m, p.k, xq.granularity);
@@ -829,6 +829,14 @@ void launch_quantizing(const GemmProblem& p, const Epi& epi, const QuantizeParam
   if (stage) allow_dynamic_smem<skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT, false>, kMost>();
   launch_grid<Cfg, Epi, true, true, XT, false>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count,
                                                stage ? b_smem_at(x.bytes) + Staged::kBytes : x.bytes);
+}
+
+template <class Epi>
+void launch_quantizing(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count, int smem_optin) {
+  using T = typename Epi::OutT;  // tcgemm.quant_linear returns x's dtype
+  if (xq.m == 1 && xq.scale_in == nullptr && xq.granularity == QuantGranularity::kToken)
+    return launch_quantizing_as<Epi, XQuant<T, true>>(p, epi, xq, sm_count, smem_optin);
+  launch_quantizing_as<Epi, XQuant<T, false>>(p, epi, xq, sm_count, smem_optin);
 }
 
 }  // namespace tcgemm::skinny

@@ -38,6 +38,20 @@ struct QuantizedA {
   }
 };
 
+// What a kernel that quantizes x in the block is compiled for: x's element type T and whether x is
+// one row quantized per token (OneToken: batch-1 decode, the case that matters most). Every block
+// runs the quantization once, from code fetched cold into each SM's instruction cache, so the
+// one-row kernel carries only that path. H200, 2026-11-26, bench_decode M = 1, two runs of each
+// build, against the kernel with every row count and granularity: W4A8 8B o 6.8 -> 6.2 us, qkv
+// 8.5 -> 7.8, k/v 5.3 -> 4.9, gate+up 22.4 -> 21.4, 70B o 13.9 -> 13.4; W8A8 8B o 8.3 -> 7.7
+// (docs/design/int4.md). One runtime path for every row count instead ran more instructions once
+// and was slower (W4A8 8B o 7.7 us).
+template <typename T, bool OneToken>
+struct XQuant {
+  using Elem = T;
+  static constexpr bool kOneToken = OneToken;
+};
+
 #if defined(__CUDACC__)
 namespace quantize_in_block {
 
@@ -195,16 +209,20 @@ __device__ __forceinline__ void groups(const QuantizeParams& q, uint8_t* smem, c
 
 }  // namespace quantize_in_block
 
-// Quantizes x (q.m rows of q.k values of T, quantizes_in_kernel(q)) into `smem` (QuantizedA's
+// Quantizes x (q.m rows of q.k values of X::Elem, quantizes_in_kernel(q); one row per token if
+// X::kOneToken) into `smem` (QuantizedA's
 // layout). Called by every thread of the block after griddep_wait; ends with a barrier. A
 // thread's share of x is loaded at once and kept in registers from the amax to the
 // quantization: one round trip to L2 per block. after_loads() runs once those loads are issued
 // (the caller's prefetch of B, which then queues behind them).
-template <typename T, class F>
+template <class X, class F>
 __device__ __forceinline__ void quantize_a_to_shared(const QuantizeParams& q, uint8_t* smem, const QuantizedA& s,
                                                      F&& after_loads) {
   namespace in_block = quantize_in_block;
-  if (q.scale_in != nullptr) {
+  using T = typename X::Elem;
+  if constexpr (X::kOneToken) {
+    in_block::tokens<T, 1>(q, smem, s, after_loads);
+  } else if (q.scale_in != nullptr) {
     switch (q.m) {
       case 1: in_block::static_tensor<T, 1>(q, smem, s, after_loads); break;
       case 2: in_block::static_tensor<T, 2>(q, smem, s, after_loads); break;
