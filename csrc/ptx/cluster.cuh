@@ -54,8 +54,8 @@ __device__ __forceinline__ uint32_t cluster_map_shared(const void* p, uint32_t r
 #endif
 }
 
-// ld.shared::cluster.b32 / .f32 at a cluster_map_shared address (volatile: kept after the
-// cluster_sync before it).
+// ld.shared::cluster.b32 at a cluster_map_shared address (volatile: kept after the cluster
+// barrier before it); the float overload reads the same 32 bits as a float.
 __device__ __forceinline__ int32_t ld_shared_cluster(uint32_t addr, int32_t) {
   int32_t v = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -64,11 +64,7 @@ __device__ __forceinline__ int32_t ld_shared_cluster(uint32_t addr, int32_t) {
   return v;
 }
 __device__ __forceinline__ float ld_shared_cluster(uint32_t addr, float) {
-  float v = 0.0f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
-#endif
-  return v;
+  return __int_as_float(ld_shared_cluster(addr, int32_t{}));
 }
 
 }  // namespace tcgemm::ptx
