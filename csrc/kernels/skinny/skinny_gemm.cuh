@@ -40,7 +40,9 @@
 //     The grid is persistent and each warp streams its K blocks of the block's tiles, one tile
 //     after another, through a ring of shared memory by cp.async (Int4Stream): kStages - 1 K
 //     blocks stay in flight while it computes, across tile boundaries too, without holding
-//     registers. The copies take no L2 policy: cp.async under an .L2::cache_hint policy stopped
+//     registers. On sm90 the blocks of a cluster may share each tile (p.cluster_k_split: its K
+//     blocks dealt over all the cluster's warps, WarpWork), their sums meeting in distributed
+//     shared memory (TileSums::store). The copies take no L2 policy: cp.async under an .L2::cache_hint policy stopped
 //     the quantizing kernel with an illegal instruction on an H100. (Loaded into registers a
 //     round at a time like int8 B, the unpacking between two rounds left DRAM 35% busy:
 //     docs/design/int4.md.)

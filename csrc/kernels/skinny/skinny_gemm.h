@@ -14,9 +14,10 @@
 namespace tcgemm::skinny {
 
 // Needs both operands K-major with a 16-byte aligned base (and row stride when they have more
-// than one row); any M, N, K >= 1; no split-K. A packed 4-bit B (p.b_int4, packed_b_fits) needs
-// an int8 A and a config other than Rows16Cols16 (Int4Rows16 up to 16 rows); it is read by a
-// persistent grid of kBlocksPerSm blocks on each of sm_count SMs.
+// than one row); any M, N, K >= 1; no split-K through D. A packed 4-bit B (p.b_int4,
+// packed_b_fits) needs an int8 A and a config other than Rows16Cols16 (Int4Rows16 up to 16
+// rows); it is read by a persistent grid of kBlocksPerSm blocks on each of sm_count SMs, in
+// clusters of p.cluster_k_split blocks that share each tile's K where dispatch asks (sm_90+).
 template <class Cfg, class Epi>
 void launch(const GemmProblem& p, const Epi& epi, int sm_count);
 
