@@ -49,10 +49,10 @@ struct GemmProblem {
   // ranges of whole K blocks, each adding epilogue.partial(its sum) onto D with wrapping atomics,
   // after D was filled with epilogue(0) (epilogue/int32_epilogue_fill.h).
   int split_k = 1;
-  // The skinny kernel's packed 4-bit B (sm_90+; set by dispatch, plan_skinny_int4_split): each
-  // tile's K blocks are shared by the blocks of a cluster of this many, whose int32 (or promoted
-  // fp32) sums meet in distributed shared memory before the epilogue, so that a layer of few
-  // tiles still keeps every SM busy.
+  // The skinny kernel's packed 4-bit B (sm_90+; set by dispatch, plan_skinny_int4_split, for
+  // two-level and unscaled weights): each tile's K blocks are shared by the blocks of a cluster of
+  // this many, whose int32 sums meet in distributed shared memory before the epilogue, so that a
+  // layer of few tiles still keeps every SM busy.
   int cluster_k_split = 1;
   // Programmatic dependent launch (sm_90+; set by tcgemm.quant_linear for the skinny kernel, the
   // only one that honours it): the kernel may start while the kernel before it on the stream (the

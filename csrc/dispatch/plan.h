@@ -13,7 +13,7 @@ enum class SkinnyConfig { kRows16Cols16, kRows16Cols32, kRows32Cols16 };
 SkinnyConfig plan_skinny(int m, int n, int sm_count, bool b_int4 = false);
 
 // Packed 4-bit B on the skinny kernel, sm_90+: how many blocks of a cluster share each tile's
-// K blocks (GemmProblem::cluster_k_split; 1, 2, 4 or 8).
+// K blocks (GemmProblem::cluster_k_split): 1 or 2.
 int plan_skinny_int4_split(int m, int n, int k, int sm_count);
 
 enum class Sm80Config { kLarge, kSmall, kBlock };

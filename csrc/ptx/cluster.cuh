@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "ptx/smem.cuh"
+
 namespace tcgemm::ptx {
 
 // %cluster_ctarank: the block's rank in its cluster (0 without a cluster launch).
@@ -45,12 +47,10 @@ __device__ __forceinline__ void cluster_sync() {
 __device__ __forceinline__ uint32_t cluster_map_shared(const void* p, uint32_t rank) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   uint32_t out;
-  asm("mapa.shared::cluster.u32 %0, %1, %2;\n"
-      : "=r"(out)
-      : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))), "r"(rank));
+  asm("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(smem_addr(p)), "r"(rank));
   return out;
 #else
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  return smem_addr(p);
 #endif
 }
 

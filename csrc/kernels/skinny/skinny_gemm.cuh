@@ -709,9 +709,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                             static_cast<uint32_t>(bytes));
   };
   if constexpr (BInt4) {
-#if __CUDA_ARCH__ < 900
-    if (p.cluster_k_split > 1) __trap();  // clusters are sm_90+: dispatch asks for none before
-#endif
     // The rings' first copies hold no registers, so the main loop starts on B already on its way.
     // An int8 A given: they go out before griddep_wait, so with an overlapped launch they overlap
     // the tail of the kernel before, which is tcgemm's quantize of x: it lets this kernel start
