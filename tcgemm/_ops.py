@@ -343,7 +343,9 @@ def int4_gemm(a: torch.Tensor, b: torch.Tensor, group_scale: Optional[torch.Tens
 
     Every backend gives the int32 result of :func:`int8_gemm` on the unpacked weight, bit for
     bit. The few-rows (skinny) kernel streams the packed bytes and unpacks them in registers;
-    the other backends compute with the unpacked int8 weight.
+    on Hopper the tiled sm90 kernel unpacks them in shared memory at up to 512 rows where N is
+    wide enough to fill the GPU; the other shapes and backends compute with the unpacked int8
+    weight.
 
     Args:
         a: int8 [M, K]; any strides.

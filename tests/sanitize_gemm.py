@@ -166,6 +166,25 @@ def main() -> int:
             ok = torch.equal(y, ref)
             failures += not ok
             print(f"quant_linear 4-bit skinny {m}x{n}x{k} {act}: {'exact' if ok else 'MISMATCH'}")
+    # More rows, and tiles that fill the SMs: on sm90 the tiled kernel unpacks the packed weight in
+    # shared memory (int32 and the scaled epilogue), against the unpacked int8 weight.
+    for m, n, k in [(300, 12840, 1024 + 32), (33, 13576, 4096), (257, 7000, 96)]:
+        if "sm90" not in tcgemm.available_backends():
+            break
+        a = torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8).cuda()
+        packed = torch.randint(0, 256, (n, k // 2), generator=gen, dtype=torch.uint8).cuda()
+        gs = torch.randint(1, 17, (n, (k + 127) // 128), generator=gen, dtype=torch.int8).cuda()
+        for group in (None, gs):
+            got = tcgemm.int4_gemm(a, packed, group, backend="sm90")
+            ok = torch.equal(got, tcgemm.int8_gemm(a, tcgemm.unpack_int4(packed, group).t(), backend="sm90"))
+            failures += not ok
+            print(f"int4_gemm sm90 {m}x{n}x{k} groups={group is not None}: {'exact' if ok else 'MISMATCH'}")
+        x = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+        ws = torch.rand(n, generator=gen).cuda()
+        y = tcgemm.quant_linear(x, packed, ws, weight_group_scale=gs, backend="sm90")
+        ok = torch.equal(y, tcgemm.quant_linear(x, tcgemm.unpack_int4(packed, gs), ws, backend="sm90"))
+        failures += not ok
+        print(f"quant_linear 4-bit sm90 {m}x{n}x{k}: {'exact' if ok else 'MISMATCH'}")
     torch.cuda.synchronize()
     return 1 if failures else 0
 

@@ -124,6 +124,58 @@ def test_int4_k_split_between_the_blocks_of_a_cluster(m, n, k, rng):
         assert torch.equal(y4, y8), activation
 
 
+# More rows than the few-rows kernel takes. On sm90 the tiled kernel reads the packed weight and
+# unpacks it in shared memory (kernels/sm90/sm90_unpack.cuh) at up to 512 rows where its 256x128
+# tiles fill the SMs and K is a multiple of 32 (TMA's 16-byte rows): the first four shapes on an
+# H100/H200, with partial tiles in M and N, a K tail and K shorter than one K block. The others go
+# through the unpacked int8 weight: K not a multiple of 32, more rows, and too few tiles.
+SM90_SHAPES = [(17, 13576, 2048 + 32), (300, 12840, 160), (256, 12928, 128), (500, 7000, 96), (64, 13000, 130),
+               (2048, 512, 256), (33, 4096, 4096)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", SM90_SHAPES)
+@pytest.mark.parametrize("scaled", [False, True])
+def test_int4_gemm_more_rows_exact(m, n, k, scaled, rng):
+    a = torch.randint(-128, 128, (m, k), generator=rng, dtype=I8)
+    q = random_q4(n, k, rng)
+    gs = random_group_scale(n, k, rng) if scaled else None
+    w8 = unpacked(q, gs)
+    got = tcgemm.int4_gemm(a.cuda(), pack(q).cuda(), None if gs is None else gs.cuda(), backend="auto")
+    assert torch.equal(got.cpu(), gemm_reference(a, w8.t()))
+
+
+def _kernel_names(fn):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", [(256, 14336, 4096 + 64), (37, 13576, 1024 + 32)])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_sm90_reads_the_packed_weight_in_place(m, n, k, out_dtype, rng):
+    if "sm90" not in tcgemm.available_backends():
+        pytest.skip("the sm90 kernel needs an sm_90 GPU and a build with sm_90a code")
+    q, gs = random_q4(n, k, rng), random_group_scale(n, k, rng)
+    x = torch.randn(m, k, generator=rng).to(out_dtype).cuda()
+    scale = (torch.rand(n, generator=rng) * 0.01 + 1e-3).cuda()
+    bias = torch.randn(n, generator=rng).cuda()
+    packed, gs, w8 = pack(q).cuda(), gs.cuda(), unpacked(q, gs).cuda()
+    names = _kernel_names(lambda: tcgemm.quant_linear(x, packed, scale, weight_group_scale=gs, bias=bias))
+    assert not any("unpack_int4" in name for name in names), names
+    assert any("sm90_gemm_kernel" in name for name in names), names
+    y4 = tcgemm.quant_linear(x, packed, scale, weight_group_scale=gs, bias=bias)
+    assert torch.equal(y4, tcgemm.quant_linear(x, w8, scale, bias=bias))
+    a = torch.randint(-128, 128, (m, k), generator=rng, dtype=I8).cuda()
+    assert torch.equal(tcgemm.int4_gemm(a, packed, gs), tcgemm.int8_gemm(a, w8.t()))
+    # float group scales promote each K block in the epilogue: those run the unpacked weight
+    fscale = (torch.rand(n, (k + 127) // 128, generator=rng) * 0.01 + 1e-3).cuda()
+    names = _kernel_names(lambda: tcgemm.quant_linear(x, packed, fscale))
+    assert any("unpack_int4" in name for name in names), names
+
+
 @pytest.mark.gpu
 def test_int4_gemm_gpu_reads_views_and_offsets(rng):
     # A packed weight that is a row slice of a larger one (base 16-byte aligned or not).

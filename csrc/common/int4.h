@@ -39,6 +39,22 @@ __device__ __forceinline__ void unpack_int4x8_times16(uint32_t packed, uint32_t&
   odd = packed & 0xF0F0F0F0u;
 }
 
+// The eight 4-bit values of a packed word (k .. k + 7) times an integer scale s in
+// [kInt4GroupScaleMin, kInt4GroupScaleMax], as int8 bytes in K order (lo = k .. k + 3, hi =
+// k + 4 .. k + 7): the int8 weight of a two-level group, for kernels that take B as int8 bytes.
+// A nibble XOR 8 is q + 8 in [0, 15]; per byte, (q + 8) * s + 128 - 8 s = q * s + 128 lies in
+// [0, 240], so one 32-bit multiply-add handles four bytes without a carry between them, and an
+// XOR 0x80 per byte turns q * s + 128 into q * s as int8. Nine instructions for eight values.
+static_assert(8 * kInt4GroupScaleMax <= 128 && 7 * kInt4GroupScaleMax + 128 <= 255, "q * s + 128 must fit a byte");
+__device__ __forceinline__ void unpack_int4x8_scaled(uint32_t packed, uint32_t s, uint32_t& lo, uint32_t& hi) {
+  const uint32_t bias = 0x80808080u - s * 0x08080808u;                      // 128 - 8 s per byte
+  const uint32_t even = (packed ^ 0x88888888u) & 0x0F0F0F0Fu;               // q + 8 of k, k + 2, k + 4, k + 6
+  const uint32_t odd = ((packed >> 4) ^ 0x08080808u) & 0x0F0F0F0Fu;         // of k + 1, k + 3, k + 5, k + 7
+  const uint32_t e = even * s + bias, o = odd * s + bias;                   // q * s + 128 per byte
+  lo = __byte_perm(e, o, 0x5140) ^ 0x80808080u;
+  hi = __byte_perm(e, o, 0x7362) ^ 0x80808080u;
+}
+
 // Eight int8 values in K order (lo = k .. k + 3, hi = k + 4 .. k + 7) reordered as
 // unpack_int4x8_times16 orders a packed word: lo = k, k + 2, k + 4, k + 6, hi = k + 1, ... k + 7.
 __device__ __forceinline__ void pair_even_odd(uint32_t& lo, uint32_t& hi) {

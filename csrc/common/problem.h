@@ -40,7 +40,7 @@ struct GemmProblem {
   Operand b;  // B^T, [N, K]
   Output d;   // [M, N]
   // B as packed 4-bit values (common/int4.h; b.ptr its bytes, b.stride_row bytes between rows),
-  // read by the skinny kernel only (dispatch/launch.h: reads_packed_b), each value times its int8
+  // read by the skinny and sm90 kernels only (dispatch/launch.h: reads_packed_b), each value times its int8
   // group scale b_group_scale[n * b_group_scale_stride + k / 128] where one is given.
   bool b_int4 = false;
   const int8_t* b_group_scale = nullptr;

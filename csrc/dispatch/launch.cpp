@@ -12,6 +12,7 @@
 #include "kernels/sm80/sm80_gemm.h"
 #include "kernels/sm90/configs.h"
 #include "kernels/sm90/sm90_gemm.h"
+#include "kernels/sm90/sm90_tensor_map.h"
 #include "kernels/wmma/configs.h"
 #include "kernels/wmma/wmma_gemm.h"
 
@@ -63,7 +64,7 @@ void run_sm90(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev
   if (use_skinny(p.m, p.n, p.k, dev.sm_count, /*vs_sm90=*/true, p.b_int4)) return run_skinny(p, epilogue, dev);
   const auto* scaled = std::get_if<ScaledEpilogueParams>(&epilogue);
   const bool column_scales = scaled != nullptr && scaled->b.per_row_block();
-  const Sm90Plan plan = plan_sm90(p.m, p.n, p.k, epilogue_family_of(epilogue), column_scales, dev.sm_count);
+  const Sm90Plan plan = plan_sm90(p.m, p.n, p.k, epilogue_family_of(epilogue), column_scales, dev.sm_count, p.b_int4);
   p.split_k = plan.split_k;
   prefill_for_split(p, epilogue);
   with_epilogue(epilogue, p.d.type, [&](const auto& epi) {
@@ -74,6 +75,7 @@ void run_sm90(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev
       case Sm90Config::kTiny: return sm90::launch<sm90::Tiny>(p, epi, dev.sm_count);
       case Sm90Config::kBlock: return sm90::launch<sm90::Block>(p, epi, dev.sm_count);
       case Sm90Config::kBlockColumns: return sm90::launch<sm90::BlockColumns>(p, epi, dev.sm_count);
+      case Sm90Config::kInt4: return sm90::launch<sm90::Int4>(p, epi, dev.sm_count);
     }
   });
 }
@@ -90,7 +92,8 @@ void run_wmma(const GemmProblem& p, const EpilogueArgs& epilogue, const DeviceIn
 }  // namespace
 
 void run_gpu(Backend b, const GemmProblem& p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
-  if (p.b_int4 && !reads_packed_b(b, p, dev)) throw std::logic_error("tcgemm: run_gpu got 4-bit B off the skinny route");
+  if (p.b_int4 && !reads_packed_b(b, p, dev, epilogue_family_of(epilogue) == kEpiPerBlock))
+    throw std::logic_error("tcgemm: run_gpu got a 4-bit B that no kernel of its route reads");
   if (p.k == 0) {  // A @ B is all zeros: no GEMM kernel needed
     const auto* int32 = std::get_if<Int32EpilogueParams>(&epilogue);
     if (int32 == nullptr) throw std::logic_error("tcgemm: run_gpu got K = 0 for an epilogue without a fill");
@@ -117,8 +120,12 @@ bool runs_on_skinny(Backend b, int m, int n, int k, const DeviceInfo& dev, bool 
   }
 }
 
-bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev) {
-  return runs_on_skinny(b, p.m, p.n, p.k, dev, /*b_int4=*/true) && skinny::packed_b_fits(p.b, p.n) && p.a.is_signed;
+bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block) {
+  if (runs_on_skinny(b, p.m, p.n, p.k, dev, /*b_int4=*/true))
+    return skinny::packed_b_fits(p.b, p.n) && p.a.is_signed;
+  // The sm90 kernel unpacks B in shared memory where the int32 sums run over all of K.
+  return b == Backend::kSm90 && !per_block && use_sm90_int4(p.m, p.n, dev.sm_count) &&
+         sm90::tma_describable(p.a, p.m, p.k) && sm90::packed_tma_describable(p.b, p.n, p.k);
 }
 
 void run_skinny_quantizing(const GemmProblem& given, const ScaledEpilogueParams& e, const QuantizeParams& xq,

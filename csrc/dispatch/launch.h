@@ -20,9 +20,12 @@ void run_gpu(Backend b, const GemmProblem& p, const EpilogueArgs& epilogue, cons
 bool runs_on_skinny(Backend b, int m, int n, int k, const DeviceInfo& dev, bool b_int4 = false);
 
 // Whether resolved GPU backend b computes p with its packed 4-bit B (p.b_int4) as it is: the
-// skinny kernel on its route, B's rows as it loads them. Otherwise the binding layer unpacks B
-// into int8 first (kernels/int4/unpack_int4.h) and every backend runs the int8 weight.
-bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev);
+// skinny kernel on its route, B's rows as it loads them; off that route, the sm90 kernel (its
+// Int4 config) where plan.h's use_sm90_int4 takes the shape, the sums run over all of K (not
+// per_block: the epilogue promotes no K blocks) and TMA can describe A and the packed B.
+// Otherwise the binding layer unpacks B into int8 first (kernels/int4/unpack_int4.h) and every
+// backend runs the int8 weight.
+bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block);
 
 // The scaled GEMM p (a symmetric epilogue, D of x's dtype) on the skinny kernel, which quantizes
 // A from the float rows xq describes itself (skinny::quantizes_in_kernel(xq)); p.a is not read.

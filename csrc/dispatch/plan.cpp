@@ -37,6 +37,20 @@ SkinnyConfig plan_skinny(int m, int n, int sm_count, bool b_int4) {
   return m > 8 && 8 * wide_blocks >= 15LL * sm_count ? SkinnyConfig::kRows16Cols32 : SkinnyConfig::kRows16Cols16;
 }
 
+// The tiled sm90 kernel with a packed B unpacks every K block in shared memory (the consumer
+// warpgroups, between wgmma: kernels/sm90/sm90_unpack.cuh), which costs it more than the
+// separate unpacking pass costs the int8 kernels once the GEMM is bound by its MACs, and its
+// 256x128 tiles leave SMs idle where N is narrow. H100, quant_linear two-level W4A8 against the
+// binding layer's unpacking and the int8 layer, us (docs/design/int4.md): 8B up (N = 14336, 112
+// column tiles) at M = 17 / 64 / 256 / 512 / 1024 / 2048: 54.6 / 54.0 / 57.8 / 90.9 / 157.5 /
+// 260.7 against 69.9 / 69.0 / 84.1 / 99.1 / 133.0 / 212.3; 8B down (N = 4096, 32 tiles) at M = 64
+// 127.9 against 71.3; 8B qkv (N = 6144, 48 tiles) at M = 512 58.6 against 58.2.
+bool use_sm90_int4(int m, int n, int sm_count) {
+  const long long tiles = static_cast<long long>((m + sm90::Int4::kBM - 1) / sm90::Int4::kBM) *
+                          ((n + sm90::Int4::kBN - 1) / sm90::Int4::kBN);
+  return m <= 512 && 4 * tiles >= 3LL * sm_count;
+}
+
 // Two blocks per tile where the tiles alone leave every SM's second block slot idle (at most one
 // tile per SM) and K gives each of the cluster's 16 warps a K block; else whole tiles. H200,
 // 2026-11-26, the splits interleaved in one run, M = 1, us at split 1 / 2 / 4 (docs/design/int4.md):
@@ -116,9 +130,12 @@ void sm90_consider(Sm90Config config, double per_mac, int m, int n, int k, int s
 
 }  // namespace
 
-Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, bool column_scales, int sm_count) {
+Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, bool column_scales, int sm_count, bool b_int4) {
   Sm90Plan best;
   double best_cost = 1e300;
+  // A packed 4-bit B: the one config that unpacks it (use_sm90_int4 takes it only where its
+  // tiles fill the SMs, so never split).
+  if (b_int4) return Sm90Plan{Sm90Config::kInt4, 1};
   // Weight scales per column and K block: the one config that stages a factor per column.
   if (epilogue_family == kEpiPerBlock && column_scales) return Sm90Plan{Sm90Config::kBlockColumns, 1};
   if (epilogue_family == kEpiPerBlock) {

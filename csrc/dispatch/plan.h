@@ -16,6 +16,11 @@ SkinnyConfig plan_skinny(int m, int n, int sm_count, bool b_int4 = false);
 // K blocks (GemmProblem::cluster_k_split): 1 or 2.
 int plan_skinny_int4_split(int m, int n, int k, int sm_count);
 
+// Packed 4-bit B off the skinny route on sm90: whether the tiled kernel reads it as it is (its
+// Int4 config, unpacking each K block in shared memory) rather than the binding layer unpacking
+// it into int8 for the int8 kernels: at most 512 rows, and tiles that fill the SMs.
+bool use_sm90_int4(int m, int n, int sm_count);
+
 enum class Sm80Config { kLarge, kSmall, kBlock };
 struct Sm80Plan {
   Sm80Config config = Sm80Config::kLarge;
@@ -24,12 +29,14 @@ struct Sm80Plan {
 // epilogue_family: the kEpi* family of the epilogue (epilogue/epilogues.h).
 Sm80Plan plan_sm80(int m, int n, int k, unsigned epilogue_family, int sm_count, int smem_optin);
 
-enum class Sm90Config { kLarge, kPingPong, kSmall, kTiny, kBlock, kBlockColumns };
+enum class Sm90Config { kLarge, kPingPong, kSmall, kTiny, kBlock, kBlockColumns, kInt4 };
 struct Sm90Plan {
   Sm90Config config = Sm90Config::kLarge;
   int split_k = 1;
 };
 // column_scales: per-block weight scales with one value per column and K block ([N, ceil(K/128)]).
-Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, bool column_scales, int sm_count);
+// b_int4: B is a packed 4-bit weight, read as it is (the Int4 config, unsplit; never per-block).
+Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, bool column_scales, int sm_count,
+                   bool b_int4 = false);
 
 }  // namespace tcgemm

@@ -133,7 +133,7 @@ at::Tensor gemm_int4(const at::Tensor& a, const at::Tensor& b, const std::option
   const at::Tensor gs_c = gs != nullptr ? gs->contiguous() : at::Tensor();
   p.b_group_scale = gs_c.defined() ? gs_c.const_data_ptr<int8_t>() : nullptr;
   p.b_group_scale_stride = gs_c.defined() ? gs_c.size(1) : 0;
-  if (!reads_packed_b(backend, p, dev)) {  // the int8 GEMM of the unpacked weight
+  if (!reads_packed_b(backend, p, dev, /*per_block=*/false)) {  // the int8 GEMM of the unpacked weight
     return gemm(a, unpack_int4_to_int8(b, gs, k).t(), std::nullopt, 1, 0, backend_arg);
   }
   at::Tensor a_copy;  // the skinny kernel reads A K-major, 16-byte aligned

@@ -98,7 +98,8 @@ struct ScaledGemmCall {
   const Operand* a_rows = nullptr;
   int64_t m = 0, k = 0;
   // B given as a packed 4-bit weight [N, K/2] (b_rows), with its int8 group scales or none: the
-  // skinny kernel reads it as it is (reads_packed_b), other backends its unpacked int8 weight.
+  // skinny and sm90 kernels read it as it is where they can (reads_packed_b), other backends and
+  // shapes its unpacked int8 weight.
   bool b_int4 = false;
   const at::Tensor* b_group_scale = nullptr;
   // Or A quantized by the GEMM kernel itself from the float rows xq describes (quant_linear at a

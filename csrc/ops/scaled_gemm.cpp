@@ -99,7 +99,7 @@ void run_cuda(const char* op, Backend requested, const at::Tensor& a, const at::
   Backend backend = Backend::kAuto;
   const std::string why_not = resolve_gpu_backend(requested, dev, e, &backend);
   TORCH_CHECK_VALUE(why_not.empty(), op, ": ", why_not, " (argument 'backend')");
-  const bool native_int4 = p.b_int4 && reads_packed_b(backend, p, dev);
+  const bool native_int4 = p.b_int4 && reads_packed_b(backend, p, dev, e.per_block());
   const at::Tensor unpacked = p.b_int4 && !native_int4 ? unpack_b(p, b, call) : at::Tensor();
   // alive until the launch is enqueued; a packed B read as it is stays out of it
   const OperandCopies copies =

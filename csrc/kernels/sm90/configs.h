@@ -18,8 +18,12 @@ namespace tcgemm::sm90 {
 // Epilogues: the kEpi* families (epilogue/epilogues.h) the config is instantiated for.
 // ColumnFactors: per-block configs that stage a promotion factor per column as well as per row,
 // for weight scales with one value per column and K block ([N, ceil(K/128)]).
+// BInt4: B is a packed 4-bit weight (GemmProblem::b_int4, two-level or unscaled): TMA brings each
+// stage's B packed, [BN][64] bytes unswizzled, and the consumer warpgroups unpack the next K
+// block's, times its int8 group scales, into one of two swizzled int8 B tiles while the current
+// block's wgmma run (kernels/sm90/sm90_unpack.cuh).
 template <int BM, int BN, int WgM, int WgN, int Stages, bool PingPong, unsigned Epilogues, int GroupM = 8,
-          bool ColumnFactors = false>
+          bool ColumnFactors = false, bool BInt4 = false>
 struct TileConfig {
   static constexpr unsigned kEpilogues = Epilogues;
   static constexpr bool kPingPong = PingPong;
@@ -53,7 +57,13 @@ struct TileConfig {
 
   static constexpr int kATileBytes = kBM * kBK;
   static constexpr int kBTileBytes = kBN * kBK;
-  static constexpr int kStageBytes = kATileBytes + kBTileBytes;
+  static constexpr bool kBInt4 = BInt4;
+  static constexpr int kBPackedTileBytes = BInt4 ? kBN * kBK / 2 : 0;
+  // A stage holds what TMA brings: A, and B as int8 or packed. A packed B's K block in ring slot
+  // s is unpacked into int8 tile s % kBInt8Tiles (kStages a multiple of it).
+  static constexpr int kBTmaTileBytes = BInt4 ? kBPackedTileBytes : kBTileBytes;
+  static constexpr int kStageBytes = kATileBytes + kBTmaTileBytes;
+  static constexpr int kBInt8Tiles = BInt4 ? 2 : 0;
 
   // Epilogue staging: each consumer warp writes its 16 x WN rows of D 128 bytes of columns at a
   // time (one 128-byte swizzle row per output row: 32 int32/fp32 or 64 bf16/fp16 columns) into
@@ -64,9 +74,10 @@ struct TileConfig {
   static constexpr int kEpiBufferBytes = kEpiRows * kEpiRowBytes;
   static constexpr int kEpiBytes = kConsumerWarpgroups * 4 * 2 * kEpiBufferBytes;
 
-  // Stages, epilogue buffers, factor slots, then 2 mbarriers per stage; +1024 to align
-  // everything to the 128-byte swizzle atom.
-  static constexpr int kSmemBytes = kStages * kStageBytes + kEpiBytes + kFactorBytes + 2 * kStages * 8 + 1024;
+  // Stages, a packed B's int8 tiles, epilogue buffers, factor slots, then 2 mbarriers per stage;
+  // +1024 to align everything to the 128-byte swizzle atom.
+  static constexpr int kSmemBytes =
+      kStages * kStageBytes + kBInt8Tiles * kBTileBytes + kEpiBytes + kFactorBytes + 2 * kStages * 8 + 1024;
 
   // setmaxnreg split of the registers the block holds from its launch (kThreads x the kernel's
   // register count, which is at most kLaunchRegs): setmaxnreg.inc waits until the pool has the
@@ -91,6 +102,10 @@ struct TileConfig {
   static_assert(!(Epilogues & kEpiPerBlock) || kSupportsPerBlock, "config cannot promote per-block scales");
   static_assert(!ColumnFactors || Epilogues == kEpiPerBlock, "column factors serve per-block scales only");
   static_assert(!ColumnFactors || kWgN == 1, "the column factors are read at the tile's columns");
+  static_assert(!BInt4 || (!(Epilogues & kEpiPerBlock) && !PingPong),
+                "4-bit B: the int32 sums run over all of K (no promotion), cooperative warpgroups");
+  static_assert(kBPackedTileBytes % 1024 == 0, "tiles must keep 1024-byte alignment");
+  static_assert(kStages % (BInt4 ? kBInt8Tiles : 1) == 0, "ring slot s unpacks into int8 tile s % kBInt8Tiles");
 };
 
 constexpr unsigned kAnyScaling = kEpiInt32 | kEpiScaled;
@@ -115,5 +130,10 @@ using Block = TileConfig<128, 128, 2, 1, 6, false, kEpiPerBlock>;
 // Per-block scaled GEMM with weight scales per column and K block ([N, ceil(K/128)]): Block with
 // a factor per column as well, so 5 stages (a sixth and the column factors exceed 227 KiB).
 using BlockColumns = TileConfig<128, 128, 2, 1, 5, false, kEpiPerBlock, 8, true>;
+// Packed 4-bit B (two-level or unscaled weights): 256x128, two cooperative consumer warpgroups of
+// 128x128, 4 stages of 40 KiB (A 32, packed B 8) and two int8 B tiles of 16 KiB. Per K block the
+// unpacking moves 8 KiB in and 16 KiB out of shared memory, half what a 128x256 tile's would for
+// the same MACs.
+using Int4 = TileConfig<256, 128, 2, 1, 4, false, kAnyScaling, 8, false, true>;
 
 }  // namespace tcgemm::sm90

@@ -3,6 +3,7 @@
 //   sm90_scheduler.cuh  which work units (tile x K range) a block takes, and the ring position;
 //   sm90_producer.cuh   warpgroup 0: one thread issues the TMA loads of every K block;
 //   sm90_factors.cuh    with per-block scales, warps 1-3 stage the K blocks' promotion factors;
+//   sm90_unpack.cuh     with a packed 4-bit B, how the consumers unpack a K block's B into int8;
 //   sm90_mainloop.cuh   warpgroups 1..: wgmma per K block, per-block promotion when the
 //                       epilogue asks for it, then the tile's epilogue;
 //   sm90_store.cuh      the epilogue stores: staged per warp in swizzled shared memory and
@@ -27,6 +28,7 @@
 #include "kernels/sm90/sm90_mainloop.cuh"
 #include "kernels/sm90/sm90_producer.cuh"
 #include "kernels/sm90/sm90_tensor_map.h"
+#include "kernels/sm90/sm90_unpack.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/tma.cuh"
 #include "ptx/warpgroup.cuh"
@@ -45,9 +47,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(round_up<uintptr_t>(reinterpret_cast<uintptr_t>(smem_raw), 1024));
-  uint8_t* a_tiles = smem;                                      // kStages x [BM][128], swizzled
-  uint8_t* b_tiles = smem + kStages * Cfg::kATileBytes;         // kStages x [BN][128], swizzled
-  uint8_t* epi_buffers = b_tiles + kStages * Cfg::kBTileBytes;  // per consumer warp: 2 x [16][128 bytes]
+  uint8_t* a_tiles = smem;                                        // kStages x [BM][128], swizzled
+  uint8_t* b_tiles = smem + kStages * Cfg::kATileBytes;           // kStages x [BN][128], swizzled (or [BN][64] packed)
+  uint8_t* b_int8 = b_tiles + kStages * Cfg::kBTmaTileBytes;      // packed B: kBInt8Tiles x [BN][128], swizzled
+  uint8_t* epi_buffers = b_int8 + Cfg::kBInt8Tiles * Cfg::kBTileBytes;  // per consumer warp: 2 x [16][128 bytes]
   float* factors = reinterpret_cast<float*>(epi_buffers + Cfg::kEpiBytes);  // kFactorSlots x [kFactorSlotFloats]
   uint64_t* full = reinterpret_cast<uint64_t*>(epi_buffers + Cfg::kEpiBytes + Cfg::kFactorBytes);
   uint64_t* empty = full + kStages;
@@ -92,9 +95,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     return;
   }
   ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
-  Consumer<Cfg, Mma, Epi> consumer(args, epi, &map_d, a_tiles, b_tiles, epi_buffers, full, empty);
+  Consumer<Cfg, Mma, Epi> consumer(args, epi, &map_d, a_tiles, Cfg::kBInt4 ? b_int8 : b_tiles, epi_buffers, full,
+                                   empty);
   if constexpr (Epi::kPromotes) {
     consume_tiles_promoting(consumer, ptx::smem_addr(factors));
+  } else if constexpr (Cfg::kBInt4) {
+    consume_tiles_unpacking(consumer, BUnpacker<Cfg>(args, b_tiles, b_int8, threadIdx.x - 128));
   } else {
     consume_tiles(consumer);
   }
@@ -121,9 +127,13 @@ void launch_kernel(const GemmProblem& p, const Epi& epi, int sm_count) {
   args.ldd = p.d.ld;
   args.d_vec2 = p.d.ld % 2 == 0 && reinterpret_cast<uintptr_t>(p.d.ptr) % (2 * sizeof(Out)) == 0;
   args.d_tma = tma_storable(p.d.ptr, sizeof(Out), p.m, p.d.ld);
+  if (p.b_int4 != Cfg::kBInt4) throw std::logic_error("tcgemm: sm90 config and B's packing disagree");
+  args.b_group_scale = p.b_group_scale;
+  args.b_group_scale_stride = p.b_group_scale_stride;
 
   const CUtensorMap map_a = make_operand_tensor_map(p.a, p.m, p.k, args.a_box_rows, "a");
-  const CUtensorMap map_b = make_operand_tensor_map(p.b, p.n, p.k, Cfg::kBN, "b");
+  const CUtensorMap map_b = Cfg::kBInt4 ? make_packed_operand_tensor_map(p.b, p.n, p.k, Cfg::kBN, "b")
+                                        : make_operand_tensor_map(p.b, p.n, p.k, Cfg::kBN, "b");
   CUtensorMap map_d{};
   if (args.d_tma) {
     map_d = make_output_tensor_map(p.d.ptr, p.d.type, p.m, p.n, p.d.ld, Cfg::kEpiRows,
@@ -142,8 +152,10 @@ void launch(const GemmProblem& p, const Epi& epi, int sm_count) {
   if constexpr (!config_serves<Cfg, Epi>()) {
     throw std::logic_error("tcgemm: this sm90 tile config is not built for this epilogue");
   } else {
-    with_operand_signs<Epi>(p, [&](auto a_signed, auto b_signed) {
-      launch_kernel<Cfg, Epi, decltype(a_signed)::value, decltype(b_signed)::value>(p, epi, sm_count);
+    GemmProblem q = p;
+    if (q.b_int4) q.b.is_signed = true;  // B unpacks into int8 (the packed bytes are uint8)
+    with_operand_signs<Epi>(q, [&](auto a_signed, auto b_signed) {
+      launch_kernel<Cfg, Epi, decltype(a_signed)::value, decltype(b_signed)::value>(q, epi, sm_count);
     });
   }
 }

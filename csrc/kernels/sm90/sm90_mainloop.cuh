@@ -16,6 +16,7 @@
 #include "kernels/sm90/sm90_factors.cuh"
 #include "kernels/sm90/sm90_params.cuh"
 #include "kernels/sm90/sm90_store.cuh"
+#include "kernels/sm90/sm90_unpack.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/warpgroup.cuh"
 #include "ptx/wgmma.cuh"
@@ -37,6 +38,7 @@ struct Consumer {
   RingPosition<Cfg::kStages> ring;  // where the next K block of the ring lies
   uint32_t chunks_issued = 0;       // this warp's epilogue TMA stores so far (staging buffer = count % 2)
 
+  // b_tiles: the int8 B tiles (one per stage, or a packed B's kBInt8Tiles).
   __device__ __forceinline__ Consumer(const Params& args_, const Epi& epi_, const CUtensorMap* map_d_, uint8_t* a_tiles,
                                       uint8_t* b_tiles, uint8_t* epi_buffers_, uint64_t* full_, uint64_t* empty_)
       : args(args_), epi(epi_), map_d(map_d_), full(full_), empty(empty_), epi_buffers(epi_buffers_) {
@@ -67,7 +69,7 @@ struct Consumer {
                                               bool accumulate) const {
     ptx::wgmma_fence();
     const uint64_t desc_a = ptx::wgmma_desc_advance(desc_a0, slot * Cfg::kATileBytes);
-    const uint64_t desc_b = ptx::wgmma_desc_advance(desc_b0, slot * Cfg::kBTileBytes);
+    const uint64_t desc_b = ptx::wgmma_desc_advance(desc_b0, b_tile_of<Cfg>(slot) * Cfg::kBTileBytes);
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBK / Cfg::kMmaK; ++kk) {
 #pragma unroll
@@ -240,6 +242,55 @@ __device__ __forceinline__ void consume_tiles_promoting(Consumer<Cfg, Mma, Epi>&
   promote_block(acc);
   release_after_promotion(last);
   c.store_tile(w, accf);
+}
+
+// A packed 4-bit B (Cfg::kBInt4; no per-block scales, no ping-pong): right after the wgmma of K
+// block g are issued, K block g + 1 of the block's sequence is unpacked into int8 tile
+// b_tile_of(slot) while they run, and the two warpgroups meet at a named barrier once both have
+// written their parts. The tile it overwrites was read by the wgmma of g - 1, which the
+// wait_group 1 after issuing g has seen retire; that wait also frees g - 1's ring slot, as in
+// consume_tiles.
+template <class Cfg, class Mma, class Epi>
+__device__ __forceinline__ void consume_tiles_unpacking(Consumer<Cfg, Mma, Epi>& c, BUnpacker<Cfg> unpacker) {
+  static_assert(Cfg::kBInt4 && !Cfg::kPingPong && !Epi::kPromotes, "the unpacking main loop");
+  int32_t acc[Cfg::kMmaM][Cfg::kAccRegs];
+  const int my_units = c.args.sched.block_units();
+  if (my_units == 0) return;
+  // The K block to unpack next: unit nth, K block kb, ring position at.
+  int next_nth = 0;
+  WorkUnit next_w = c.args.sched.template block_unit<Cfg::kGroupM>(0);
+  int next_kb = next_w.kb_begin;
+  RingPosition<Cfg::kStages> next_at;
+  // Unpacks the next K block, then loads the group scales of the one after, which arrive while
+  // this block's wgmma are issued and the block before retires.
+  auto unpack_next = [&]() {
+    c.wait_full(next_at);
+    unpacker.unpack(next_at.slot);
+    ptx::named_barrier_sync(kUnpackBarrier, 128 * Cfg::kConsumerWarpgroups);  // both parts written
+    next_at.advance();
+    if (++next_kb == next_w.kb_end && ++next_nth < my_units) {
+      next_w = c.args.sched.template block_unit<Cfg::kGroupM>(next_nth);
+      next_kb = next_w.kb_begin;
+    }
+    if (next_nth < my_units) unpacker.load_scales(next_w.tile_n, next_kb);
+  };
+  unpacker.load_scales(next_w.tile_n, next_kb);
+  unpack_next();
+  for (int nth = 0; nth < my_units; ++nth) {
+    const WorkUnit w = c.args.sched.template block_unit<Cfg::kGroupM>(nth);
+    int prev_slot = -1;
+    for (int kb = w.kb_begin; kb < w.kb_end; ++kb, c.ring.advance()) {
+      const int slot = c.ring.slot;
+      c.issue_block(acc, slot, kb > w.kb_begin);
+      ptx::wgmma_wait_group<1>(acc);  // the block before this one has retired: its slot and tile are free
+      if (prev_slot >= 0) c.release(prev_slot);
+      prev_slot = slot;
+      if (next_nth < my_units) unpack_next();
+    }
+    ptx::wgmma_wait_group<0>(acc);
+    c.release(prev_slot);
+    c.store_tile(w, acc);
+  }
 }
 
 }  // namespace tcgemm::sm90

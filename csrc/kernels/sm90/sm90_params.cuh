@@ -15,6 +15,10 @@ struct Params {
   int64_t ldd;
   bool d_vec2;     // column pairs of D are aligned: they go out as one store
   bool d_tma;      // D is written through its tensor map (TMA reduce-add with split-K)
+  // Packed 4-bit B (TileConfig::kBInt4): its int8 group scale of row n and K block kb at
+  // b_group_scale[n * b_group_scale_stride + kb], or none (every scale 1).
+  const int8_t* b_group_scale;
+  int64_t b_group_scale_stride;
 };
 
 }  // namespace tcgemm::sm90

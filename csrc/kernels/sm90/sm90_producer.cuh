@@ -1,6 +1,7 @@
 // The sm90 kernel's producer: one thread walks the block's work units and, for every 128-byte K
 // block, waits until the ring slot is free ("empty" mbarrier), then has TMA copy the A and B
-// boxes into it, landing on the slot's "full" mbarrier.
+// boxes into it, landing on the slot's "full" mbarrier. A packed 4-bit B (Cfg::kBInt4) lands in
+// the slot's packed tile, 64 bytes per row and K block, for the unpacking warps.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,8 @@ __device__ __forceinline__ void produce(const Params& args, const CUtensorMap* m
   const uint64_t keep = ptx::l2_policy_evict_last(), stream = ptx::l2_policy_evict_first();
   const uint64_t policy_a = args.sched.tiles_n == 1 ? stream : keep;
   const uint64_t policy_b = args.sched.tiles_m == 1 ? stream : keep;
-  const uint32_t stage_bytes = args.a_box_rows * Cfg::kBK + Cfg::kBTileBytes;  // TMA counts a box whole
+  constexpr int kBBoxK = Cfg::kBInt4 ? Cfg::kBK / 2 : Cfg::kBK;  // the K block's bytes of a B row
+  const uint32_t stage_bytes = args.a_box_rows * Cfg::kBK + Cfg::kBTmaTileBytes;  // TMA counts a box whole
   RingPosition<Cfg::kStages> ring;
   const int units = args.sched.units();
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
@@ -34,7 +36,7 @@ __device__ __forceinline__ void produce(const Params& args, const CUtensorMap* m
       ptx::mbarrier_wait(&empty[slot], ring.phase ^ 1);
       ptx::mbarrier_arrive_expect_tx(&full[slot], stage_bytes);
       ptx::tma_load_2d(a_tiles + slot * Cfg::kATileBytes, map_a, &full[slot], kb * Cfg::kBK, w.tile_m * Cfg::kBM, policy_a);
-      ptx::tma_load_2d(b_tiles + slot * Cfg::kBTileBytes, map_b, &full[slot], kb * Cfg::kBK, w.tile_n * Cfg::kBN, policy_b);
+      ptx::tma_load_2d(b_tiles + slot * Cfg::kBTmaTileBytes, map_b, &full[slot], kb * kBBoxK, w.tile_n * Cfg::kBN, policy_b);
     }
   }
 }

@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/cuda_check.h"
+#include "common/int4.h"
 #include "common/math.h"
 
 namespace tcgemm::sm90 {
@@ -43,9 +44,11 @@ struct MapKey {
   int box_cols, box_rows;
   CUtensorMapDataType type;
   CUtensorMapL2promotion promotion;
+  CUtensorMapSwizzle swizzle;
   bool operator==(const MapKey& o) const {
     return ptr == o.ptr && cols == o.cols && rows == o.rows && stride_bytes == o.stride_bytes &&
-           box_cols == o.box_cols && box_rows == o.box_rows && type == o.type && promotion == o.promotion;
+           box_cols == o.box_cols && box_rows == o.box_rows && type == o.type && promotion == o.promotion &&
+           swizzle == o.swizzle;
   }
 };
 
@@ -76,12 +79,13 @@ class MapCache {
 };
 
 // A 2-D row-major tensor [rows, cols] (cols contiguous) read or written in [box_rows, box_cols]
-// boxes with 128-byte swizzle. Throws std::runtime_error naming the operand (`operand`, or the
+// boxes with the given swizzle. Throws std::runtime_error naming the operand (`operand`, or the
 // output where null) if the driver refuses.
 CUtensorMap encode_2d(CUtensorMapDataType type, const void* ptr, int64_t cols, int64_t rows, int64_t stride_bytes,
-                      int box_cols, int box_rows, CUtensorMapL2promotion promotion, const char* operand) {
+                      int box_cols, int box_rows, CUtensorMapL2promotion promotion, const char* operand,
+                      CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   thread_local MapCache cache;
-  const MapKey key{ptr, cols, rows, stride_bytes, box_cols, box_rows, type, promotion};
+  const MapKey key{ptr, cols, rows, stride_bytes, box_cols, box_rows, type, promotion, swizzle};
   if (const CUtensorMap* hit = cache.find(key)) return *hit;
   CUtensorMap map{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
@@ -90,7 +94,7 @@ CUtensorMap encode_2d(CUtensorMapDataType type, const void* ptr, int64_t cols, i
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult status =
       encode_tiled()(&map, type, 2, const_cast<void*>(ptr), dims, strides, box, element_strides,
-                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (status != CUDA_SUCCESS) {
     const std::string what = operand != nullptr ? std::string("operand '") + operand + "'" : std::string("output");
     throw std::runtime_error(std::string("tcgemm: cuTensorMapEncodeTiled failed (CUresult ") +
@@ -113,6 +117,16 @@ bool tma_describable(const Operand& op, int64_t rows, int64_t k) {
 CUtensorMap make_operand_tensor_map(const Operand& op, int64_t rows, int64_t k, int box_rows, const char* name) {
   return encode_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, op.ptr, k, rows, row_stride_bytes(op, rows, k), 128, box_rows,
                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, name);
+}
+
+bool packed_tma_describable(const Operand& op, int64_t rows, int64_t k) {
+  return tma_describable(op, rows, ceil_div<int64_t>(k, kInt4PerByte));
+}
+
+CUtensorMap make_packed_operand_tensor_map(const Operand& op, int64_t rows, int64_t k, int box_rows, const char* name) {
+  const int64_t bytes = ceil_div<int64_t>(k, kInt4PerByte);
+  return encode_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, op.ptr, bytes, rows, row_stride_bytes(op, rows, bytes), 64, box_rows,
+                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, name, CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 bool tma_storable(const void* d, size_t element_bytes, int64_t m, int64_t ldd) {

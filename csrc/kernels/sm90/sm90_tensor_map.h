@@ -17,6 +17,11 @@ bool tma_describable(const Operand& op, int64_t rows, int64_t k);
 // Encodes the descriptor; throws std::runtime_error naming the operand if the driver refuses.
 CUtensorMap make_operand_tensor_map(const Operand& op, int64_t rows, int64_t k, int box_rows, const char* name);
 
+// A packed 4-bit operand ([rows, ceil(k / 2)] bytes, common/int4.h) read in boxes of
+// [box_rows, 64] bytes (128 values of K), unswizzled: what tma_describable asks of its bytes.
+bool packed_tma_describable(const Operand& op, int64_t rows, int64_t k);
+CUtensorMap make_packed_operand_tensor_map(const Operand& op, int64_t rows, int64_t k, int box_rows, const char* name);
+
 // The output D [M, N] of `type` (unit stride along N) written in boxes of [box_rows, box_cols]
 // with 128-byte swizzle (box_cols * element size must be 128). TMA needs a 16-byte aligned base
 // and a row stride (ldd * element size) that is a multiple of 16.
