@@ -40,11 +40,12 @@ SkinnyConfig plan_skinny(int m, int n, int sm_count, bool b_int4) {
 // The tiled sm90 kernel with a packed B unpacks every K block in shared memory (the consumer
 // warpgroups, between wgmma: kernels/sm90/sm90_unpack.cuh), which costs it more than the
 // separate unpacking pass costs the int8 kernels once the GEMM is bound by its MACs, and its
-// 256x128 tiles leave SMs idle where N is narrow. H100, quant_linear two-level W4A8 against the
-// binding layer's unpacking and the int8 layer, us (docs/design/int4.md): 8B up (N = 14336, 112
-// column tiles) at M = 17 / 64 / 256 / 512 / 1024 / 2048: 54.6 / 54.0 / 57.8 / 90.9 / 157.5 /
-// 260.7 against 69.9 / 69.0 / 84.1 / 99.1 / 133.0 / 212.3; 8B down (N = 4096, 32 tiles) at M = 64
-// 127.9 against 71.3; 8B qkv (N = 6144, 48 tiles) at M = 512 58.6 against 58.2.
+// 256x128 tiles leave SMs idle where N is narrow. H100, two-level W4A8 quant_linear against
+// unpack_int4 then the int8 quant_linear (docs/design/int4.md), us: with CUDA graphs
+// (bench_int4_tiled), 8B up (N = 14336, 112 column tiles) at M = 17 / 64 / 256 / 512 40.3 / 40.4 /
+// 41.3 / 75.4 against 58.1 / 58.4 / 72.2 / 89.1; taken at every shape (eager, before this rule),
+// 8B up at M = 1024 / 2048 157.5 / 260.7 against 133.0 / 212.3, 8B down (N = 4096, 32 tiles) at
+// M = 64 127.9 against 71.3, 8B qkv (48 tiles) at M = 512 58.6 against 58.2.
 bool use_sm90_int4(int m, int n, int sm_count) {
   const long long tiles = static_cast<long long>((m + sm90::Int4::kBM - 1) / sm90::Int4::kBM) *
                           ((n + sm90::Int4::kBN - 1) / sm90::Int4::kBN);
