@@ -20,7 +20,7 @@ import sys
 import torch
 
 from benchmarks import timing
-from benchmarks.bench_decode import LAYERS, SPLIT_LAYERS, time_methods
+from benchmarks.bench_decode import select_layers, time_methods
 
 ROWS = (17, 64, 256, 512, 1024, 2048)
 
@@ -54,13 +54,12 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("bench_int4_tiled: needs a CUDA device")
         return 1
+    layers = select_layers(args.layers, quick=False)
     device = torch.device("cuda")
-    by_name = {name.replace(" ", "_"): (name, k, n) for name, k, n in LAYERS + SPLIT_LAYERS}
     print(f"# {torch.cuda.get_device_name(device)}, us per call (CUDA graphs)")
     print("| layer | K->N | M | W4A8 us | unpacked first us | W8A8 us | W4A8 x unpacked first | W4A8 x W8A8 |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for key in args.layers.split(","):
-        name, k, n = by_name[key]
+    for name, k, n in layers:
         for m in args.rows:
             fns, n_sets = methods(k, n, m, device)
             t = time_methods(fns, n_sets, True)

@@ -21,7 +21,7 @@ import sys
 
 import torch
 
-from benchmarks.bench_decode import LAYERS, SPLIT_LAYERS, make_methods, time_methods
+from benchmarks.bench_decode import make_methods, select_layers, time_methods
 
 # (words per program, words per load step, warps): the read-only kernel's configurations.
 CONFIGS = [(per, 1024, warps) for per, warps in itertools.product((2048, 4096, 8192, 16384), (4, 8))]
@@ -66,14 +66,12 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("bench_stream_floor: needs a CUDA device")
         return 1
+    layers = select_layers(args.layers, quick=False)
     device = torch.device("cuda")
-    by_name = {name.replace(" ", "_"): (name, k, n) for name, k, n in LAYERS + SPLIT_LAYERS}
-    names = args.layers.split(",") if args.layers else [name.replace(" ", "_") for name, _, _ in LAYERS]
     print(f"# {torch.cuda.get_device_name(device)}, M = {args.rows}, us per layer (CUDA graphs)")
     print("| layer | bytes (4-bit) | floor us | bf16 us | W4A8 us | torch int4 us | bf16 / floor | W4A8 / floor |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for key in names:
-        name, k, n = by_name[key]
+    for name, k, n in layers:
         ms = make_methods(k, n, args.rows, device, ("bf16", "w4a8", "torch_int4"))
         nbytes = ms.layer_bytes["w4a8"]
         fns = dict(ms.fns)

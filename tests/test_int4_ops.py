@@ -40,6 +40,14 @@ def random_group_scale(n, k, rng):
     return torch.randint(1, 17, (n, (k + 127) // 128), generator=rng, dtype=I8)
 
 
+def int4_case(m, n, k, scaled, rng):
+    """An int8 A [M, K], a 4-bit q [N, K], its group scales (or None) and the int8 weight they stand for."""
+    a = torch.randint(-128, 128, (m, k), generator=rng, dtype=I8)
+    q = random_q4(n, k, rng)
+    gs = random_group_scale(n, k, rng) if scaled else None
+    return a, q, gs, unpacked(q, gs)
+
+
 def test_pack_layout_by_hand():
     q = torch.tensor([[1, -1, 7, -8]], dtype=I8)
     assert pack(q).tolist() == [[0xF1, 0x87]]
@@ -69,11 +77,9 @@ SHAPES = [(1, 8, 256), (3, 24, 130), (8, 136, 1024), (16, 64, 4096 + 64), (17, 4
 @pytest.mark.parametrize("m, n, k", SHAPES)
 @pytest.mark.parametrize("scaled", [False, True])
 def test_int4_gemm_cpu_exact(m, n, k, scaled, rng):
-    a = torch.randint(-128, 128, (m, k), generator=rng, dtype=I8)
-    q = random_q4(n, k, rng)
-    gs = random_group_scale(n, k, rng) if scaled else None
+    a, q, gs, w8 = int4_case(m, n, k, scaled, rng)
     got = tcgemm.int4_gemm(a, pack(q), gs)
-    expected = gemm_reference(a, unpacked(q, gs).t())
+    expected = gemm_reference(a, w8.t())
     assert expected.ne(0).any()
     assert torch.equal(got, expected)
 
@@ -87,10 +93,7 @@ GPU_SHAPES = SHAPES + [(1, 4096, 1024), (4, 2112, 4096), (16, 2048, 512 + 128 + 
 @pytest.mark.parametrize("m, n, k", GPU_SHAPES)
 @pytest.mark.parametrize("scaled", [False, True])
 def test_int4_gemm_gpu_exact_on_every_backend(gemm_backend, m, n, k, scaled, rng):
-    a = torch.randint(-128, 128, (m, k), generator=rng, dtype=I8)
-    q = random_q4(n, k, rng)
-    gs = random_group_scale(n, k, rng) if scaled else None
-    w8 = unpacked(q, gs)
+    a, q, gs, w8 = int4_case(m, n, k, scaled, rng)
     expected = gemm_reference(a, w8.t())
     a_cuda, gs_cuda = a.cuda(), None if gs is None else gs.cuda()
     got = tcgemm.int4_gemm(a_cuda, pack(q).cuda(), gs_cuda, backend=gemm_backend)
@@ -137,10 +140,7 @@ SM90_SHAPES = [(17, 13576, 2048 + 32), (300, 12840, 160), (256, 12928, 128), (50
 @pytest.mark.parametrize("m, n, k", SM90_SHAPES)
 @pytest.mark.parametrize("scaled", [False, True])
 def test_int4_gemm_more_rows_exact(m, n, k, scaled, rng):
-    a = torch.randint(-128, 128, (m, k), generator=rng, dtype=I8)
-    q = random_q4(n, k, rng)
-    gs = random_group_scale(n, k, rng) if scaled else None
-    w8 = unpacked(q, gs)
+    a, q, gs, w8 = int4_case(m, n, k, scaled, rng)
     got = tcgemm.int4_gemm(a.cuda(), pack(q).cuda(), None if gs is None else gs.cuda(), backend="auto")
     assert torch.equal(got.cpu(), gemm_reference(a, w8.t()))
 
