@@ -14,8 +14,9 @@ bool kernel_available();
 // With an epilogue that adds partials, p.split_k > 1 splits K into that many ranges of whole
 // 128-byte blocks that add into D (prefilled with epilogue(0) by the caller). A promoting
 // epilogue needs a config with kSupportsPerBlock, and weight scales that do not depend on the K
-// block or cover 128 columns each unless the config has kColumnFactors. Grid: at most sm_count
-// blocks.
+// block or cover 128 columns each unless the config has kColumnFactors. A packed 4-bit B
+// (p.b_int4, two-level or unscaled) needs a config with kBInt4 and its bytes TMA-describable
+// (sm90_tensor_map.h: packed_tma_describable). Grid: at most sm_count blocks.
 template <class Cfg, class Epi>
 void launch(const GemmProblem& p, const Epi& epi, int sm_count);
 

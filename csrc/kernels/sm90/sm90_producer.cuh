@@ -1,7 +1,7 @@
 // The sm90 kernel's producer: one thread walks the block's work units and, for every 128-byte K
 // block, waits until the ring slot is free ("empty" mbarrier), then has TMA copy the A and B
 // boxes into it, landing on the slot's "full" mbarrier. A packed 4-bit B (Cfg::kBInt4) lands in
-// the slot's packed tile, 64 bytes per row and K block, for the unpacking warps.
+// the slot's packed tile, 64 bytes per row and K block, which the consumers unpack.
 #pragma once
 
 #include <cstdint>
