@@ -64,6 +64,20 @@ def test_unpack_matches_the_definition(device, k, scaled, rng):
     assert torch.equal(got.cpu(), unpacked(q, gs))
 
 
+@pytest.mark.parametrize("scale", [None] + list(range(1, 17)))
+def test_unpack_every_byte_at_every_group_scale(device, scale):
+    """Every packed byte value at every K position of an 8-value word (the unpacking works a word
+    at a time: (q + 8) s + 128 - 8 s per byte without carries, common/int4.h), with a K tail."""
+    n, k = 256, 136  # row r holds bytes r, r + 1, ...: value v sits at byte position p of a word in row v - p
+    packed = ((torch.arange(k // 2)[None, :] + torch.arange(n)[:, None]) % 256).to(U8)
+    q = torch.stack([packed.to(torch.int16) & 0xF, packed.to(torch.int16) >> 4], dim=2).reshape(n, k)
+    q = torch.where(q >= 8, q - 16, q).to(I8)
+    gs = None if scale is None else torch.full((n, 2), scale, dtype=I8)
+    assert torch.equal(pack(q), packed)
+    got = tcgemm.unpack_int4(packed.to(device), None if gs is None else gs.to(device))
+    assert torch.equal(got.cpu(), unpacked(q, gs))
+
+
 def test_group_scale_products_fill_int8():
     q = torch.tensor([[-8, 7] * 64], dtype=I8)
     gs = torch.tensor([[16]], dtype=I8)

@@ -27,6 +27,36 @@ TCGEMM_HD int int4_nibble(uint8_t byte, bool high) {
   return v >= 8 ? v - 16 : v;
 }
 
+// Bytes of {a, b} (a's 0-3, b's 4-7) picked by the four low selector nibbles: PRMT's default
+// mode for selectors 0-7 (no sign replication), on the host as well.
+TCGEMM_HD uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t selector) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(a, b, selector);
+#else
+  const uint64_t bytes = (static_cast<uint64_t>(b) << 32) | a;
+  uint32_t out = 0;
+  for (int i = 0; i < 4; ++i) out |= static_cast<uint32_t>((bytes >> (8 * ((selector >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  return out;
+#endif
+}
+
+// The eight 4-bit values of a packed word (k .. k + 7) times an integer scale s in
+// [kInt4GroupScaleMin, kInt4GroupScaleMax], as int8 bytes in K order (lo = k .. k + 3, hi =
+// k + 4 .. k + 7): the int8 weight of a two-level group (s = 1 without group scales), for the
+// kernels that take B as int8 bytes and the CPU unpacking. A nibble XOR 8 is q + 8 in [0, 15];
+// per byte, (q + 8) * s + 128 - 8 s = q * s + 128 lies in [0, 240], so one 32-bit multiply-add
+// handles four bytes without a carry between them, and an XOR 0x80 per byte turns q * s + 128
+// into q * s as int8. Nine instructions for eight values.
+static_assert(8 * kInt4GroupScaleMax <= 128 && 7 * kInt4GroupScaleMax + 128 <= 255, "q * s + 128 must fit a byte");
+TCGEMM_HD void unpack_int4x8_scaled(uint32_t packed, uint32_t s, uint32_t& lo, uint32_t& hi) {
+  const uint32_t bias = 0x80808080u - s * 0x08080808u;               // 128 - 8 s per byte
+  const uint32_t even = (packed ^ 0x88888888u) & 0x0F0F0F0Fu;        // q + 8 of k, k + 2, k + 4, k + 6
+  const uint32_t odd = ((packed >> 4) ^ 0x08080808u) & 0x0F0F0F0Fu;  // of k + 1, k + 3, k + 5, k + 7
+  const uint32_t e = even * s + bias, o = odd * s + bias;            // q * s + 128 per byte
+  lo = byte_perm(e, o, 0x5140) ^ 0x80808080u;
+  hi = byte_perm(e, o, 0x7362) ^ 0x80808080u;
+}
+
 #if defined(__CUDACC__)
 // The eight 4-bit values of a packed word (k .. k + 7, little-endian) as two words of int8 bytes,
 // each value times 16 (shifted into the high half of its byte, a nibble's two's complement is the
@@ -37,22 +67,6 @@ TCGEMM_HD int int4_nibble(uint8_t byte, bool high) {
 __device__ __forceinline__ void unpack_int4x8_times16(uint32_t packed, uint32_t& even, uint32_t& odd) {
   even = (packed << 4) & 0xF0F0F0F0u;
   odd = packed & 0xF0F0F0F0u;
-}
-
-// The eight 4-bit values of a packed word (k .. k + 7) times an integer scale s in
-// [kInt4GroupScaleMin, kInt4GroupScaleMax], as int8 bytes in K order (lo = k .. k + 3, hi =
-// k + 4 .. k + 7): the int8 weight of a two-level group, for kernels that take B as int8 bytes.
-// A nibble XOR 8 is q + 8 in [0, 15]; per byte, (q + 8) * s + 128 - 8 s = q * s + 128 lies in
-// [0, 240], so one 32-bit multiply-add handles four bytes without a carry between them, and an
-// XOR 0x80 per byte turns q * s + 128 into q * s as int8. Nine instructions for eight values.
-static_assert(8 * kInt4GroupScaleMax <= 128 && 7 * kInt4GroupScaleMax + 128 <= 255, "q * s + 128 must fit a byte");
-__device__ __forceinline__ void unpack_int4x8_scaled(uint32_t packed, uint32_t s, uint32_t& lo, uint32_t& hi) {
-  const uint32_t bias = 0x80808080u - s * 0x08080808u;                      // 128 - 8 s per byte
-  const uint32_t even = (packed ^ 0x88888888u) & 0x0F0F0F0Fu;               // q + 8 of k, k + 2, k + 4, k + 6
-  const uint32_t odd = ((packed >> 4) ^ 0x08080808u) & 0x0F0F0F0Fu;         // of k + 1, k + 3, k + 5, k + 7
-  const uint32_t e = even * s + bias, o = odd * s + bias;                   // q * s + 128 per byte
-  lo = __byte_perm(e, o, 0x5140) ^ 0x80808080u;
-  hi = __byte_perm(e, o, 0x7362) ^ 0x80808080u;
 }
 
 // Eight int8 values in K order (lo = k .. k + 3, hi = k + 4 .. k + 7) reordered as

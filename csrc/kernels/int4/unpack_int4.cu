@@ -4,6 +4,7 @@
 #include "kernels/int4/unpack_int4.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "common/cuda_check.h"
 #include "common/int4.h"
@@ -67,11 +68,21 @@ void launch_unpack_int4(const UnpackInt4Params& p) {
   TCGEMM_CHECK_LAUNCH();
 }
 
+// Eight values (four packed bytes read as a little-endian word, one group: 8 divides
+// kScaleBlock) at a time, then the tail.
 void unpack_int4_rows(const UnpackInt4Params& p, int64_t row_begin, int64_t row_end) {
+  static_assert(kScaleBlock % 8 == 0, "eight values share a group scale");
   for (int64_t row = row_begin; row < row_end; ++row) {
     const uint8_t* src = p.packed + row * p.packed_stride;
     int8_t* dst = p.out + row * p.out_stride;
-    for (int64_t k = 0; k < p.k; ++k) dst[k] = unpacked(src[k / 2], k % 2 == 1, group_scale_of(p, row, k));
+    int64_t k = 0;
+    for (; k + 8 <= p.k; k += 8) {
+      uint32_t packed, out[2];
+      std::memcpy(&packed, src + k / 2, sizeof(packed));
+      unpack_int4x8_scaled(packed, static_cast<uint32_t>(group_scale_of(p, row, k)), out[0], out[1]);
+      std::memcpy(dst + k, out, sizeof(out));
+    }
+    for (; k < p.k; ++k) dst[k] = unpacked(src[k / 2], k % 2 == 1, group_scale_of(p, row, k));
   }
 }
 
