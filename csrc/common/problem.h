@@ -41,7 +41,8 @@ struct GemmProblem {
   Output d;   // [M, N]
   // B as packed 4-bit values (common/int4.h; b.ptr its bytes, b.stride_row bytes between rows),
   // read by the skinny and sm90 kernels only (dispatch/launch.h: reads_packed_b), each value times its int8
-  // group scale b_group_scale[n * b_group_scale_stride + k / 128] where one is given.
+  // group scale b_group_scale[n * b_group_scale_stride + k / 128] where one is given; b.is_signed
+  // is then true (the values are two's complement).
   bool b_int4 = false;
   const int8_t* b_group_scale = nullptr;
   int64_t b_group_scale_stride = 0;

@@ -130,6 +130,7 @@ at::Tensor gemm_int4(const at::Tensor& a, const at::Tensor& b, const std::option
   GemmProblem p = gemm_problem(a, b, out.data_ptr<int32_t>(), n, OutType::kInt32, /*b_rows=*/true);
   p.k = static_cast<int>(k);
   p.b_int4 = true;
+  p.b.is_signed = true;  // the 4-bit values are two's complement (the bytes are uint8)
   const at::Tensor gs_c = gs != nullptr ? gs->contiguous() : at::Tensor();
   p.b_group_scale = gs_c.defined() ? gs_c.const_data_ptr<int8_t>() : nullptr;
   p.b_group_scale_stride = gs_c.defined() ? gs_c.size(1) : 0;

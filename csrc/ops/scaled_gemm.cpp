@@ -192,6 +192,7 @@ at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor&
   const at::Tensor group_scale = call.b_group_scale != nullptr ? call.b_group_scale->contiguous() : at::Tensor();
   if (call.b_int4) {
     p.b_int4 = true;
+    p.b.is_signed = true;  // the 4-bit values are two's complement (the bytes are uint8)
     p.b_group_scale = group_scale.defined() ? group_scale.const_data_ptr<int8_t>() : nullptr;
     p.b_group_scale_stride = group_scale.defined() ? group_scale.size(1) : 0;
   }

@@ -152,10 +152,8 @@ void launch(const GemmProblem& p, const Epi& epi, int sm_count) {
   if constexpr (!config_serves<Cfg, Epi>()) {
     throw std::logic_error("tcgemm: this sm90 tile config is not built for this epilogue");
   } else {
-    GemmProblem q = p;
-    if (q.b_int4) q.b.is_signed = true;  // B unpacks into int8 (the packed bytes are uint8)
-    with_operand_signs<Epi>(q, [&](auto a_signed, auto b_signed) {
-      launch_kernel<Cfg, Epi, decltype(a_signed)::value, decltype(b_signed)::value>(q, epi, sm_count);
+    with_operand_signs<Epi>(p, [&](auto a_signed, auto b_signed) {
+      launch_kernel<Cfg, Epi, decltype(a_signed)::value, decltype(b_signed)::value>(p, epi, sm_count);
     });
   }
 }
