@@ -366,6 +366,19 @@ def select_layers(names: Optional[str], quick: bool) -> list[tuple[str, int, int
     return chosen
 
 
+def layer_bench_args(p: "argparse.ArgumentParser", argv, prog: str, default: Optional[str], default_help: str):
+    """A benchmark over bench_decode's layers: adds its --layers to parser p (default: `default`,
+    described as `default_help`; None is all of LAYERS), parses argv and checks for a CUDA device.
+    Returns (args, layers, device), or None after saying why not."""
+    p.add_argument("--layers", default=default,
+                   help=f"comma-separated layers of bench_decode (spaces as '_'; default: {default_help})")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print(f"{prog}: needs a CUDA device")
+        return None
+    return args, select_layers(args.layers, quick=False), torch.device("cuda")
+
+
 def select_methods(spec: Optional[str]) -> tuple[str, ...]:
     """The methods named in a comma-separated list, in the order of METHODS; all of them for None."""
     return tuple(report.select_names(METHODS, spec, "bench_decode: --methods"))

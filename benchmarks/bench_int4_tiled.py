@@ -20,7 +20,7 @@ import sys
 import torch
 
 from benchmarks import timing
-from benchmarks.bench_decode import select_layers, time_methods
+from benchmarks.bench_decode import layer_bench_args, time_methods
 
 ROWS = (17, 64, 256, 512, 1024, 2048)
 
@@ -47,15 +47,11 @@ def methods(k: int, n: int, m: int, device) -> tuple[dict, int]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--layers", default="8B_up,8B_down,8B_qkv", help="comma-separated layers of bench_decode "
-                   "(spaces as '_'; default 8B_up,8B_down,8B_qkv)")
     p.add_argument("--rows", type=int, nargs="+", default=list(ROWS), help=f"row counts (default {ROWS})")
-    args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("bench_int4_tiled: needs a CUDA device")
+    parsed = layer_bench_args(p, argv, "bench_int4_tiled", "8B_up,8B_down,8B_qkv", "8B_up,8B_down,8B_qkv")
+    if parsed is None:
         return 1
-    layers = select_layers(args.layers, quick=False)
-    device = torch.device("cuda")
+    args, layers, device = parsed
     print(f"# {torch.cuda.get_device_name(device)}, us per call (CUDA graphs)")
     print("| layer | K->N | M | W4A8 us | unpacked first us | W8A8 us | W4A8 x unpacked first | W4A8 x W8A8 |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")

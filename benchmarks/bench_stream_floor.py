@@ -21,7 +21,7 @@ import sys
 
 import torch
 
-from benchmarks.bench_decode import make_methods, select_layers, time_methods
+from benchmarks.bench_decode import layer_bench_args, make_methods, time_methods
 
 # (words per program, words per load step, warps): the read-only kernel's configurations.
 CONFIGS = [(per, 1024, warps) for per, warps in itertools.product((2048, 4096, 8192, 16384), (4, 8))]
@@ -59,15 +59,11 @@ def floor_methods(nbytes: int, n_sets: int, device) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--layers", default=None, help="comma-separated layers of bench_decode (spaces as '_'; "
-                   "default: its seven Llama-3 layers)")
     p.add_argument("--rows", type=int, default=1, help="rows of x (default 1)")
-    args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("bench_stream_floor: needs a CUDA device")
+    parsed = layer_bench_args(p, argv, "bench_stream_floor", None, "its seven Llama-3 layers")
+    if parsed is None:
         return 1
-    layers = select_layers(args.layers, quick=False)
-    device = torch.device("cuda")
+    args, layers, device = parsed
     print(f"# {torch.cuda.get_device_name(device)}, M = {args.rows}, us per layer (CUDA graphs)")
     print("| layer | bytes (4-bit) | floor us | bf16 us | W4A8 us | torch int4 us | bf16 / floor | W4A8 / floor |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
