@@ -72,5 +72,15 @@ __all__ = [
     "reference",
     "scaled_gemm",
     "supports",
+    "parallel",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # tcgemm.parallel imports torch.distributed's tensor parallelism (about 0.5 s): on first use.
+    if name == "parallel":
+        import importlib
+
+        return importlib.import_module(".parallel", __name__)
+    raise AttributeError(f"module 'tcgemm' has no attribute {name!r}")

@@ -193,6 +193,11 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
     tensors of the checkpoint load into the model as they are. A weight-only 4-bit group (W4A16)
     gives layers with dynamic per-token int8 activations (W4A8).
 
+    Into a model whose ``nn.Linear`` layers were sharded by torch's tensor-parallel styles
+    (DTensor weights, ``Shard(0)`` or ``Shard(1)``), each rank reads the whole checkpoint and keeps
+    its shards: the layers become sharded :class:`QuantLinear` with tcgemm's styles of the same
+    placement (:mod:`tcgemm.parallel`).
+
     ``model`` has the checkpoint's architecture in floating point (e.g. built from its config);
     the new layers go to ``device`` (default: where the replaced layer's weight was). Anything the
     checkpoint holds that tcgemm would not use (a covered module that is not an ``nn.Linear``, a
@@ -232,7 +237,15 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
             raise ValueError(f"tcgemm.compressed: layer '{name}' matches config groups {groups}")
         _, scheme, fmt = schemes[groups[0]]
         dev = device if device is not None else module.weight.device
-        replacements.append((module, _layer_from_tensors(name, groups[0], module, tensors, scheme, fmt, dev, taken)))
+        layer = _layer_from_tensors(name, groups[0], module, tensors, scheme, fmt, dev, taken)
+        if type(module.weight) not in (nn.Parameter, torch.Tensor):  # sharded by torch's tensor-parallel styles
+            from . import parallel
+
+            placement = getattr(module.weight, "placements", (None,))[0]
+            style = parallel.style_of_placement(placement)
+            if style is not None:
+                parallel.shard_like(layer, style, module.weight.device_mesh, name=name)
+        replacements.append((module, layer))
         report.loaded[name] = str(scheme)
     leftover = sorted(k for k in tensors if k not in taken and (tensors[k].dtype == torch.int8 or k.endswith(_QUANT_SUFFIXES)))
     if leftover:

@@ -572,6 +572,10 @@ class QuantLinear(nn.Module):
         )
         # The Hadamard matrix the input is rotated with (tcgemm.rotation), on the layer's device.
         self.register_buffer("hadamard", hadamard(device).clone() if self._rotate else None, persistent=False)
+        # Tensor parallelism (tcgemm.parallel): where a sharded layer sits, and whether this rank
+        # adds the bias (a row-wise shard adds it on one rank only).
+        self.tensor_parallel = None
+        self._add_bias = True
         if weights.bits == 4:
             self.register_load_state_dict_pre_hook(_check_int4_state)
         if self.asymmetric:
@@ -627,6 +631,7 @@ class QuantLinear(nn.Module):
         scheme: Optional[SchemeLike] = None,
         gptq: Optional[GPTQ] = None,
         hessian: Optional[HessianLike] = None,
+        name: str = "",
     ) -> "QuantLinear":
         """Quantizes a trained ``nn.Linear`` (any float dtype, any device; it is left untouched).
 
@@ -648,6 +653,11 @@ class QuantLinear(nn.Module):
             hessian: the second moments of the layer's input, ``sum x^T x`` [in_features,
                 in_features] (any positive multiple), or the ``(sum, rows)`` pair of
                 ``Calibration.hessians`` (:func:`calibrate` with ``second_moments=True``).
+            name: the layer's name, for error messages (``quantize_model`` passes it).
+
+        A ``linear`` sharded by torch's tensor-parallel styles (a DTensor weight, ``Shard(0)`` or
+        ``Shard(1)``) is quantized whole and returned sharded the same way with tcgemm's style
+        (:mod:`tcgemm.parallel`): the same weights as quantizing first and sharding after.
 
         With ``activation="static"`` the input scale is the calibrated amax of the (smoothed)
         input over 127; asymmetric, the scale and zero point of the calibrated range of the
@@ -676,6 +686,11 @@ class QuantLinear(nn.Module):
             raise TypeError(f"{where}: argument 'gptq' must be a tcgemm.GPTQ, got {type(gptq).__name__}")
         if hessian is not None:
             hessian = _hessian_tensor(where, hessian, linear.in_features)
+        sharded = None
+        if type(linear.weight) not in (nn.Parameter, torch.Tensor):  # a DTensor (tensor parallel)?
+            from . import parallel
+
+            linear, sharded = parallel.full_linear(linear)
         smooth = scheme.smooth
         static_asymmetric = scheme.static and scheme.asymmetric
         if ((scheme.static and not scheme.asymmetric) or smooth is not None) and input_amax is None:
@@ -730,6 +745,8 @@ class QuantLinear(nn.Module):
         module.refresh_weight_colsum()
         if linear.bias is not None:
             module.bias.copy_(linear.bias.detach().to(torch.float32))
+        if sharded is not None:
+            parallel.shard_like(module, *sharded, name=name)
         return module
 
     def dequantize_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -783,6 +800,8 @@ class QuantLinear(nn.Module):
             input_scale, smooth = self.input_scale, self.smooth
             input_zero_point, weight_colsum = self.input_zero_point, self.weight_colsum
             group_scale = self.weight_group_scale
+        if not self._add_bias:  # a row-wise shard other than the first (tcgemm.parallel)
+            bias = None
         if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
             # flatten, not reshape(-1, K): -1 cannot be inferred for an empty x when K == 0.
             x2d = x.unsqueeze(0) if x.dim() == 1 else x.flatten(0, -2)
@@ -818,6 +837,8 @@ class QuantLinear(nn.Module):
                 state.pop("weight_granularity"), state.pop("activation_granularity"), state.pop("asymmetric", False))
             state["_op_activation"] = state["scheme"].activation
         state.setdefault("_rotate", state["scheme"].rotate)
+        state.setdefault("tensor_parallel", None)
+        state.setdefault("_add_bias", True)
         super().__setstate__(state)
         for name in ("input_zero_point", "weight_colsum", "weight_group_scale", "hadamard"):
             self._buffers.setdefault(name, None)
@@ -847,6 +868,8 @@ class QuantLinear(nn.Module):
             + (", smooth=True" if self.smooth is not None else "")
             + (", asymmetric=True" if self.asymmetric else "")
             + (", rotate=True" if self._rotate else "")
+            + (f", {self.tensor_parallel.style} shard {self.tensor_parallel.rank}/{self.tensor_parallel.world_size}"
+               if self.tensor_parallel is not None else "")
         )
 
 
@@ -1013,7 +1036,7 @@ def quantize_model(
                         converted[id(child)] = QuantLinear.from_linear(
                             child, input_amax=amax if needs_calibration else None,
                             input_range=calibration.ranges.get(name) if needs_ranges else None, scheme=scheme,
-                            gptq=gptq, hessian=calibration.hessians[name] if gptq is not None else None,
+                            gptq=gptq, hessian=calibration.hessians[name] if gptq is not None else None, name=name,
                         )
                         report.swapped.append(name)
                     else:
