@@ -248,6 +248,15 @@ def layout_worker(rank, world, mesh, device, results, folder):
             results["rowwise, input Replicate(): a slice refused"] = None if str(K) in str(err) else str(err)
         y = layer(tp.RowwiseParallel(input_layouts=Replicate()))(x)
         results["rowwise, input Replicate(): the full input sliced"] = None if torch.equal(y, want) else "differs"
+        # torch.compile(fullgraph=True) of a sharded MLP: the hooks and the all-reduce trace
+        torch.manual_seed(0)
+        mlp = nn.Sequential(nn.Linear(K, 2 * K, bias=False), nn.ReLU(), nn.Linear(2 * K, N)).to(device)  # exact in any fusion
+        tcgemm.quantize_model(mlp, scheme="w8a8")
+        tp.parallelize_module(mlp, mesh, {"0": tp.ColwiseParallel(), "2": tp.RowwiseParallel()})
+        eager = mlp(x)
+        compiled = torch.compile(mlp, fullgraph=True)(x)
+        results["torch.compile(fullgraph=True) of a sharded MLP"] = None if torch.equal(eager, compiled) else (
+            f"differs by {(eager - compiled).abs().max()}")
         if not gathers_work(device):
             return
         y = layer(tp.ColwiseParallel(output_layouts=Replicate()))(x)
