@@ -6,9 +6,13 @@ sm_90a machine code plus compute_80 PTX, which newer GPUs compile at load time.
 
 import glob
 import os
+import re
+import subprocess
+import sys
 
+import torch
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CUDAExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_ARCH_FLAGS = [
@@ -41,6 +45,37 @@ def sources():
     return sorted(os.path.relpath(f, ROOT) if os.path.isabs(f) else f for f in files)
 
 
+def torch_requirement():
+    """The extension binds to torch's C++ API, which changes between releases: the build runs
+    only with the torch it was compiled against, and the metadata says so."""
+    return f"torch=={torch.__version__.split('+')[0]}"
+
+
+def check_cuda_versions():
+    """One line on stderr naming nvcc's CUDA and torch's (pip shows it with -v); a clear error
+    where they differ in the major version, which cannot work."""
+    nvcc = os.path.join(CUDA_HOME or "", "bin", "nvcc")
+    try:
+        out = subprocess.check_output([nvcc, "--version"], text=True)
+    except (OSError, subprocess.CalledProcessError):
+        sys.exit(f"tcgemm: nvcc not found at '{nvcc}' (CUDA_HOME={CUDA_HOME!r}); the extension needs the CUDA "
+                 "toolkit's nvcc, of the CUDA major version torch was built with")
+    found = re.search(r"release (\d+)\.(\d+)", out)
+    if found is None or torch.version.cuda is None:
+        return
+    nvcc_version = f"{found.group(1)}.{found.group(2)}"
+    torch_major = torch.version.cuda.split(".")[0]
+    if found.group(1) != torch_major:
+        sys.exit(f"tcgemm: nvcc is CUDA {nvcc_version} but torch {torch.__version__} was built with CUDA "
+                 f"{torch.version.cuda}: install a CUDA {torch_major}.x toolkit, or a torch built for CUDA "
+                 f"{found.group(1)} (pip install torch --index-url https://download.pytorch.org/whl/cu"
+                 f"{found.group(1)}<minor>)")
+    note = "" if nvcc_version == torch.version.cuda else " (minor versions differ: supported)"
+    print(f"tcgemm: building {len(sources())} units with nvcc CUDA {nvcc_version} for torch {torch.__version__} "
+          f"(CUDA {torch.version.cuda}){note}", file=sys.stderr)
+
+
+check_cuda_versions()
 arch_flags = cuda_arch_flags()
 common = ["-O3"]  # the C++ standard is torch's own choice (C++17 for 2.11, C++20 later)
 if not builds_sm90a():
@@ -55,4 +90,4 @@ ext = CUDAExtension(
     },
 )
 
-setup(ext_modules=[ext], cmdclass={"build_ext": BuildExtension})
+setup(ext_modules=[ext], cmdclass={"build_ext": BuildExtension}, install_requires=[torch_requirement()])
