@@ -231,14 +231,7 @@ def _runner(fn: Callable[[int], Any], n_sets: int, calls: int, graphs: bool) -> 
     if not graphs:
         loop()
         return loop
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        loop()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        loop()
+    graph = timing.capture_graph(loop, warmup=1)
     graph.replay()
     return graph.replay
 

@@ -259,15 +259,7 @@ def decode(model, batch: int, context: int, device, step_model=None, profile: bo
 
     mode, run = "eager", step
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
+        graph = timing.capture_graph(step)
         mode, run = "graph", graph.replay
     except Exception as e:
         print(f"bench_llm: CUDA graph capture failed at batch {batch} ({type(e).__name__}: {str(e)[:200]}); eager")

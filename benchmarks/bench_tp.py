@@ -31,7 +31,7 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from benchmarks import report
+from benchmarks import report, timing
 
 DIM, HIDDEN, KV = 4096, 14336, 1024
 ROUNDS, BURSTS, REPLAYS = 3, 5, 20
@@ -81,19 +81,6 @@ def _block(cls, scheme: str, mesh, tp: int, device):
     return block
 
 
-def _graph(fn):
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
-
-
 def _burst_us(graph, group=None) -> float:
     """Device time per replay of a burst; with a group, its ranks start the burst together."""
     import torch.distributed as dist
@@ -131,11 +118,11 @@ def _worker(rank: int, world: int, folder: str, args) -> None:
             sharded = _block(cls, args.scheme, mesh, world, device)
             graphs, whole = {}, None
             with torch.no_grad():
-                graphs[world] = _graph(lambda: sharded(x))
-                reduce_graph = _graph(lambda: parallel._all_reduce_sum(y, group))
+                graphs[world] = timing.capture_graph(lambda: sharded(x))
+                reduce_graph = timing.capture_graph(lambda: parallel._all_reduce_sum(y, group))
                 if rank == 0:
                     whole = _block(cls, args.scheme, None, 1, device)
-                    graphs[1] = _graph(lambda: whole(x))
+                    graphs[1] = timing.capture_graph(lambda: whole(x))
             times: dict[int, list[float]] = {1: [], world: []}
             reduce_us: list[float] = []
             order = [1, world]

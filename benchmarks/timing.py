@@ -158,6 +158,21 @@ def window_ms(fn: SetFn, n_sets: int, seconds: float, batch: int = 20,
     return statistics.median(times), t0, time.time()
 
 
+def capture_graph(fn: Callable[[], Any], warmup: int = 3) -> torch.cuda.CUDAGraph:
+    """fn captured as a CUDA graph, after `warmup` calls on a side stream (allocations and lazy
+    initialisation happen outside the capture)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
 def host_us(fn: Callable[[], Any], calls: int = 2000, warmup: int = 50,
             device: Optional[torch.device] = None) -> float:
     """Host time (us) per call over `calls` back-to-back calls and one synchronize.
