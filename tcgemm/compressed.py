@@ -402,7 +402,8 @@ def save_compressed(model: nn.Module, path: str) -> None:
     are written with their float group scales ``weight_scale[:, None] * weight_group_scale`` (fp32,
     rounded once), so every reader dequantizes them as ``q * scale`` per group, and
     :func:`load_compressed` gives back a layer with float group scales ("w4a8-group"). Layers with
-    SmoothQuant multipliers (the multiplier belongs in the preceding op), or whose scheme read back
+    SmoothQuant multipliers (the multiplier belongs in the preceding op), tensor-parallel shards
+    (:mod:`tcgemm.parallel`: save before sharding), or whose scheme read back
     as written would be one tcgemm does not run (two-level 4-bit weights with asymmetric
     activations), raise a ValueError."""
     from safetensors.torch import save_file
@@ -414,6 +415,10 @@ def save_compressed(model: nn.Module, path: str) -> None:
     for name, module in model.named_modules():
         if not isinstance(module, QuantLinear):
             continue
+        if module.tensor_parallel is not None:
+            tp = module.tensor_parallel
+            raise ValueError(f"tcgemm.compressed: layer '{name}' is a {tp.style} tensor-parallel shard ({tp.rank} of "
+                             f"{tp.world_size}); a checkpoint holds whole layers: save the model before sharding it")
         if module.smooth is not None:
             raise ValueError(f"tcgemm.compressed: layer '{name}' has SmoothQuant multipliers, which the "
                              "compressed-tensors format has no place for")
