@@ -803,6 +803,11 @@ class QuantLinear(nn.Module):
         if not self._add_bias:  # a row-wise shard other than the first (tcgemm.parallel)
             bias = None
         if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
+            if self.tensor_parallel is not None:
+                raise NotImplementedError(
+                    f"QuantLinear: backward through a {self.tensor_parallel.style} tensor-parallel shard is not "
+                    "supported (its input's gradient needs a collective across the ranks); run it under "
+                    "torch.no_grad() or torch.inference_mode()")
             # flatten, not reshape(-1, K): -1 cannot be inferred for an empty x when K == 0.
             x2d = x.unsqueeze(0) if x.dim() == 1 else x.flatten(0, -2)
             return _QuantLinearFunction.apply(x2d, bias, self).reshape(*x.shape[:-1], self.out_features)

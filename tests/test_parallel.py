@@ -248,6 +248,12 @@ def layout_worker(rank, world, mesh, device, results, folder):
             results["rowwise, input Replicate(): a slice refused"] = None if str(K) in str(err) else str(err)
         y = layer(tp.RowwiseParallel(input_layouts=Replicate()))(x)
         results["rowwise, input Replicate(): the full input sliced"] = None if torch.equal(y, want) else "differs"
+        try:
+            with torch.enable_grad():
+                row(x[:, rank * kl:(rank + 1) * kl].clone().requires_grad_())
+            results["an input that requires grad refused"] = "accepted"
+        except NotImplementedError as err:
+            results["an input that requires grad refused"] = None if "backward" in str(err) else str(err)
         # torch.compile(fullgraph=True) of a sharded MLP: the hooks and the all-reduce trace
         torch.manual_seed(0)
         mlp = nn.Sequential(nn.Linear(K, 2 * K, bias=False), nn.ReLU(), nn.Linear(2 * K, N)).to(device)  # exact in any fusion
