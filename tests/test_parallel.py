@@ -64,6 +64,7 @@ def _entry(rank, world, folder, worker, device, backend):
 
     if device == "cuda":
         torch.cuda.set_device(0 if backend == "gloo" else rank)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # one host: the loopback, whatever else the machine has
     dist.init_process_group(backend, init_method=f"file://{folder}/store", rank=rank, world_size=world)
     results = {}
     try:
