@@ -72,7 +72,6 @@ __all__ = [
     "reference",
     "scaled_gemm",
     "supports",
-    "parallel",
 ]
 __version__ = "0.1.0"
 

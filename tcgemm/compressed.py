@@ -241,10 +241,9 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
         if type(module.weight) not in (nn.Parameter, torch.Tensor):  # sharded by torch's tensor-parallel styles
             from . import parallel
 
-            placement = getattr(module.weight, "placements", (None,))[0]
-            style = parallel.style_of_placement(placement)
-            if style is not None:
-                parallel.shard_like(layer, style, module.weight.device_mesh, name=name)
+            sharding = parallel.torch_sharding(module, name)
+            if sharding is not None:
+                parallel.shard_like(layer, *sharding, name=name)
         replacements.append((module, layer))
         report.loaded[name] = str(scheme)
     leftover = sorted(k for k in tensors if k not in taken and (tensors[k].dtype == torch.int8 or k.endswith(_QUANT_SUFFIXES)))

@@ -690,7 +690,7 @@ class QuantLinear(nn.Module):
         if type(linear.weight) not in (nn.Parameter, torch.Tensor):  # a DTensor (tensor parallel)?
             from . import parallel
 
-            linear, sharded = parallel.full_linear(linear)
+            linear, sharded = parallel.full_linear(linear, name)
         smooth = scheme.smooth
         static_asymmetric = scheme.static and scheme.asymmetric
         if ((scheme.static and not scheme.asymmetric) or smooth is not None) and input_amax is None:

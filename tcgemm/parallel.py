@@ -51,6 +51,7 @@ sharding.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Optional
 
 import torch
@@ -193,7 +194,7 @@ def _shard_full_state(module, state_dict, prefix, *args) -> None:
             continue
         if tuple(module._buffers[buf].shape) == shape:
             continue  # this buffer is not split (same shape either way)
-        state_dict[key] = cut(t)
+        state_dict[key] = cut(t).contiguous().clone()  # not a view: load_state_dict(assign=True) keeps it
 
 
 def _group(device_mesh):
@@ -236,16 +237,23 @@ class _QuantStyle:
         self.input_layouts = input_layouts or default_in
         self.output_layouts = output_layouts or default_out
         self.use_local_output = use_local_output
-        allowed_in = {"colwise": (Replicate(),), "rowwise": (Shard(-1), Replicate())}[self._kind]
-        allowed_out = {"colwise": (Shard(-1), Replicate()), "rowwise": (Replicate(),)}[self._kind]
-        if self.input_layouts not in allowed_in:
-            raise ValueError(f"tcgemm.parallel.{type(self).__name__}: input_layouts must be one of {allowed_in} for a "
-                             f"QuantLinear, got {self.input_layouts}")
-        if self.output_layouts not in allowed_out:
-            raise ValueError(f"tcgemm.parallel.{type(self).__name__}: output_layouts must be one of {allowed_out} for "
-                             f"a QuantLinear, got {self.output_layouts}")
         self._kwargs = dict(input_layouts=input_layouts, output_layouts=output_layouts,
                             use_local_output=use_local_output)
+
+    def check_layouts(self, name: str = "") -> None:
+        """Raises a ValueError where a QuantLinear cannot take this style's layouts (an
+        ``nn.Linear`` takes whatever torch's style does)."""
+        from torch.distributed.tensor import Replicate, Shard
+
+        allowed_in = {"colwise": (Replicate(),), "rowwise": (Shard(-1), Replicate())}[self._kind]
+        allowed_out = {"colwise": (Shard(-1), Replicate()), "rowwise": (Replicate(),)}[self._kind]
+        where = f"tcgemm.parallel.{type(self).__name__}" + (f" for '{name}'" if name else "")
+        if self.input_layouts not in allowed_in:
+            raise ValueError(f"{where}: input_layouts must be one of {allowed_in} for a QuantLinear, got "
+                             f"{self.input_layouts}")
+        if self.output_layouts not in allowed_out:
+            raise ValueError(f"{where}: output_layouts must be one of {allowed_out} for a QuantLinear, got "
+                             f"{self.output_layouts}")
 
     def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
         from .nn import QuantLinear
@@ -254,6 +262,7 @@ class _QuantStyle:
             style = _torch_style(self._torch_name, **self._kwargs)
             style.src_data_rank = getattr(self, "src_data_rank", 0)
             return style._apply(module, device_mesh)
+        self.check_layouts(getattr(module, "_tp_name", ""))
         group = _group(device_mesh)
         shard_quant_linear(module, self._kind, device_mesh.get_local_rank(), device_mesh.size(),
                            name=getattr(module, "_tp_name", ""))
@@ -326,6 +335,10 @@ class RowwiseParallel(_QuantStyle, _parallel_style_base()):
             x = args[0]
             info = module.tensor_parallel
             x = _to_local(x, device_mesh, Replicate() if sliced else Shard(x.dim() - 1))
+            if not sliced and x.shape[-1] != module.in_features and x.shape[-1] == info.full_in_features:
+                raise ValueError(f"tcgemm.parallel: {_name(info.name)} takes its slice of the input "
+                                 f"(input_layouts=Shard(-1)), last dimension {module.in_features}; got the full "
+                                 f"input {list(x.shape)} (input_layouts=Replicate() takes the full input)")
             if sliced:
                 kl = module.in_features
                 if x.shape[-1] != info.full_in_features:
@@ -362,18 +375,63 @@ def style_of_placement(placement) -> Optional[str]:
     return None
 
 
-def full_linear(linear: nn.Linear) -> tuple[nn.Linear, Optional[tuple[str, Any]]]:
-    """An ``nn.Linear`` with plain (gathered) weight and bias when ``linear``'s are DTensors
-    (torch's tensor-parallel styles), and the style and mesh to shard its quantized layer with;
-    ``linear`` itself and None otherwise."""
+def torch_sharding(linear: nn.Module, name: str = "") -> Optional[tuple[str, Any, dict[str, Any]]]:
+    """How torch's tensor-parallel styles sharded ``linear`` (DTensor weights): the tcgemm style
+    that keeps its placement, the mesh, and the layouts the torch style was given
+    (``input_layouts``, ``output_layouts``, ``use_local_output``, read from the hooks the style
+    registered); None for a plain weight. Raises a ValueError naming the layer where the sharding
+    cannot be carried over (a mesh of several dimensions, a replicated weight, hooks whose layouts
+    cannot be read)."""
     from torch.distributed.tensor import DTensor
 
     w = linear.weight
     if not isinstance(w, DTensor):
-        return linear, None
+        return None
+    who = _name(name)
     if len(w.placements) != 1:
-        raise ValueError(f"tcgemm.parallel: a weight sharded over a {len(w.placements)}-D mesh is not supported")
+        raise ValueError(f"tcgemm.parallel: {who} has a weight sharded over a {len(w.placements)}-D mesh; only 1-D "
+                         "meshes are supported")
     style = style_of_placement(w.placements[0])
+    if style is None:
+        raise ValueError(f"tcgemm.parallel: {who} has a DTensor weight placed {w.placements[0]}; column-wise "
+                         "(Shard(0)) or row-wise (Shard(1)) sharding is supported")
+    layouts: dict[str, Any] = {}
+    hooks = list(linear._forward_pre_hooks.values()) + list(linear._forward_hooks.values())
+    for hook in hooks:
+        for cell in getattr(hook, "__closure__", None) or ():
+            fn = cell.cell_contents
+            if not isinstance(fn, functools.partial):
+                continue
+            kind = getattr(fn.func, "__name__", "")
+            if kind == "_prepare_input_fn" and len(fn.args) == 2:
+                layouts["input_layouts"] = _one_placement(fn.args[0], who)
+            elif kind == "_prepare_output_fn" and len(fn.args) == 2:
+                layouts["output_layouts"] = _one_placement(fn.args[0], who)
+                layouts["use_local_output"] = bool(fn.args[1])
+    if hooks and len(layouts) != 3:
+        raise ValueError(f"tcgemm.parallel: {who} has tensor-parallel hooks whose layouts tcgemm cannot read; "
+                         "quantize the layer before sharding it, with tcgemm's styles")
+    return style, w.device_mesh, layouts
+
+
+def _one_placement(layouts, who: str):
+    if isinstance(layouts, (tuple, list)):
+        if len(layouts) != 1:
+            raise ValueError(f"tcgemm.parallel: {who}: layouts {layouts} are not of a 1-D mesh")
+        return layouts[0]
+    return layouts
+
+
+def full_linear(linear: nn.Linear, name: str = "") -> tuple[nn.Linear, Optional[tuple[str, Any, dict[str, Any]]]]:
+    """An ``nn.Linear`` with plain (gathered) weight and bias when ``linear``'s are DTensors
+    (torch's tensor-parallel styles), and :func:`torch_sharding`'s description to shard its
+    quantized layer with; ``linear`` itself and None otherwise."""
+    from torch.distributed.tensor import DTensor
+
+    sharding = torch_sharding(linear, name)
+    if sharding is None:
+        return linear, None
+    w = linear.weight
     full = nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None,
                      device=w.device, dtype=w.dtype)
     with torch.no_grad():
@@ -381,7 +439,7 @@ def full_linear(linear: nn.Linear) -> tuple[nn.Linear, Optional[tuple[str, Any]]
         if linear.bias is not None:
             b = linear.bias
             full.bias.copy_(b.full_tensor() if isinstance(b, DTensor) else b)
-    return full, None if style is None else (style, w.device_mesh)
+    return full, sharding
 
 
 def parallelize_module(module: nn.Module, device_mesh, parallelize_plan):
@@ -397,8 +455,9 @@ def parallelize_module(module: nn.Module, device_mesh, parallelize_plan):
     return torch_parallelize(module, device_mesh, parallelize_plan)
 
 
-def shard_like(layer, style: str, device_mesh, name: str = ""):
-    """Shards a QuantLinear with tcgemm's style ``style`` over ``device_mesh`` (default layouts)."""
+def shard_like(layer, style: str, device_mesh, layouts: Optional[dict[str, Any]] = None, name: str = ""):
+    """Shards a QuantLinear with tcgemm's style ``style`` over ``device_mesh``, with ``layouts``
+    (keywords of the style; default layouts without)."""
     layer._tp_name = name
-    (ColwiseParallel() if style == "colwise" else RowwiseParallel())._apply(layer, device_mesh)
+    (ColwiseParallel if style == "colwise" else RowwiseParallel)(**(layouts or {}))._apply(layer, device_mesh)
     return layer

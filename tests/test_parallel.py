@@ -154,6 +154,29 @@ def _exact_partial(layer, x):
     return e, mag, kb
 
 
+def _same_slice(shard, full, style, rank, world):
+    """None when the shard's weight as the input meets it (int8 or unpacked 4-bit values times
+    their scales and SmoothQuant multipliers), its zero-point sums, bias and static input scale are
+    the unsharded layer's slice; else what differs."""
+    w, ws = full._op_weight(torch.float32), shard._op_weight(torch.float32)
+    n, k = full.out_features, full.in_features
+    want = (w.narrow(0, rank * n // world, n // world) if style == "colwise"
+            else w.narrow(1, rank * k // world, k // world))
+    problems = []
+    if not torch.equal(ws, want):
+        problems.append("weight")
+    if shard.weight_colsum is not None and not torch.equal(shard.weight_colsum,
+                                                           shard.int_weight().sum(1, dtype=torch.int32)):
+        problems.append("weight_colsum")
+    if full.bias is not None:
+        b = full.bias if style == "rowwise" else full.bias.narrow(0, rank * n // world, n // world)
+        if not torch.equal(shard.bias, b):
+            problems.append("bias")
+    if full.input_scale is not None and not torch.equal(shard.input_scale, full.input_scale):
+        problems.append("input_scale")
+    return ", ".join(problems) or None
+
+
 def _plain(scheme):
     return not (scheme.static or scheme.smooth is not None or scheme.rotate or scheme.asymmetric)
 
@@ -175,6 +198,7 @@ def layer_worker(rank, world, mesh, device, results, folder):
                     tp.parallelize_module(layer, mesh, tp.ColwiseParallel() if style == "colwise"
                                           else tp.RowwiseParallel())
                     kl, nl = K // world, N // world
+                    results[f"{case}: the shard's weight"] = _same_slice(layer, full, style, rank, world)
                     with torch.no_grad():
                         if style == "colwise":
                             y2 = layer(x)
@@ -237,11 +261,13 @@ def layout_worker(rank, world, mesh, device, results, folder):
         d = layer(tp.RowwiseParallel(use_local_output=False))(x[:, rank * kl:(rank + 1) * kl])
         results["rowwise, DTensor output Replicate()"] = None if (
             isinstance(d, DTensor) and d.placements == (Replicate(),) and torch.equal(d.to_local(), want)) else repr(d)
+        style = tp.RowwiseParallel(output_layouts=Shard(1))  # fine for a float layer (sequence parallel)
         try:
-            tp.RowwiseParallel(output_layouts=Shard(1))
-            results["rowwise, output Shard(1) refused"] = "accepted"
+            layer(style)
+            results["rowwise, output Shard(1) refused for a QuantLinear"] = "accepted"
         except ValueError as err:
-            results["rowwise, output Shard(1) refused"] = None if "output_layouts" in str(err) else str(err)
+            results["rowwise, output Shard(1) refused for a QuantLinear"] = None if "output_layouts" in str(err) \
+                else str(err)
         try:
             layer(tp.RowwiseParallel(input_layouts=Replicate()))(x[:, :kl])
             results["rowwise, input Replicate(): a slice refused"] = "accepted"
@@ -264,8 +290,32 @@ def layout_worker(rank, world, mesh, device, results, folder):
         compiled = torch.compile(mlp, fullgraph=True)(x)
         results["torch.compile(fullgraph=True) of a sharded MLP"] = None if torch.equal(eager, compiled) else (
             f"differs by {(eager - compiled).abs().max()}")
+        try:
+            row(x)
+            results["rowwise: the full input under Shard(-1) refused"] = "accepted"
+        except ValueError as err:
+            results["rowwise: the full input under Shard(-1) refused"] = None if "Replicate()" in str(err) \
+                else str(err)
         if not gathers_work(device):
             return
+        # torch's styles with other layouts, then quantize: the layouts carry over
+        from torch.distributed.tensor.parallel import ColwiseParallel as TorchColwise
+        from torch.distributed.tensor.parallel import RowwiseParallel as TorchRowwise
+        from torch.distributed.tensor.parallel import parallelize_module as torch_parallelize
+
+        floaty = nn.Sequential(_float_linear(1, True, device), _float_linear(1, True, device))
+        torch_parallelize(floaty, mesh, {"0": TorchColwise(output_layouts=Replicate()),
+                                         "1": TorchRowwise(input_layouts=Replicate())})
+        tcgemm.quantize_model(floaty)
+        q0 = _quantized(tcgemm.W8A8_DYNAMIC, _float_linear(1, True, device), x)
+        q1 = _quantized(tcgemm.W8A8_DYNAMIC, _float_linear(1, True, device), x)
+        y0 = floaty[0](x)
+        results["torch's colwise with Replicate() output, then quantized"] = None if torch.equal(y0, q0(x)) else (
+            f"output {list(y0.shape)}")
+        tp.shard_quant_linear(q1, "rowwise", rank, world)
+        parts = floaty[1](y0)
+        results["torch's rowwise with Replicate() input, then quantized"] = None if (
+            floaty[1].tensor_parallel.style == "rowwise" and parts.shape == y0.shape) else f"{floaty[1]}"
         y = layer(tp.ColwiseParallel(output_layouts=Replicate()))(x)
         results["colwise, output Replicate(): the whole output"] = None if torch.equal(y, y1) else "differs"
         d = layer(tp.ColwiseParallel(use_local_output=False))(x)
@@ -454,6 +504,13 @@ def model_worker(rank, world, mesh, device, results, folder):
             again = fresh(ids)
         results[f"{sname}: full state dict into the sharded model"] = (
             None if torch.equal(again, got) else "logits differ")
+        fresh.load_state_dict(reference.state_dict(), assign=True)
+        views = [k for k, t in fresh.state_dict().items()
+                 if t.untyped_storage().nbytes() != t.numel() * t.element_size()]
+        with torch.no_grad():
+            again = fresh(ids)
+        results[f"{sname}: full state dict, assign=True"] = None if torch.equal(again, got) and not views else (
+            f"views of the full tensors: {views[:3]}")
         if not gathers_work(device):
             continue
         # shard the float model with torch's styles, then quantize: the same weights
