@@ -393,7 +393,7 @@ def torch_sharding(linear: nn.Module, name: str = "") -> Optional[tuple[str, Any
                          "meshes are supported")
     style = style_of_placement(w.placements[0])
     if style is None:
-        raise ValueError(f"tcgemm.parallel: {who} has a DTensor weight placed {w.placements[0]}; column-wise "
+        raise ValueError(f"tcgemm.parallel: {who} has a DTensor weight placed {w.placements[0]!r}; column-wise "
                          "(Shard(0)) or row-wise (Shard(1)) sharding is supported")
     layouts: dict[str, Any] = {}
     hooks = list(linear._forward_pre_hooks.values()) + list(linear._forward_hooks.values())

@@ -241,6 +241,7 @@ def layer_worker(rank, world, mesh, device, results, folder):
 
 def layout_worker(rank, world, mesh, device, results, folder):
     """The styles' other input and output layouts, and DTensor inputs."""
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
     from tcgemm import parallel as tp
@@ -316,6 +317,25 @@ def layout_worker(rank, world, mesh, device, results, folder):
         parts = floaty[1](y0)
         results["torch's rowwise with Replicate() input, then quantized"] = None if (
             floaty[1].tensor_parallel.style == "rowwise" and parts.shape == y0.shape) else f"{floaty[1]}"
+        # shardings that cannot be carried over to a QuantLinear name the layer
+        def dtensor_linear(placements, on_mesh=mesh):
+            lin2 = _float_linear(1, False, device)
+            lin2.weight = nn.Parameter(distribute_tensor(lin2.weight.detach(), on_mesh, placements))
+            return lin2
+
+        mesh2d = init_device_mesh(device, (1, world))
+        odd = {"replicated weight": (dtensor_linear([Replicate()]), "placed Replicate()"),
+               "2-D mesh": (dtensor_linear([Replicate(), Shard(0)], mesh2d), "2-D mesh")}
+        hooked = dtensor_linear([Shard(0)])
+        hooked.register_forward_pre_hook(lambda mod, args: args)
+        odd["unreadable hooks"] = (hooked, "cannot read")
+        for what, (lin2, words) in odd.items():
+            try:
+                tcgemm.QuantLinear.from_linear(lin2, name="blocks.3.fc")
+                results[f"shard then quantize, {what}: refused"] = "accepted"
+            except ValueError as err:
+                results[f"shard then quantize, {what}: refused"] = None if (
+                    words in str(err) and "'blocks.3.fc'" in str(err)) else str(err)
         y = layer(tp.ColwiseParallel(output_layouts=Replicate()))(x)
         results["colwise, output Replicate(): the whole output"] = None if torch.equal(y, y1) else "differs"
         d = layer(tp.ColwiseParallel(use_local_output=False))(x)
