@@ -573,7 +573,8 @@ class QuantLinear(nn.Module):
         # The Hadamard matrix the input is rotated with (tcgemm.rotation), on the layer's device.
         self.register_buffer("hadamard", hadamard(device).clone() if self._rotate else None, persistent=False)
         # Tensor parallelism (tcgemm.parallel): where a sharded layer sits, and whether this rank
-        # adds the bias (a row-wise shard adds it on one rank only).
+        # adds the bias (a row-wise shard adds it on one rank only; kept as a flag, not derived from
+        # tensor_parallel per call, for forward's host time).
         self.tensor_parallel = None
         self._add_bias = True
         if weights.bits == 4:

@@ -57,7 +57,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-SCALE_BLOCK = 128
+from ._scales import SCALE_BLOCK
 
 
 @dataclasses.dataclass(frozen=True)
