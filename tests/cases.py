@@ -7,6 +7,18 @@ import torch
 FUSED_VECTORS_PER_THREAD = 4
 
 
+# Explicit mantissa bits of the scaled outputs' dtypes: the stated bound's ulp_out.
+MANTISSA = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}
+
+
+def ulp(value, dtype, tiny=2.0**-126):
+    """ulp_out of the stated bound: the spacing of `dtype` at |value| (float64), |value| taken as
+    at least `tiny` (the smallest normal fp32 by default; finfo(dtype).tiny counts subnormal
+    outputs of dtype as one rounding of its smallest normal)."""
+    mag = value.abs().clamp_min(tiny)
+    return torch.exp2(torch.floor(torch.log2(mag)) - MANTISSA[dtype])
+
+
 def dtype_id(dtype):
     return {torch.int8: "i8", torch.uint8: "u8"}[dtype]
 

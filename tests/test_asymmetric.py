@@ -11,11 +11,11 @@ import torch
 from torch import nn
 
 import tcgemm
+from cases import ulp
 from tcgemm.reference import quantize_asym_reference, scaled_gemm_reference
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-MANTISSA = {torch.float32: 23, torch.bfloat16: 7, torch.float16: 10}
 
 
 def skewed_x(m, k, dtype, generator, device="cpu", top=3):
@@ -184,10 +184,7 @@ def _assert_close_to_reference(got, ref64, out_dtype, a, b, sa, sb, za, context)
     magnitude sa * sb * sum |a - za| |b|."""
     mag = ((a.cpu().long() - za.cpu().long().reshape(-1, 1)).abs().double() @ b.cpu().long().abs().double())
     mag = mag * sa.cpu().double().reshape(-1, 1).abs() * sb.cpu().double().reshape(1, -1).abs()
-    info = torch.finfo(out_dtype)
-    e = ref64.abs().clamp_min(info.tiny)
-    ulp = torch.exp2(torch.floor(torch.log2(e)) - MANTISSA[out_dtype])
-    bound = ulp + 8 * 2**-24 * mag
+    bound = ulp(ref64, out_dtype, torch.finfo(out_dtype).tiny) + 8 * 2**-24 * mag
     err = (got.cpu().double() - ref64).abs()
     assert torch.isfinite(got).all(), f"[{context}] non-finite output"
     assert (err <= bound).all(), f"[{context}] max err {float(err.max())} (bound there {float(bound[err.argmax() // err.shape[1], err.argmax() % err.shape[1]])})"

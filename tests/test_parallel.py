@@ -28,11 +28,11 @@ import torch.multiprocessing as mp
 from torch import nn
 
 import tcgemm
+from cases import ulp
 from tcgemm.reference import quantize_reference
 
 WORLD = 2
 K, N = 512, 512  # shards of 256: whole blocks of 128 along both dimensions
-MANTISSA = {torch.float32: 23, torch.bfloat16: 7, torch.float16: 10}
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
 
 SCHEMES = {name: tcgemm.PRESETS[name] for name in tcgemm.PRESETS}
@@ -128,11 +128,6 @@ def _quantized(scheme, lin, x):
     return tcgemm.QuantLinear.from_linear(lin, scheme=scheme, **kw)
 
 
-def _ulp(v, dtype):
-    mag = v.abs().clamp_min(2.0**-126)
-    return torch.exp2(torch.floor(torch.log2(mag)) - MANTISSA[dtype])
-
-
 def _exact_partial(layer, x):
     """float64 value and magnitude sum of a (shard) layer without static, smoothed, rotated or
     asymmetric activations: its own quantization of x (the reference), exact products."""
@@ -225,15 +220,15 @@ def layer_worker(rank, world, mesh, device, results, folder):
                         for r, s in enumerate(shards):
                             er, mr, kb = _exact_partial(s, x[..., r * kl:(r + 1) * kl])
                             e, mag = e + er, mag + mr
-                            bound = bound + _ulp(er, dtype) + 8 * kb * 2.0**-24 * mr
-                        bound = bound + _ulp(e, dtype)
+                            bound = bound + ulp(er, dtype) + 8 * kb * 2.0**-24 * mr
+                        bound = bound + ulp(e, dtype)
                         got = y2.detach().cpu().double().reshape(e.shape)
                         if not bool(((got - e).abs() <= bound).all()):
                             problems.append(f"outside the bound of the sharded computation by "
                                             f"{float(((got - e).abs() - bound).max())}")
                         if layer.activation_granularity == "block":
                             ref = y1.detach().cpu().double().reshape(e.shape)
-                            tol = 2 * _ulp(e, dtype) + bound
+                            tol = 2 * ulp(e, dtype) + bound
                             if not bool(((got - ref).abs() <= tol).all()):
                                 problems.append("per-block activations: not within the bound of the unsharded layer")
                     results[case] = "; ".join(problems) or None

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import tcgemm
+from cases import ulp
 from tcgemm.reference import scaled_gemm_reference
 
 GRANULARITIES = [
@@ -27,7 +28,6 @@ GRANULARITIES = [
     "block-chanblock",   # [M, KB] x [N, KB]
 ]
 OUT_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
-MANTISSA = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}
 
 
 def _scales(gran, m, n, k, device, gen):
@@ -66,9 +66,7 @@ def _bound(a, b, sa, sb, bias, out_dtype):
     ones = lambda t: t.abs()
     s = scaled_gemm_reference(ones(a), ones(b), sa.abs(), sb.abs(), None if bias is None else bias.abs(),
                               return_float64=True)
-    mag = exact.abs().clamp_min(2.0**-126)
-    ulp = torch.exp2(torch.floor(torch.log2(mag)) - MANTISSA[out_dtype])
-    return exact, ulp + 8 * kb * 2.0**-24 * s
+    return exact, ulp(exact, out_dtype) + 8 * kb * 2.0**-24 * s
 
 
 def _poison_allocator(numel, dtype, device):
