@@ -161,26 +161,31 @@ struct Int4GroupScales {
 };
 
 // Where a lane's columns' group scales lie (their rows' offsets in p.b_group_scale, found once per
-// tile), and the scales of one K block (1 without group scales).
-template <int ColTiles>
+// tile), and the scales of one K block (1 without group scales). The lane's columns of D are
+// 2t + e of each n8 tile; WeightRows (TileSums::kWeightRows: the weight is the mma's A operand)
+// the lane's weight rows are g of each n8 tile of B, one scale per tile (e = 0).
+template <int ColTiles, bool WeightRows = false>
 struct Int4GroupScaleRows {
+  static constexpr int kPerTile = WeightRows ? 1 : 2;
   const int8_t* base;  // p.b_group_scale
-  uint32_t row[ColTiles][2];
+  uint32_t row[ColTiles][kPerTile];
 
-  __device__ void start(const GemmProblem& p, int n0, int t) {
+  __device__ void start(const GemmProblem& p, int n0, int lane) {
     base = p.b_group_scale;
 #pragma unroll
     for (int nt = 0; nt < ColTiles; ++nt)
 #pragma unroll
-      for (int e = 0; e < 2; ++e)
-        row[nt][e] = static_cast<uint32_t>(min(n0 + 8 * nt + 2 * t + e, p.n - 1) * p.b_group_scale_stride);
+      for (int e = 0; e < kPerTile; ++e) {
+        const int n = n0 + 8 * nt + (WeightRows ? lane / 4 : 2 * (lane % 4) + e);
+        row[nt][e] = static_cast<uint32_t>(min(n, p.n - 1) * p.b_group_scale_stride);
+      }
   }
   __device__ Int4GroupScales<ColTiles> load(int kb) const {
     Int4GroupScales<ColTiles> g;
 #pragma unroll
     for (int nt = 0; nt < ColTiles; ++nt)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) g.s[nt][e] = base == nullptr ? 1 : __ldg(base + (row[nt][e] + kb));
+      for (int e = 0; e < kPerTile; ++e) g.s[nt][e] = base == nullptr ? 1 : __ldg(base + (row[nt][e] + kb));
     return g;
   }
 };
@@ -396,6 +401,15 @@ struct TileSums {
   using Scales = MmaSyncPromotion<RowTiles, ColTiles>;
   using Group = std::conditional_t<BInt4, Int4GroupScales<ColTiles>, NoGroupScales>;
   static constexpr bool kPerBlock = Epi::kPromotes;
+  // 4-bit B against at most 8 rows of A, sums in int32 (two-level or no group scales): the weight
+  // is the mma's A operand and A its B operand, D transposed. An m16 tile then holds 16 weight rows
+  // (B's n8 tiles 2i and 2i + 1: rows g and g + 8 of m16 tile i) against 8 rows of A, instead of 8
+  // weight rows against 16 rows of A of which at most 8 exist: half the mma and accumulators per
+  // K block. The bytes each lane loads are the same. acc[0][i][j] is then D's row 2t + j % 2,
+  // column n0 + 16i + g + 8 (j / 2).
+  static constexpr bool kWeightRows = BInt4 && HalfRows && !kPerBlock && ColTiles % 2 == 0;
+  static constexpr int kSumTiles = kWeightRows ? ColTiles / 2 : ColTiles;  // accumulator tiles in use
+  using GroupRows = Int4GroupScaleRows<ColTiles, kWeightRows>;
   static constexpr int kBWords = BInt4 ? 4 : 8;  // registers of a lane's share of a K block of a B row
   static constexpr int kRegs = RowTiles * ColTiles * 4;  // accumulators per lane
   static constexpr int kHalves = HalfRows ? 1 : 2;       // rows g and g + 8 of each m16 tile
@@ -448,6 +462,30 @@ struct TileSums {
   // One K block: its partial sums promoted with the block's scales if per-block; 4-bit B: the
   // block's sums on their own, then added times the group scales (or promoted), see the top.
   __device__ __forceinline__ void add(const B& b, const A& a, const Scales& scales, const Group& group) {
+    if constexpr (kWeightRows) {
+      int32_t block[kSumTiles][4];
+#pragma unroll
+      for (int i = 0; i < kSumTiles; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) block[i][j] = 0;
+#pragma unroll
+      for (int s = 0; s < kBK / 32; ++s) {
+        const uint32_t xf[2] = {a[0][0][2 * s], a[0][0][2 * s + 1]};
+#pragma unroll
+        for (int i = 0; i < kSumTiles; ++i) {
+          uint32_t w[4];  // rows g (n8 tile 2i) and g + 8 (2i + 1), K slots 4t .. then 16 + 4t ..
+          unpack_int4x8_times16(b[2 * i][s], w[0], w[2]);
+          unpack_int4x8_times16(b[2 * i + 1][s], w[1], w[3]);
+          ptx::mma_m16n8k32<BSigned, ASigned>(block[i], w, xf);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kSumTiles; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          acc[0][i][j] = wrap_add(acc[0][i][j], wrap_mul(block[i][j] >> 4, group.get(2 * i + j / 2, 0)));
+      return;
+    }
     constexpr bool kBlockSums = kPerBlock || BInt4;
     int32_t block[RowTiles][ColTiles][4];
     int32_t(*sums)[ColTiles][4] = kBlockSums ? block : acc;
@@ -497,7 +535,7 @@ struct TileSums {
     Acc(&partial)[kWarps][kRegs][32] = buffers[buffer];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     each_acc([&](int mt, int nt, int j) {
-      if (HalfRows && j >= 2) return;  // rows g + 8: never in D
+      if (kWeightRows ? nt >= kSumTiles : HalfRows && j >= 2) return;  // not in use; rows g + 8: never in D
       if constexpr (kPerBlock) {
         partial[warp][(mt * ColTiles + nt) * 4 + j][lane] = accf[mt][nt][j];
       } else {
@@ -521,11 +559,11 @@ struct TileSums {
     };
     using Out = typename Epi::OutT;
     Out* d = static_cast<Out*>(p.d.ptr);
-    for (int idx = threadIdx.x + kThreads * rank; idx < kRegs * 32; idx += kThreads * split) {
+    for (int idx = threadIdx.x + kThreads * rank; idx < (kWeightRows ? kSumTiles * 4 : kRegs) * 32; idx += kThreads * split) {
       const int i = idx / 32, l = idx % 32;
       const int mt = i / (ColTiles * 4), nt = (i / 4) % ColTiles, j = i % 4;
-      const int row = m0 + 16 * mt + l / 4 + 8 * (j / 2);
-      const int col = n0 + 8 * nt + 2 * (l % 4) + j % 2;
+      const int row = kWeightRows ? m0 + 2 * (l % 4) + j % 2 : m0 + 16 * mt + l / 4 + 8 * (j / 2);
+      const int col = kWeightRows ? n0 + 16 * nt + l / 4 + 8 * (j / 2) : n0 + 8 * nt + 2 * (l % 4) + j % 2;
       if (row >= p.m || col >= p.n) continue;
       Acc sum = partial[0][i][l];
       if (!BInt4 || split == 1) {
@@ -623,15 +661,16 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
 
 // A persistent block's tiles of D against packed 4-bit B (WarpWork's order), B streamed through
 // the warps' rings (Int4Stream, started by the caller), A as for skinny_tile (A in shared memory
-// is x quantized by the block: at most kQuantizeRows rows, HalfRows). Each K block's scales (group
-// scales, per-block scales when promoting; L1 hits but for the first of 32 K blocks) are loaded
-// before its B is waited for.
-template <int RowTiles, int ColTiles, From ASrc, class Epi>
+// is x quantized by the block: at most kQuantizeRows rows). HalfRows: A has at most 8 rows (x
+// quantized by the block always). Each K block's scales (group scales, per-block scales when
+// promoting; L1 hits but for the first of 32 K blocks) are loaded before its B is waited for.
+template <int RowTiles, int ColTiles, From ASrc, class Epi, bool HalfRows>
 __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Epi& epi, const uint8_t* a_base,
                                                   int64_t a_stride, Int4Stream<TileConfig<RowTiles, ColTiles>>& b) {
   using Cfg = TileConfig<RowTiles, ColTiles>;
   static_assert(kQuantizeRows <= 8, "x quantized in the kernel takes the HalfRows sums");
-  using Sums = TileSums<RowTiles, ColTiles, true, true, ASrc, Epi, true, ASrc == From::kShared && RowTiles == 1>;
+  static_assert(!HalfRows || RowTiles == 1, "HalfRows is one m16 tile");
+  using Sums = TileSums<RowTiles, ColTiles, true, true, ASrc, Epi, true, HalfRows>;
   const WarpWork& work = b.work;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int full_blocks = p.k / kBK;
@@ -644,8 +683,8 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
     work.next(tile);  // from here on, the block's next tile
     Sums sums;
     sums.start(p, a_base, a_stride, m0, g);
-    Int4GroupScaleRows<ColTiles> group_rows;
-    group_rows.start(p, n0, t);
+    typename Sums::GroupRows group_rows;
+    group_rows.start(p, n0, lane);
     typename Sums::Scales scales;
     typename Sums::Group group;
     auto load_scales = [&](int kb) {
@@ -685,8 +724,10 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
 // skinny_quantize.cuh; dynamic shared memory of QuantizedA's layout) before it takes its tiles
 // (a persistent grid: x is quantized once per block). BInt4: B is packed 4-bit (p.b_int4), read
 // by a persistent grid through the warps' rings (Int4Stream) across the block's tiles; int8 B
-// is read by one block per tile unless x is quantized in the kernel.
-template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, class Epi, class XT, bool BInt4>
+// is read by one block per tile unless x is quantized in the kernel. FewRows: 4-bit B against an
+// int8 A given of at most 8 rows (TileSums' HalfRows sums, as for x quantized in the kernel).
+template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, class Epi, class XT, bool BInt4,
+          bool FewRows = false>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     skinny_gemm_kernel(const GemmProblem p, const Epi epi, const QuantizeParams xq) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -723,13 +764,13 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     if constexpr (!kQuantizes) {
       b.start(p);
       ptx::griddep_wait();  // A, its scales and D belong to the kernels before this one
-      skinny_tiles_int4<RowTiles, ColTiles, From::kCached, Epi>(p, epi, static_cast<const uint8_t*>(p.a.ptr),
+      skinny_tiles_int4<RowTiles, ColTiles, From::kCached, Epi, FewRows>(p, epi, static_cast<const uint8_t*>(p.a.ptr),
                                                                 p.a.stride_row, b);
     } else {
       ptx::griddep_wait();  // x and D belong to the kernels before this one
       quantize_a_to_shared<XT>(xq, smem, layout, [&] { b.start(p); });
       const Epi in_block = epi.with_a_scales(reinterpret_cast<const float*>(smem + layout.scales_at));
-      skinny_tiles_int4<RowTiles, ColTiles, From::kShared, Epi>(p, in_block, smem, layout.row_stride, b);
+      skinny_tiles_int4<RowTiles, ColTiles, From::kShared, Epi, RowTiles == 1>(p, in_block, smem, layout.row_stride, b);
     }
   } else {
     if (!kQuantizes && p.pdl && blockIdx.x < kBlocksPerSm * ptx::nsmid()) prefetch_first_round();
@@ -771,7 +812,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 
 // A grid of at most blocks_most blocks over the tiles of D (flattened into gridDim.x), in
 // clusters of p.cluster_k_split blocks per tile (a whole number of clusters).
-template <class Cfg, class Epi, bool ASigned, bool BSigned, class XT, bool BInt4>
+template <class Cfg, class Epi, bool ASigned, bool BSigned, class XT, bool BInt4, bool FewRows = false>
 void launch_grid(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int64_t blocks_most, int smem_bytes) {
   const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, Cfg::kRows)) * ceil_div(p.n, Cfg::kCols);
   const int64_t split = p.cluster_k_split;
@@ -779,29 +820,34 @@ void launch_grid(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq,
     throw std::logic_error("tcgemm: the skinny kernel splits K between cluster blocks for 4-bit B only");
   if (tiles * split >= (int64_t{1} << 31)) throw std::invalid_argument("tcgemm: the skinny GEMM's grid exceeds 2^31 blocks");
   const int64_t blocks = std::min(tiles * split, blocks_most / split * split);
-  tcgemm::launch_kernel_in_clusters(skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi, XT, BInt4>,
+  tcgemm::launch_kernel_in_clusters(skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi, XT, BInt4, FewRows>,
                                     dim3(static_cast<unsigned>(blocks)), kThreads, static_cast<size_t>(smem_bytes),
                                     p.stream, p.pdl, static_cast<unsigned>(split), p, epi, xq);
 }
 
 // The persistent grid of a packed 4-bit B (signed A against signed 4-bit values): kBlocksPerSm
 // blocks per SM, each with its rings after x_bytes of quantized x.
-template <class Cfg, class Epi, class XT, int XMost>
+template <class Cfg, class Epi, class XT, int XMost, bool FewRows = false>
 void launch_int4(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count, int x_bytes) {
   if (!p.a.is_signed) throw std::logic_error("tcgemm: 4-bit B needs an int8 A");
+  if (FewRows && p.m > 8) throw std::logic_error("tcgemm: the few-rows 4-bit kernel takes at most 8 rows");
   constexpr int kMost = b_smem_at(XMost) + Int4Ring<Cfg>::kBytes;
   if (x_bytes > XMost) throw std::logic_error("tcgemm: the skinny kernel's quantized x leaves no room for 4-bit B");
-  allow_dynamic_smem<skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT, true>, kMost>();
-  launch_grid<Cfg, Epi, true, true, XT, true>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count,
-                                             b_smem_at(x_bytes) + Int4Ring<Cfg>::kBytes);
+  allow_dynamic_smem<skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT, true, FewRows>, kMost>();
+  launch_grid<Cfg, Epi, true, true, XT, true, FewRows>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count,
+                                                      b_smem_at(x_bytes) + Int4Ring<Cfg>::kBytes);
 }
 
 template <class Cfg, class Epi>
 void launch(const GemmProblem& p, const Epi& epi, int sm_count) {
   if (p.b_int4) {
     // Not instantiated for the config 4-bit B does not take (configs.h, Int4Rows16).
+    // At most 8 rows of A (one K-heavy layer's int8 A at decode): the HalfRows sums, with the
+    // weight as the mma's A operand (TileSums::kWeightRows).
     if constexpr (std::is_same_v<Cfg, Rows16Cols16>)
       throw std::logic_error("tcgemm: 4-bit B takes another skinny config");
+    else if (Cfg::kRowTiles == 1 && p.m <= 8)
+      return launch_int4<Cfg, Epi, void, 0, Cfg::kRowTiles == 1>(p, epi, QuantizeParams{}, sm_count, 0);
     else return launch_int4<Cfg, Epi, void, 0>(p, epi, QuantizeParams{}, sm_count, 0);
   }
   with_operand_signs<Epi>(p, [&](auto a_signed, auto b_signed) {
