@@ -393,8 +393,9 @@ struct NoGroupScales {};
 // int8 (8 words); A's bytes are then paired even/odd as the unpacked words are
 // (pair_even_odd). HalfRows: D has at most 8 rows (one m16 tile, whose rows 8-15 are never
 // stored): A's rows g + 8 are not loaded (the mma takes rows g twice) nor their sums scaled.
+// OneRow: D has one row (kWeightRows: the sums of D's odd rows are not scaled).
 template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, From ASrc, class Epi, bool BInt4,
-          bool HalfRows = false>
+          bool HalfRows = false, bool OneRow = false>
 struct TileSums {
   static_assert(!HalfRows || RowTiles == 1, "HalfRows is one m16 tile");
   using Acc = typename Epi::Acc;  // int32, or fp32 when per-block scales are promoted
@@ -482,7 +483,7 @@ struct TileSums {
 #pragma unroll
       for (int i = 0; i < kSumTiles; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
+        for (int j = 0; j < 4; j += OneRow ? 2 : 1)
           acc[0][i][j] = wrap_add(acc[0][i][j], wrap_mul(block[i][j] >> 4, group.get(2 * i + j / 2, 0)));
       return;
     }
@@ -662,15 +663,16 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
 // A persistent block's tiles of D against packed 4-bit B (WarpWork's order), B streamed through
 // the warps' rings (Int4Stream, started by the caller), A as for skinny_tile (A in shared memory
 // is x quantized by the block: at most kQuantizeRows rows). HalfRows: A has at most 8 rows (x
-// quantized by the block always). Each K block's scales (group scales, per-block scales when
-// promoting; L1 hits but for the first of 32 K blocks) are loaded before its B is waited for.
-template <int RowTiles, int ColTiles, From ASrc, class Epi, bool HalfRows>
+// quantized by the block always); OneRow: one row. Each K block's scales (group scales, per-block
+// scales when promoting; L1 hits but for the first of 32 K blocks) are loaded before its B is
+// waited for.
+template <int RowTiles, int ColTiles, From ASrc, class Epi, bool HalfRows, bool OneRow>
 __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Epi& epi, const uint8_t* a_base,
                                                   int64_t a_stride, Int4Stream<TileConfig<RowTiles, ColTiles>>& b) {
   using Cfg = TileConfig<RowTiles, ColTiles>;
   static_assert(kQuantizeRows <= 8, "x quantized in the kernel takes the HalfRows sums");
   static_assert(!HalfRows || RowTiles == 1, "HalfRows is one m16 tile");
-  using Sums = TileSums<RowTiles, ColTiles, true, true, ASrc, Epi, true, HalfRows>;
+  using Sums = TileSums<RowTiles, ColTiles, true, true, ASrc, Epi, true, HalfRows, OneRow>;
   const WarpWork& work = b.work;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int full_blocks = p.k / kBK;
@@ -725,9 +727,10 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
 // (a persistent grid: x is quantized once per block). BInt4: B is packed 4-bit (p.b_int4), read
 // by a persistent grid through the warps' rings (Int4Stream) across the block's tiles; int8 B
 // is read by one block per tile unless x is quantized in the kernel. FewRows: 4-bit B against an
-// int8 A given of at most 8 rows (TileSums' HalfRows sums, as for x quantized in the kernel).
+// int8 A given of at most FewRows rows, 8 or 1 (TileSums' HalfRows sums, as for x quantized in the
+// kernel; OneRow for 1); 0: up to 16.
 template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, class Epi, class XT, bool BInt4,
-          bool FewRows = false>
+          int FewRows = 0>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     skinny_gemm_kernel(const GemmProblem p, const Epi epi, const QuantizeParams xq) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -764,13 +767,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     if constexpr (!kQuantizes) {
       b.start(p);
       ptx::griddep_wait();  // A, its scales and D belong to the kernels before this one
-      skinny_tiles_int4<RowTiles, ColTiles, From::kCached, Epi, FewRows>(p, epi, static_cast<const uint8_t*>(p.a.ptr),
+      skinny_tiles_int4<RowTiles, ColTiles, From::kCached, Epi, FewRows != 0, FewRows == 1>(p, epi, static_cast<const uint8_t*>(p.a.ptr),
                                                                 p.a.stride_row, b);
     } else {
       ptx::griddep_wait();  // x and D belong to the kernels before this one
       quantize_a_to_shared<XT>(xq, smem, layout, [&] { b.start(p); });
       const Epi in_block = epi.with_a_scales(reinterpret_cast<const float*>(smem + layout.scales_at));
-      skinny_tiles_int4<RowTiles, ColTiles, From::kShared, Epi, RowTiles == 1>(p, in_block, smem, layout.row_stride, b);
+      skinny_tiles_int4<RowTiles, ColTiles, From::kShared, Epi, RowTiles == 1, XT::kOneToken>(p, in_block, smem,
+                                                                                            layout.row_stride, b);
     }
   } else {
     if (!kQuantizes && p.pdl && blockIdx.x < kBlocksPerSm * ptx::nsmid()) prefetch_first_round();
@@ -812,7 +816,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 
 // A grid of at most blocks_most blocks over the tiles of D (flattened into gridDim.x), in
 // clusters of p.cluster_k_split blocks per tile (a whole number of clusters).
-template <class Cfg, class Epi, bool ASigned, bool BSigned, class XT, bool BInt4, bool FewRows = false>
+template <class Cfg, class Epi, bool ASigned, bool BSigned, class XT, bool BInt4, int FewRows = 0>
 void launch_grid(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int64_t blocks_most, int smem_bytes) {
   const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, Cfg::kRows)) * ceil_div(p.n, Cfg::kCols);
   const int64_t split = p.cluster_k_split;
@@ -827,10 +831,10 @@ void launch_grid(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq,
 
 // The persistent grid of a packed 4-bit B (signed A against signed 4-bit values): kBlocksPerSm
 // blocks per SM, each with its rings after x_bytes of quantized x.
-template <class Cfg, class Epi, class XT, int XMost, bool FewRows = false>
+template <class Cfg, class Epi, class XT, int XMost, int FewRows = 0>
 void launch_int4(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count, int x_bytes) {
   if (!p.a.is_signed) throw std::logic_error("tcgemm: 4-bit B needs an int8 A");
-  if (FewRows && p.m > 8) throw std::logic_error("tcgemm: the few-rows 4-bit kernel takes at most 8 rows");
+  if (FewRows != 0 && p.m > FewRows) throw std::logic_error("tcgemm: the few-rows 4-bit kernel takes fewer rows");
   constexpr int kMost = b_smem_at(XMost) + Int4Ring<Cfg>::kBytes;
   if (x_bytes > XMost) throw std::logic_error("tcgemm: the skinny kernel's quantized x leaves no room for 4-bit B");
   allow_dynamic_smem<skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT, true, FewRows>, kMost>();
@@ -842,12 +846,14 @@ template <class Cfg, class Epi>
 void launch(const GemmProblem& p, const Epi& epi, int sm_count) {
   if (p.b_int4) {
     // Not instantiated for the config 4-bit B does not take (configs.h, Int4Rows16).
-    // At most 8 rows of A (one K-heavy layer's int8 A at decode): the HalfRows sums, with the
-    // weight as the mma's A operand (TileSums::kWeightRows).
+    // At most 8 rows of A (a K-heavy layer's int8 A at decode): the HalfRows sums, with the
+    // weight as the mma's A operand (TileSums::kWeightRows); one row, OneRow.
     if constexpr (std::is_same_v<Cfg, Rows16Cols16>)
       throw std::logic_error("tcgemm: 4-bit B takes another skinny config");
+    else if (Cfg::kRowTiles == 1 && p.m == 1)
+      return launch_int4<Cfg, Epi, void, 0, Cfg::kRowTiles == 1 ? 1 : 0>(p, epi, QuantizeParams{}, sm_count, 0);
     else if (Cfg::kRowTiles == 1 && p.m <= 8)
-      return launch_int4<Cfg, Epi, void, 0, Cfg::kRowTiles == 1>(p, epi, QuantizeParams{}, sm_count, 0);
+      return launch_int4<Cfg, Epi, void, 0, Cfg::kRowTiles == 1 ? 8 : 0>(p, epi, QuantizeParams{}, sm_count, 0);
     else return launch_int4<Cfg, Epi, void, 0>(p, epi, QuantizeParams{}, sm_count, 0);
   }
   with_operand_signs<Epi>(p, [&](auto a_signed, auto b_signed) {
