@@ -36,7 +36,9 @@
 //     order would take two per 8 values of every n8 tile). Each K block's int32 sums then lose the
 //     factor 16 exactly (an arithmetic shift) and are added times the block's int8 group scale
 //     (two-level scales: the sum over all of K equals that of the unpacked int8 weight, bit for
-//     bit, since int32 arithmetic wraps) or promoted with per-block fp32 scales.
+//     bit, since int32 arithmetic wraps) or promoted with per-block fp32 scales. At most 8 rows of A
+//     with int32 sums: the weight is the mma's A operand instead (TileSums::kWeightRows), 16
+//     weight rows per mma.
 //     The grid is persistent and each warp streams its K blocks of the block's tiles, one tile
 //     after another, through a ring of shared memory by cp.async (Int4Stream): kStages - 1 K
 //     blocks stay in flight while it computes, across tile boundaries too, without holding
