@@ -14,8 +14,9 @@ constexpr int kBK = 128;  // bytes of K per K block
 // Shared memory per warp for its ring of packed 4-bit B (skinny_gemm.cuh Int4Ring): 3 K blocks of
 // 32 columns (2 in flight while one is computed), 6 of 16; 48 KB per block. Deeper rings measured
 // slower: 32 columns, H200 bench_decode M = 1, 8B gate+up 22.7 us at 6 KB, 23.4 at 8 KB, 24.1 at
-// 10 KB; 16 columns, H100, 30.8 us at 6 KB, 32.6 at 10 KB. The loop is bound by its
-// instructions, not by bytes in flight.
+// 10 KB; 16 columns, H100, 30.8 us at 6 KB, 32.6 at 10 KB; with the weight as the mma's A
+// operand (H100 A/B, M = 1), 8 KB: 8B qkv 7.0 -> 8.0 us, 70B o 14.5 -> 15.5, every layer 2-13%
+// slower. The loop is bound by its instructions, not by bytes in flight.
 constexpr int kInt4RingBytesPerWarp = 6 * 1024;
 static_assert(kBK == kScaleBlock, "a K block must be one scale block");
 // tcgemm.quant_linear lets the kernel quantize the activations itself (skinny_quantize.cuh) at up
