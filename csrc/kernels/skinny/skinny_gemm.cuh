@@ -415,6 +415,7 @@ struct TileSums {
   using GroupRows = Int4GroupScaleRows<ColTiles, kWeightRows>;
   static constexpr int kBWords = BInt4 ? 4 : 8;  // registers of a lane's share of a K block of a B row
   static constexpr int kRegs = RowTiles * ColTiles * 4;  // accumulators per lane
+  static constexpr int kStoredRegs = kWeightRows ? kSumTiles * 4 : kRegs;  // those store() sums
   static constexpr int kHalves = HalfRows ? 1 : 2;       // rows g and g + 8 of each m16 tile
   using A = uint32_t[RowTiles][kHalves][8];
   using B = uint32_t[ColTiles][kBWords];
@@ -538,7 +539,7 @@ struct TileSums {
     Acc(&partial)[kWarps][kRegs][32] = buffers[buffer];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     each_acc([&](int mt, int nt, int j) {
-      if (kWeightRows ? nt >= kSumTiles : HalfRows && j >= 2) return;  // not in use; rows g + 8: never in D
+      if (kWeightRows ? nt >= kSumTiles : HalfRows && j >= 2) return;  // unused; or rows g + 8, never in D
       if constexpr (kPerBlock) {
         partial[warp][(mt * ColTiles + nt) * 4 + j][lane] = accf[mt][nt][j];
       } else {
@@ -562,7 +563,7 @@ struct TileSums {
     };
     using Out = typename Epi::OutT;
     Out* d = static_cast<Out*>(p.d.ptr);
-    for (int idx = threadIdx.x + kThreads * rank; idx < (kWeightRows ? kSumTiles * 4 : kRegs) * 32; idx += kThreads * split) {
+    for (int idx = threadIdx.x + kThreads * rank; idx < kStoredRegs * 32; idx += kThreads * split) {
       const int i = idx / 32, l = idx % 32;
       const int mt = i / (ColTiles * 4), nt = (i / 4) % ColTiles, j = i % 4;
       const int row = kWeightRows ? m0 + 2 * (l % 4) + j % 2 : m0 + 16 * mt + l / 4 + 8 * (j / 2);
@@ -769,8 +770,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     if constexpr (!kQuantizes) {
       b.start(p);
       ptx::griddep_wait();  // A, its scales and D belong to the kernels before this one
-      skinny_tiles_int4<RowTiles, ColTiles, From::kCached, Epi, FewRows != 0, FewRows == 1>(p, epi, static_cast<const uint8_t*>(p.a.ptr),
-                                                                p.a.stride_row, b);
+      skinny_tiles_int4<RowTiles, ColTiles, From::kCached, Epi, FewRows != 0, FewRows == 1>(
+          p, epi, static_cast<const uint8_t*>(p.a.ptr), p.a.stride_row, b);
     } else {
       ptx::griddep_wait();  // x and D belong to the kernels before this one
       quantize_a_to_shared<XT>(xq, smem, layout, [&] { b.start(p); });
@@ -826,9 +827,11 @@ void launch_grid(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq,
     throw std::logic_error("tcgemm: the skinny kernel splits K between cluster blocks for 4-bit B only");
   if (tiles * split >= (int64_t{1} << 31)) throw std::invalid_argument("tcgemm: the skinny GEMM's grid exceeds 2^31 blocks");
   const int64_t blocks = std::min(tiles * split, blocks_most / split * split);
-  tcgemm::launch_kernel_in_clusters(skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi, XT, BInt4, FewRows>,
-                                    dim3(static_cast<unsigned>(blocks)), kThreads, static_cast<size_t>(smem_bytes),
-                                    p.stream, p.pdl, static_cast<unsigned>(split), p, epi, xq);
+  const auto kernel =
+      skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi, XT, BInt4, FewRows>;
+  tcgemm::launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(blocks)), kThreads,
+                                    static_cast<size_t>(smem_bytes), p.stream, p.pdl, static_cast<unsigned>(split), p,
+                                    epi, xq);
 }
 
 // The persistent grid of a packed 4-bit B (signed A against signed 4-bit values): kBlocksPerSm
@@ -836,7 +839,8 @@ void launch_grid(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq,
 template <class Cfg, class Epi, class XT, int XMost, int FewRows = 0>
 void launch_int4(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count, int x_bytes) {
   if (!p.a.is_signed) throw std::logic_error("tcgemm: 4-bit B needs an int8 A");
-  if (FewRows != 0 && p.m > FewRows) throw std::logic_error("tcgemm: the few-rows 4-bit kernel takes fewer rows");
+  if (FewRows != 0 && p.m > FewRows)
+    throw std::logic_error("tcgemm: the few-rows 4-bit kernel takes fewer rows");
   constexpr int kMost = b_smem_at(XMost) + Int4Ring<Cfg>::kBytes;
   if (x_bytes > XMost) throw std::logic_error("tcgemm: the skinny kernel's quantized x leaves no room for 4-bit B");
   allow_dynamic_smem<skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT, true, FewRows>, kMost>();
