@@ -99,6 +99,17 @@ def assert_all_passed(per_rank):
     assert not failed, f"{len(failed)} failed:\n" + "\n".join(failed[:8])
 
 
+def record_refusal(results, key, call, *words, error=ValueError):
+    """results[key]: None where call() raises `error` whose message holds every one of `words`;
+    else what happened instead (no error, or the message)."""
+    try:
+        call()
+    except error as err:
+        results[key] = None if all(w in str(err) for w in words) else str(err)
+        return
+    results[key] = "accepted"
+
+
 # ---------------------------------------------------------------------------------------------
 # Single layers
 
@@ -258,25 +269,16 @@ def layout_worker(rank, world, mesh, device, results, folder):
         results["rowwise, DTensor output Replicate()"] = None if (
             isinstance(d, DTensor) and d.placements == (Replicate(),) and torch.equal(d.to_local(), want)) else repr(d)
         style = tp.RowwiseParallel(output_layouts=Shard(1))  # fine for a float layer (sequence parallel)
-        try:
-            layer(style)
-            results["rowwise, output Shard(1) refused for a QuantLinear"] = "accepted"
-        except ValueError as err:
-            results["rowwise, output Shard(1) refused for a QuantLinear"] = None if "output_layouts" in str(err) \
-                else str(err)
-        try:
-            layer(tp.RowwiseParallel(input_layouts=Replicate()))(x[:, :kl])
-            results["rowwise, input Replicate(): a slice refused"] = "accepted"
-        except ValueError as err:
-            results["rowwise, input Replicate(): a slice refused"] = None if str(K) in str(err) else str(err)
+        record_refusal(results, "rowwise, output Shard(1) refused for a QuantLinear", lambda: layer(style),
+                       "output_layouts")
+        record_refusal(results, "rowwise, input Replicate(): a slice refused",
+                       lambda: layer(tp.RowwiseParallel(input_layouts=Replicate()))(x[:, :kl]), str(K))
         y = layer(tp.RowwiseParallel(input_layouts=Replicate()))(x)
         results["rowwise, input Replicate(): the full input sliced"] = None if torch.equal(y, want) else "differs"
-        try:
-            with torch.enable_grad():
-                row(x[:, rank * kl:(rank + 1) * kl].clone().requires_grad_())
-            results["an input that requires grad refused"] = "accepted"
-        except NotImplementedError as err:
-            results["an input that requires grad refused"] = None if "backward" in str(err) else str(err)
+        with torch.enable_grad():
+            record_refusal(results, "an input that requires grad refused",
+                           lambda: row(x[:, rank * kl:(rank + 1) * kl].clone().requires_grad_()), "backward",
+                           error=NotImplementedError)
         # torch.compile(fullgraph=True) of a sharded MLP: the hooks and the all-reduce trace
         torch.manual_seed(0)
         mlp = nn.Sequential(nn.Linear(K, 2 * K, bias=False), nn.ReLU(), nn.Linear(2 * K, N)).to(device)  # exact in any fusion
@@ -286,12 +288,7 @@ def layout_worker(rank, world, mesh, device, results, folder):
         compiled = torch.compile(mlp, fullgraph=True)(x)
         results["torch.compile(fullgraph=True) of a sharded MLP"] = None if torch.equal(eager, compiled) else (
             f"differs by {(eager - compiled).abs().max()}")
-        try:
-            row(x)
-            results["rowwise: the full input under Shard(-1) refused"] = "accepted"
-        except ValueError as err:
-            results["rowwise: the full input under Shard(-1) refused"] = None if "Replicate()" in str(err) \
-                else str(err)
+        record_refusal(results, "rowwise: the full input under Shard(-1) refused", lambda: row(x), "Replicate()")
         if not gathers_work(device):
             return
         # torch's styles with other layouts, then quantize: the layouts carry over
@@ -325,12 +322,8 @@ def layout_worker(rank, world, mesh, device, results, folder):
         hooked.register_forward_pre_hook(lambda mod, args: args)
         odd["unreadable hooks"] = (hooked, "cannot read")
         for what, (lin2, words) in odd.items():
-            try:
-                tcgemm.QuantLinear.from_linear(lin2, name="blocks.3.fc")
-                results[f"shard then quantize, {what}: refused"] = "accepted"
-            except ValueError as err:
-                results[f"shard then quantize, {what}: refused"] = None if (
-                    words in str(err) and "'blocks.3.fc'" in str(err)) else str(err)
+            record_refusal(results, f"shard then quantize, {what}: refused",
+                           lambda: tcgemm.QuantLinear.from_linear(lin2, name="blocks.3.fc"), words, "'blocks.3.fc'")
         y = layer(tp.ColwiseParallel(output_layouts=Replicate()))(x)
         results["colwise, output Replicate(): the whole output"] = None if torch.equal(y, y1) else "differs"
         d = layer(tp.ColwiseParallel(use_local_output=False))(x)
@@ -543,13 +536,10 @@ def model_worker(rank, world, mesh, device, results, folder):
     # an unsplittable size through parallelize_module names the layer
     model = tiny_llama(device, kv_heads=2)  # k_proj: 2 heads of 64
     tcgemm.quantize_model(model, scheme="w8a8-block", skip=["lm_head"])
-    try:
-        tp.parallelize_module(model, mesh, {"lm_head": tp.ColwiseParallel(),
-                                            "layers.0.self_attn.k_proj": tp.ColwiseParallel()})
-        results["k_proj of 128 features, block scales, 2 ranks"] = "no error"
-    except ValueError as err:
-        results["k_proj of 128 features, block scales, 2 ranks"] = None if (
-            "'layers.0.self_attn.k_proj'" in str(err) and "out_features=128" in str(err)) else str(err)
+    record_refusal(results, "k_proj of 128 features, block scales, 2 ranks",
+                   lambda: tp.parallelize_module(model, mesh, {"lm_head": tp.ColwiseParallel(),
+                                                               "layers.0.self_attn.k_proj": tp.ColwiseParallel()}),
+                   "'layers.0.self_attn.k_proj'", "out_features=128")
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -581,12 +571,9 @@ def compressed_worker(rank, world, mesh, device, results, folder):
         tp.parallelize_module(whole, mesh, llama_plan(tp.ColwiseParallel, tp.RowwiseParallel))
         with torch.no_grad():
             want = whole(ids)
-        try:
-            compressed.save_compressed(whole, os.path.join(folder, f"sharded-{sname}-{rank}"))
-            results[f"{sname}: saving a sharded model refused"] = "saved"
-        except ValueError as err:
-            results[f"{sname}: saving a sharded model refused"] = None if "tensor-parallel shard" in str(err) \
-                else str(err)
+        record_refusal(results, f"{sname}: saving a sharded model refused",
+                       lambda: compressed.save_compressed(whole, os.path.join(folder, f"sharded-{sname}-{rank}")),
+                       "tensor-parallel shard")
         target = tiny_llama(device)
         tp.parallelize_module(target, mesh, llama_plan(TorchColwise, TorchRowwise))
         compressed.load_compressed(target, path)
