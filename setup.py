@@ -45,10 +45,31 @@ def sources():
     return sorted(os.path.relpath(f, ROOT) if os.path.isabs(f) else f for f in files)
 
 
+# The torch releases one build loads under. The binding layer (csrc/ops) sees torch only through
+# the LibTorch stable ABI, compiled for the oldest release (TORCH_TARGET_VERSION): a library built
+# against any release in the range runs under every other. The oldest is the first release of
+# the CUDA 13 wheels on PyPI; the newest is the newest the tests have run under.
+OLDEST_TORCH = (2, 11)
+NEWEST_TORCH = (2, 15)
+
+
 def torch_requirement():
-    """The extension binds to torch's C++ API, which changes between releases: the build runs
-    only with the torch it was compiled against, and the metadata says so."""
-    return f"torch=={torch.__version__.split('+')[0]}"
+    """The range the metadata states: the oldest supported release to the newest tested."""
+    oldest = ".".join(map(str, OLDEST_TORCH))
+    after_newest = f"{NEWEST_TORCH[0]}.{NEWEST_TORCH[1] + 1}"
+    return f"torch>={oldest},<{after_newest}"
+
+
+def torch_target_version():
+    """TORCH_TARGET_VERSION of the stable ABI headers: major and minor in the top two bytes."""
+    return f"-DTORCH_TARGET_VERSION=0x{OLDEST_TORCH[0]:02x}{OLDEST_TORCH[1]:02x}000000000000ULL"
+
+
+def check_torch_version():
+    found = tuple(int(v) for v in re.findall(r"\d+", torch.__version__)[:2])
+    if found < OLDEST_TORCH:
+        sys.exit(f"tcgemm: torch {torch.__version__} is older than {'.'.join(map(str, OLDEST_TORCH))}, the oldest "
+                 "release whose stable ABI the extension is built for: pip install --upgrade torch")
 
 
 def check_cuda_versions():
@@ -75,19 +96,25 @@ def check_cuda_versions():
           f"(CUDA {torch.version.cuda}){note}", file=sys.stderr)
 
 
+check_torch_version()
 check_cuda_versions()
 arch_flags = cuda_arch_flags()
-common = ["-O3"]  # the C++ standard is torch's own choice (C++17 for 2.11, C++20 later)
+common = ["-O3", torch_target_version()]  # the C++ standard is torch's own choice (C++17 for 2.11, C++20 later)
 if not builds_sm90a():
     common.append("-DTCGEMM_NO_SM90A")
+# The Python side of the library is a module init and one function (ops/library.cpp), within the
+# limited C API: one build serves every CPython from 3.10 on (an abi3 wheel).
 ext = CUDAExtension(
     name="tcgemm._C",
+    py_limited_api=True,
     sources=sources(),
     include_dirs=[os.path.join(ROOT, "csrc")],
     extra_compile_args={
-        "cxx": common,
+        # Only PyInit__C is exported; the rest (torch's stable types among it) stays hidden.
+        "cxx": common + ["-fvisibility=hidden"],
         "nvcc": common + ["--expt-relaxed-constexpr", "-lineinfo", "-Xptxas=-warn-spills"] + arch_flags,
     },
 )
 
-setup(ext_modules=[ext], cmdclass={"build_ext": BuildExtension}, install_requires=[torch_requirement()])
+setup(ext_modules=[ext], cmdclass={"build_ext": BuildExtension}, install_requires=[torch_requirement()],
+      options={"bdist_wheel": {"py_limited_api": "cp310"}})

@@ -4,8 +4,9 @@ error tests read.
 The checks that count are the C++ binding layer's (``csrc/ops/``): every op validates its arguments
 there. The fakes (FakeTensor, meta tensors, torch.compile) never reach that code, so this table
 states the same checks for them: per op, in the order the C++ makes them, each with the exception
-type (``TORCH_CHECK_VALUE`` raises ValueError, ``TORCH_CHECK_TYPE`` TypeError) and the C++ message,
-word for word. The first check that fails is the error, as in C++. Conditions read only metadata
+type (``TCGEMM_CHECK_VALUE`` stands for ValueError, ``TCGEMM_CHECK_TYPE`` for TypeError, which the
+Python API raises: ``_library.typed_error``) and the C++ message, word for word. The first check
+that fails is the error, as in C++. Conditions read only metadata
 (shapes, strides, dtypes, devices, scalar arguments), so symbolic sizes work: a condition on them
 becomes a guard, or a ``torch._check_*`` of a SymBool.
 

@@ -21,3 +21,17 @@ BACKEND_EPILOGUES: dict[str, frozenset[str]] = {
     name: frozenset(families.split("+")) if families else frozenset()
     for name, families in (entry.split("=") for entry in torch.ops.tcgemm.backend_epilogues().split(","))
 }
+
+
+_ERROR_TYPES = {1: ValueError, 2: TypeError}
+
+
+def typed_error(exc: RuntimeError) -> Exception:
+    """The exception a tcgemm op's failed check stands for. The ops are bound through torch's stable
+    ABI, which gives every C++ error to Python as a RuntimeError with its message; the library
+    records what kind of check failed (csrc/ops/torch_api.h), and this gives the ValueError or
+    TypeError back, with the same message. Any other error (a CUDA error, an internal one) is
+    ``exc`` itself."""
+    message = str(exc)
+    error = _ERROR_TYPES.get(_C.error_kind(message))
+    return exc if error is None else error(message)

@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 
 from ._checks import check_args, require_int32, require_str, require_tensor
-from ._library import BACKEND_EPILOGUES, BACKENDS  # noqa: F401  (tcgemm.BACKENDS)
+from ._library import BACKEND_EPILOGUES, BACKENDS, typed_error  # noqa: F401  (tcgemm.BACKENDS)
 
 _GEMM = "tcgemm.gemm"
 _SCALED = "tcgemm.scaled_gemm"
@@ -54,9 +54,12 @@ def gemm(
     require_int32(_GEMM, "beta", beta)
     require_tensor(_GEMM, "out", out, optional=True)
     require_str(_GEMM, "backend", backend)
-    if out is None:
-        return torch.ops.tcgemm.gemm.default(a, b, c, alpha, beta, backend)
-    torch.ops.tcgemm.gemm_out.default(a, b, c, alpha, beta, backend, out=out)
+    try:
+        if out is None:
+            return torch.ops.tcgemm.gemm.default(a, b, c, alpha, beta, backend)
+        torch.ops.tcgemm.gemm_out.default(a, b, c, alpha, beta, backend, out=out)
+    except RuntimeError as exc:
+        raise typed_error(exc) from None
     return out
 
 
@@ -96,7 +99,10 @@ def available_backends(device: torch.device | str | int | None = None) -> list[s
     else:
         index = torch.cuda.current_device() if torch.cuda.is_available() else 0
     # The library checks the index (a ValueError naming the visible devices, also without a GPU).
-    names = torch.ops.tcgemm.available_backends(index)
+    try:
+        names = torch.ops.tcgemm.available_backends(index)
+    except RuntimeError as exc:
+        raise typed_error(exc) from None
     return names.split(",") if names else []
 
 
@@ -204,9 +210,12 @@ def scaled_gemm(
             f"torch.float32), got {type(out_dtype).__name__} {out_dtype!r}"
         )
     require_str(_SCALED, "backend", backend)
-    return torch.ops.tcgemm.scaled_gemm.default(
-        a, b, scale_a, scale_b, bias, out_dtype, backend, zero_point_a, colsum_b
-    )
+    try:
+        return torch.ops.tcgemm.scaled_gemm.default(
+            a, b, scale_a, scale_b, bias, out_dtype, backend, zero_point_a, colsum_b
+        )
+    except RuntimeError as exc:
+        raise typed_error(exc) from None
 
 
 @torch.library.register_fake("tcgemm::scaled_gemm")
@@ -291,10 +300,13 @@ def quant_linear(
     require_str(_QUANT_LINEAR, "backend", backend)
     if not isinstance(asymmetric, bool):
         raise TypeError(f"{_QUANT_LINEAR}: argument 'asymmetric' must be a bool, got {type(asymmetric).__name__}")
-    return torch.ops.tcgemm.quant_linear.default(
-        x, weight, weight_scale, bias, activation, input_scale, smooth, backend, asymmetric, input_zero_point,
-        weight_colsum, weight_group_scale,
-    )
+    try:
+        return torch.ops.tcgemm.quant_linear.default(
+            x, weight, weight_scale, bias, activation, input_scale, smooth, backend, asymmetric, input_zero_point,
+            weight_colsum, weight_group_scale,
+        )
+    except RuntimeError as exc:
+        raise typed_error(exc) from None
 
 
 @torch.library.register_fake("tcgemm::quant_linear")
@@ -327,7 +339,10 @@ def unpack_int4(packed: torch.Tensor, group_scale: Optional[torch.Tensor] = None
     """
     require_tensor(_UNPACK_INT4, "packed", packed)
     require_tensor(_UNPACK_INT4, "group_scale", group_scale, optional=True)
-    return torch.ops.tcgemm.unpack_int4.default(packed, group_scale)
+    try:
+        return torch.ops.tcgemm.unpack_int4.default(packed, group_scale)
+    except RuntimeError as exc:
+        raise typed_error(exc) from None
 
 
 @torch.library.register_fake("tcgemm::unpack_int4")
@@ -363,7 +378,10 @@ def int4_gemm(a: torch.Tensor, b: torch.Tensor, group_scale: Optional[torch.Tens
     require_tensor(_INT4_GEMM, "b", b)
     require_tensor(_INT4_GEMM, "group_scale", group_scale, optional=True)
     require_str(_INT4_GEMM, "backend", backend)
-    return torch.ops.tcgemm.gemm_int4.default(a, b, group_scale, backend)
+    try:
+        return torch.ops.tcgemm.gemm_int4.default(a, b, group_scale, backend)
+    except RuntimeError as exc:
+        raise typed_error(exc) from None
 
 
 @torch.library.register_fake("tcgemm::gemm_int4")

@@ -8,7 +8,7 @@ from typing import Optional
 
 import torch
 
-from . import _library  # noqa: F401  (loads tcgemm._C, which registers torch.ops.tcgemm)
+from ._library import typed_error  # loading it loads tcgemm._C, which registers torch.ops.tcgemm
 from ._checks import check_args, require_str, require_tensor
 from ._scales import quantize_scale_shape
 
@@ -99,10 +99,14 @@ def _quantize_2d(x, granularity, scale, smooth, symmetric, zero_point):
     require_str(_OP, "granularity", granularity)
     require_tensor(_OP, "scale", scale, optional=True)
     require_tensor(_OP, "smooth", smooth, optional=True)
-    if symmetric:
-        return torch.ops.tcgemm.quantize.default(x, granularity, scale, smooth)
-    require_tensor(_OP, "zero_point", zero_point, optional=True)
-    return torch.ops.tcgemm.quantize_asym.default(x, granularity, scale, zero_point, smooth)
+    if not symmetric:
+        require_tensor(_OP, "zero_point", zero_point, optional=True)
+    try:
+        if symmetric:
+            return torch.ops.tcgemm.quantize.default(x, granularity, scale, smooth)
+        return torch.ops.tcgemm.quantize_asym.default(x, granularity, scale, zero_point, smooth)
+    except RuntimeError as exc:
+        raise typed_error(exc) from None
 
 
 @torch.library.register_fake("tcgemm::quantize")

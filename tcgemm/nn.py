@@ -32,6 +32,7 @@ from torch import nn
 
 import tcgemm  # the ops are looked up at call time, so this works while tcgemm/__init__ is loading
 
+from ._library import typed_error
 from ._scales import SCALE_BLOCK, WEIGHT_LAYOUTS, expand_scale, expand_weight_scale
 from ._scales import weight_scale_shape as _weight_scale_shape
 from .int4 import (
@@ -770,12 +771,15 @@ class QuantLinear(nn.Module):
         return w.to(dtype)
 
     def _forward_2d(self, x2d: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-        return _quant_linear_op()(
-            x2d, self.weight, self.weight_scale, bias, activation=self._op_activation,
-            input_scale=self.input_scale, smooth=self.smooth, asymmetric=self.asymmetric,
-            input_zero_point=self.input_zero_point, weight_colsum=self.weight_colsum,
-            weight_group_scale=self.weight_group_scale,
-        )
+        try:
+            return _quant_linear_op()(
+                x2d, self.weight, self.weight_scale, bias, activation=self._op_activation,
+                input_scale=self.input_scale, smooth=self.smooth, asymmetric=self.asymmetric,
+                input_zero_point=self.input_zero_point, weight_colsum=self.weight_colsum,
+                weight_group_scale=self.weight_group_scale,
+            )
+        except RuntimeError as exc:
+            raise typed_error(exc) from None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` [..., in_features] bf16/fp16/fp32 -> [..., out_features] of ``x.dtype``."""
@@ -817,23 +821,26 @@ class QuantLinear(nn.Module):
         # word); the options a scheme adds by keyword, only when the layer has them: each argument
         # the dispatcher parses is host time, a keyword about 0.5 us more than a position.
         op, activation = _quant_linear_op(), self._op_activation
-        if group_scale is not None:  # 4-bit weights with two-level scales: the group scales, and what else it has
-            options = {"weight_group_scale": group_scale}
-            if input_scale is not None:
-                options["input_scale"] = input_scale
+        try:
+            if group_scale is not None:  # 4-bit weights with two-level scales: the group scales, and the rest
+                options = {"weight_group_scale": group_scale}
+                if input_scale is not None:
+                    options["input_scale"] = input_scale
+                if smooth is not None:
+                    options["smooth"] = smooth
+                if weight_colsum is not None:
+                    options.update(asymmetric=True, input_zero_point=input_zero_point, weight_colsum=weight_colsum)
+                return op(x, weight, weight_scale, bias, activation, **options)
+            if weight_colsum is not None:  # asymmetric
+                return op(x, weight, weight_scale, bias, activation, input_scale=input_scale, smooth=smooth,
+                          asymmetric=True, input_zero_point=input_zero_point, weight_colsum=weight_colsum)
             if smooth is not None:
-                options["smooth"] = smooth
-            if weight_colsum is not None:
-                options.update(asymmetric=True, input_zero_point=input_zero_point, weight_colsum=weight_colsum)
-            return op(x, weight, weight_scale, bias, activation, **options)
-        if weight_colsum is not None:  # asymmetric
-            return op(x, weight, weight_scale, bias, activation, input_scale=input_scale, smooth=smooth,
-                      asymmetric=True, input_zero_point=input_zero_point, weight_colsum=weight_colsum)
-        if smooth is not None:
-            return op(x, weight, weight_scale, bias, activation, input_scale=input_scale, smooth=smooth)
-        if input_scale is not None:
-            return op(x, weight, weight_scale, bias, activation, input_scale=input_scale)
-        return op(x, weight, weight_scale, bias, activation)
+                return op(x, weight, weight_scale, bias, activation, input_scale=input_scale, smooth=smooth)
+            if input_scale is not None:
+                return op(x, weight, weight_scale, bias, activation, input_scale=input_scale)
+            return op(x, weight, weight_scale, bias, activation)
+        except RuntimeError as exc:  # the op's failed check, as the ValueError or TypeError it stands for
+            raise typed_error(exc) from None
 
     def __setstate__(self, state):
         # A layer pickled whole by a version without schemes holds its shorthands instead (and,

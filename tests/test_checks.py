@@ -13,6 +13,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import tcgemm
 from tcgemm._checks import CHECKS, first_failing
+from tcgemm._library import typed_error
 
 I8, I32, U8 = torch.int8, torch.int32, torch.uint8
 
@@ -393,9 +394,14 @@ def _args(op, change, dev):
 
 
 def _call(op, args):
-    """(exception type, message) that op(**args) raises, or None."""
+    """(exception type, message) that op(**args) raises, or None. The type is the one tcgemm's
+    Python API raises: a compiled op's errors reach Python as RuntimeError (torch's stable ABI),
+    which the API turns back into the ValueError or TypeError of the failed check (typed_error)."""
     try:
         getattr(torch.ops.tcgemm, op).default(**args)
+    except RuntimeError as exc:
+        typed = typed_error(exc)
+        return type(typed), str(typed)
     except Exception as exc:  # noqa: BLE001 - the type is what is compared
         return type(exc), str(exc)
     return None
@@ -452,6 +458,21 @@ def test_real_op_and_fake_raise_the_same(op, name, change):
 
     if name not in TWO_DEVICE_CHECKS | CPU_ONLY_CHECKS:
         assert _call(op, _args(op, change, "meta")) == real
+
+
+def test_compiled_op_errors_keep_their_message_and_the_api_their_type():
+    a, b = torch.ones(2, 3, dtype=torch.float32), torch.ones(3, 4, dtype=I8)
+    message = "tcgemm.gemm: argument 'a' must have dtype torch.int8 or torch.uint8, got torch.float32"
+    with pytest.raises(RuntimeError) as raw:  # torch's stable ABI: every C++ error is a RuntimeError
+        torch.ops.tcgemm.gemm.default(a, b)
+    assert str(raw.value) == message
+    with pytest.raises(TypeError) as api:
+        tcgemm.gemm(a, b)
+    assert str(api.value) == message
+    with pytest.raises(ValueError, match=r"^tcgemm\.gemm: K mismatch"):
+        tcgemm.gemm(torch.ones(2, 3, dtype=I8), b[:2])
+    # Another error with the same words is not retyped: only the last one the library raised is.
+    assert type(typed_error(RuntimeError("tcgemm.gemm: K mismatch"))) is RuntimeError
 
 
 # Inputs at the edges of the checks that every implementation accepts.

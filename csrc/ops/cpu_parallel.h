@@ -1,16 +1,17 @@
 // The CPU path's threads: [0, n) split into contiguous chunks run on std::threads, as many as
-// torch.get_num_threads() allows. Not at::parallel_for: with an OpenMP build of torch that is a
-// header template which runs in parallel only where the including code is compiled with OpenMP,
-// and linking an extension's own OpenMP runtime next to torch's is not safe.
+// torch.get_num_threads() allows (read through the stable ABI). Not at::parallel_for: with an
+// OpenMP build of torch that is a header template which runs in parallel only where the including
+// code is compiled with OpenMP, and linking an extension's own OpenMP runtime next to torch's is not
+// safe.
 #pragma once
-
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <thread>
 #include <vector>
+
+#include "ops/torch_api.h"
 
 namespace tcgemm {
 
@@ -20,7 +21,8 @@ template <class F>
 void cpu_parallel_for(int64_t n, int64_t grain, const F& fn) {
   if (n <= 0) return;
   const int64_t most = std::max<int64_t>(1, n / std::max<int64_t>(1, grain));
-  const int64_t chunks = std::min<int64_t>(std::max(1, at::get_num_threads()), most);
+  const int64_t allowed = static_cast<int64_t>(torch::stable::get_num_threads());
+  const int64_t chunks = std::min<int64_t>(std::max<int64_t>(1, allowed), most);
   if (chunks == 1) return fn(int64_t{0}, n);
   const int64_t step = (n + chunks - 1) / chunks;
   std::vector<std::exception_ptr> errors(static_cast<size_t>(chunks));

@@ -3,8 +3,6 @@
 // where the device has them (common/launch_kernel.cuh); it changes no result.
 #pragma once
 
-#include <ATen/ATen.h>
-
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,6 +11,7 @@
 #include "common/quantize_params.h"
 #include "dispatch/backends.h"
 #include "epilogue/scaled_epilogue.h"
+#include "ops/torch_api.h"
 
 namespace tcgemm {
 
@@ -20,36 +19,36 @@ namespace tcgemm {
 constexpr int64_t kMaxUnblockedK = 131071;
 
 // The element types tcgemm.quantize reads (quantize.cpp); nullopt for any other.
-std::optional<QuantDtype> quant_dtype_of(at::ScalarType t);
+std::optional<QuantDtype> quant_dtype_of(ScalarType t);
 
 // tcgemm.gemm on its arguments (gemm.cpp).
-at::Tensor gemm(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& c, int64_t alpha,
-                int64_t beta, std::string_view backend);
+Tensor gemm(const Tensor& a, const Tensor& b, const std::optional<Tensor>& c, int64_t alpha, int64_t beta,
+            std::string_view backend);
 
 // Packed 4-bit weights (int4.cpp; common/int4.h has the format). A packed weight `name`: uint8
 // [N, K/2], contiguous along K, for K (from `k_from`, in messages) even.
-void check_packed_weight(const char* op, const at::Tensor& w, const char* name, int64_t k, const char* k_from);
+void check_packed_weight(const char* op, const Tensor& w, const char* name, int64_t k, const char* k_from);
 // Two-level group scales `name`: int8 [N, ceil(K/128)] on the device of `ref`; on the CPU also
 // their values, in [kInt4GroupScaleMin, kInt4GroupScaleMax].
-void check_group_scale(const char* op, const at::Tensor& s, const char* name, int64_t n, int64_t k,
-                       const at::Tensor& ref, const char* ref_name);
+void check_group_scale(const char* op, const Tensor& s, const char* name, int64_t n, int64_t k, const Tensor& ref,
+                       const char* ref_name);
 // The int8 [N, K] weight of a checked packed one, times its group scales where given (rows padded
 // to 16 bytes: every GPU backend reads it in place), on its device and stream.
-at::Tensor unpack_int4_to_int8(const at::Tensor& packed, const at::Tensor* group_scale, int64_t k);
+Tensor unpack_int4_to_int8(const Tensor& packed, const Tensor* group_scale, int64_t k);
 
 // Static scales must be positive finite numbers: checked on CPU tensors (quantize.cpp).
-void check_static_scale_values(const char* op, const char* name, const at::Tensor& s);
+void check_static_scale_values(const char* op, const char* name, const Tensor& s);
 
 // The checks of a SmoothQuant multiplier for x [..., K]: fp32 [K] on x's device (quantize.cpp).
-void check_smooth(const char* op, const at::Tensor& smooth, const at::Tensor& x);
+void check_smooth(const char* op, const Tensor& smooth, const Tensor& x);
 
 // Zero points must lie in [-128, 127]: checked on CPU tensors (quantize.cpp).
-void check_static_zero_point_values(const char* op, const char* name, const at::Tensor& z);
+void check_static_zero_point_values(const char* op, const char* name, const Tensor& z);
 
 // Asymmetric quantization (enabled), with the validated static zero point (or none: dynamic).
 struct AsymmetricArgs {
   bool enabled = false;
-  std::optional<at::Tensor> zero_point;
+  std::optional<Tensor> zero_point;
 };
 
 // x [..., K] seen as m rows of k values, read in place: element (r, c) at r * stride_row +
@@ -59,7 +58,7 @@ struct Rows {
 };
 // The rows of x (at least 1-D) without a view, or nullopt where its leading dimensions do not
 // collapse into one stride (the caller reshapes then).
-std::optional<Rows> rows_of(const at::Tensor& x);
+std::optional<Rows> rows_of(const Tensor& x);
 
 // Where a quantization writes: q (rows q_stride_row bytes apart), the scales and zero points
 // (contiguous, shaped as tcgemm.quantize returns them). Static scales (and zero points) must
@@ -74,24 +73,24 @@ struct QuantizeTargets {
 };
 
 // Whether a static quantization of x's rows is one block that writes the returned scale.
-bool static_by_one_block(const at::Tensor& x, const Rows& r, QuantGranularity granularity, bool is_static);
+bool static_by_one_block(const Tensor& x, const Rows& r, QuantGranularity granularity, bool is_static);
 
 // The quantize kernels' description of the rows `r` of x (x, its strides, m, k, dtype,
 // granularity); targets, static scales and multipliers are the caller's (quantize.cpp).
-QuantizeParams quantize_params(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity);
+QuantizeParams quantize_params(const Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity);
 
 // Quantizes the validated rows `r` of x into `t` (nothing for an empty x); `smooth` (validated)
-// or undefined (quantize.cpp).
-void quantize_to(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
-                 const std::optional<at::Tensor>& scale, const at::Tensor& smooth, bool overlap,
-                 const AsymmetricArgs& asym, const QuantizeTargets& t);
+// or null (quantize.cpp).
+void quantize_to(const Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
+                 const std::optional<Tensor>& scale, const Tensor* smooth, bool overlap, const AsymmetricArgs& asym,
+                 const QuantizeTargets& t);
 
 // How scaled_gemm_impl is called, besides its operands.
 struct ScaledGemmCall {
-  bool overlap = false;       // programmatic dependent launch where the device has it
-  bool b_rows = false;        // b is given as its [N, K] rows (an nn.Linear weight), not as [K, N]
-  at::IntArrayRef out_shape;  // the output's shape ([..., N], M rows in all); empty: [M, N]
-  at::Tensor colsum_i32;      // B's int32 contiguous [N] column sums (with zero points), or undefined
+  bool overlap = false;              // programmatic dependent launch where the device has it
+  bool b_rows = false;               // b is given as its [N, K] rows (an nn.Linear weight), not as [K, N]
+  const Sizes* out_shape = nullptr;  // the output's shape ([..., N], M rows in all); none: [M, N]
+  std::optional<Tensor> colsum_i32;  // B's int32 contiguous [N] column sums (with zero points)
   // A's m rows of k described directly (quant_linear's quantized rows in its scratch buffer:
   // K-major and 16-byte aligned, which every backend reads in place); `a` then only owns that
   // memory and gives the device.
@@ -101,7 +100,7 @@ struct ScaledGemmCall {
   // skinny and sm90 kernels read it as it is where they can (reads_packed_b), other backends and
   // shapes its unpacked int8 weight.
   bool b_int4 = false;
-  const at::Tensor* b_group_scale = nullptr;
+  const Tensor* b_group_scale = nullptr;
   // Or A quantized by the GEMM kernel itself from the float rows xq describes (quant_linear at a
   // few rows, where gemm_quantizes_a said so; m and k as above): one kernel for the layer.
   const QuantizeParams* quantize_a = nullptr;
@@ -110,29 +109,27 @@ struct ScaledGemmCall {
 // Whether scaled_gemm_impl can take A as ScaledGemmCall::quantize_a = &xq: the `requested`
 // backend resolves to the skinny kernel for this shape, which then quantizes x itself
 // (skinny::quantizes_in_kernel) and reads `weight` [N, K] in place (scaled_gemm.cpp).
-bool gemm_quantizes_a(Backend requested, const at::Tensor& weight, const ScaledEpilogueParams& e,
-                      const QuantizeParams& xq);
+bool gemm_quantizes_a(Backend requested, const Tensor& weight, const ScaledEpilogueParams& e, const QuantizeParams& xq);
 
 // tcgemm.scaled_gemm on validated operands whose scales are decoded into e.a / e.b (and zero
-// points into e.a_zero); `bias_f32` is an fp32 contiguous [N] tensor or undefined. Errors name
+// points into e.a_zero); `bias_f32` is an fp32 contiguous [N] tensor or none. Errors name
 // `op` (scaled_gemm.cpp).
-at::Tensor scaled_gemm_impl(const char* op, Backend requested, const at::Tensor& a, const at::Tensor& b,
-                            ScaledEpilogueParams e, const at::Tensor& bias_f32, at::ScalarType out_dtype,
-                            const ScaledGemmCall& call = {});
+Tensor scaled_gemm_impl(const char* op, Backend requested, const Tensor& a, const Tensor& b, ScaledEpilogueParams e,
+                        const std::optional<Tensor>& bias_f32, ScalarType out_dtype, const ScaledGemmCall& call = {});
 
-// Checks optional int32 [N] column sums of a weight and returns them contiguous, or undefined.
-at::Tensor checked_colsum(const char* op, const std::optional<at::Tensor>& colsum, const char* name, int64_t n,
-                          const at::Tensor& ref, const char* ref_name);
+// Checks optional int32 [N] column sums of a weight and returns them contiguous, or none.
+std::optional<Tensor> checked_colsum(const char* op, const std::optional<Tensor>& colsum, const char* name, int64_t n,
+                                     const Tensor& ref, const char* ref_name);
 
 // Zero points need K <= kMaxAsymmetricK (epilogue/scaled_epilogue.h); the error names `zero_name`.
 void check_asymmetric_k(const char* op, int64_t k, const char* zero_name);
 
 // Checks an optional bias (float [N] on the device of `ref`, named `ref_name` in messages) and
-// returns it as fp32 contiguous (no copy when it already is), or undefined (scaled_gemm.cpp).
-at::Tensor checked_bias_f32(const char* op, const std::optional<at::Tensor>& bias, int64_t n, const at::Tensor& ref,
-                            const char* ref_name);
+// returns it as fp32 contiguous (no copy when it already is), or none (scaled_gemm.cpp).
+std::optional<Tensor> checked_bias_f32(const char* op, const std::optional<Tensor>& bias, int64_t n, const Tensor& ref,
+                                       const char* ref_name);
 
 // The pointer and shape of an fp32 scale tensor as common/scale_layout.h reads it.
-ScaleTensor scale_tensor(const at::Tensor& s);
+ScaleTensor scale_tensor(const Tensor& s);
 
 }  // namespace tcgemm

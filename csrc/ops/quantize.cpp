@@ -1,9 +1,6 @@
 // tcgemm::quantize: validation, layout preparation, output allocation, launch.
 // Below this layer everything is QuantizeParams (common/quantize_params.h).
-#include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
+#include "kernels/quantize/quantize.h"
 
 #include <algorithm>
 #include <atomic>
@@ -18,10 +15,10 @@
 
 #include "common/quantize_params.h"
 #include "kernels/cpu/cpu_quantize.h"
-#include "kernels/quantize/quantize.h"
 #include "ops/cpu_parallel.h"
 #include "ops/ops.h"
 #include "ops/tensor_args.h"
+#include "ops/torch_api.h"
 
 namespace tcgemm {
 namespace {
@@ -32,8 +29,8 @@ constexpr const char* kOpAsym = "tcgemm.quantize_asym";
 QuantGranularity parse_granularity(std::string_view g) {
   if (g == "tensor") return QuantGranularity::kTensor;
   if (g == "token") return QuantGranularity::kToken;
-  TORCH_CHECK_VALUE(g == "group", kOp, ": argument 'granularity' must be one of 'tensor', 'token', 'group'; got '",
-                    std::string(g), "'");
+  TCGEMM_CHECK_VALUE(g == "group", kOp, ": argument 'granularity' must be one of 'tensor', 'token', 'group'; got '",
+                     std::string(g), "'");
   return QuantGranularity::kGroup;
 }
 
@@ -49,41 +46,39 @@ const char* granularity_name(QuantGranularity g) {
   return "?";
 }
 
-QuantDtype check_x(const char* op, const at::Tensor& x) {
-  TORCH_CHECK_VALUE(x.dim() == 2, op, ": argument 'x' must be a 2-D tensor [M, K], got a ", num(x.dim()),
-                    "-D tensor");
-  const std::optional<QuantDtype> dtype = quant_dtype_of(x.scalar_type());
-  TORCH_CHECK_TYPE(dtype.has_value(), op,
-                   ": argument 'x' must have dtype torch.bfloat16, torch.float16 or torch.float32, got ",
-                   dtype_name(x.scalar_type()));
+QuantDtype check_x(const char* op, const Tensor& x) {
+  TCGEMM_CHECK_VALUE(x.dim() == 2, op, ": argument 'x' must be a 2-D tensor [M, K], got a ", num(x.dim()), "-D tensor");
+  const std::optional<QuantDtype> dtype = quant_dtype_of(dtype_of(x));
+  TCGEMM_CHECK_TYPE(dtype.has_value(), op,
+                    ": argument 'x' must have dtype torch.bfloat16, torch.float16 or torch.float32, got ",
+                    dtype_name(dtype_of(x)));
   return *dtype;
 }
 
 // Shape of the scales (common/scale_layout.h: quantize_scales).
-std::vector<int64_t> scale_shape(QuantGranularity g, int64_t m, int64_t k) {
+Sizes scale_shape(QuantGranularity g, int64_t m, int64_t k) {
   const ScaleTensor s = quantize_scales(g, nullptr, m, k);
-  return std::vector<int64_t>(s.sizes, s.sizes + s.dim);
+  return Sizes(s.sizes, s.sizes + s.dim);
 }
 
 // A given scale (fp32) or zero point (int32, `name`) of x quantized with granularity g.
-void check_scale(const char* op, const at::Tensor& s, const char* name, at::ScalarType dtype, const at::Tensor& x,
+void check_scale(const char* op, const Tensor& s, const char* name, ScalarType dtype, const Tensor& x,
                  QuantGranularity g) {
-  TORCH_CHECK_TYPE(s.scalar_type() == dtype, op, ": argument '", name, "' must have dtype ", dtype_name(dtype),
-                   ", got ", dtype_name(s.scalar_type()));
-  TORCH_CHECK_VALUE(s.device() == x.device(), op, ": argument '", name, "' must be on the same device as 'x' (",
-                    x.device().str(), "), got ", s.device().str());
+  TCGEMM_CHECK_TYPE(dtype_of(s) == dtype, op, ": argument '", name, "' must have dtype ", dtype_name(dtype),
+                    ", got ", dtype_name(dtype_of(s)));
+  TCGEMM_CHECK_VALUE(same_device(s, x), op, ": argument '", name, "' must be on the same device as 'x' (",
+                     device_str(x), "), got ", device_str(s));
   if (g == QuantGranularity::kTensor) {
-    TORCH_CHECK_VALUE(s.numel() == 1 && s.dim() <= 2, op, ": argument '", name,
-                      "' must have one element (shape [], [1] or [1, 1]) for granularity 'tensor', got shape ",
-                      shape_str(s.sizes()));
+    TCGEMM_CHECK_VALUE(s.numel() == 1 && s.dim() <= 2, op, ": argument '", name,
+                       "' must have one element (shape [], [1] or [1, 1]) for granularity 'tensor', got shape ",
+                       shape_str(s));
     return;
   }
-  const std::vector<int64_t> expected = scale_shape(g, x.size(0), x.size(1));
-  TORCH_CHECK_VALUE(s.sizes() == at::IntArrayRef(expected), op, ": argument '", name, "' must have shape ",
-                    g == QuantGranularity::kToken ? "[M, 1] = " : "[M, ceil(K / 128)] = ", shape_str(expected),
-                    " for granularity '", granularity_name(g), "', got ", shape_str(s.sizes()));
+  const Sizes expected = scale_shape(g, x.size(0), x.size(1));
+  TCGEMM_CHECK_VALUE(sizes_equal(s, expected), op, ": argument '", name, "' must have shape ",
+                     g == QuantGranularity::kToken ? "[M, 1] = " : "[M, ceil(K / 128)] = ", shape_str(expected),
+                     " for granularity '", granularity_name(g), "', got ", shape_str(s));
 }
-
 
 void run_cpu(QuantizeParams& p) {
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / p.k);  // rows per chunk
@@ -107,29 +102,29 @@ void run_cpu(QuantizeParams& p) {
   if (tensor_bad.load()) *p.scale_out = std::numeric_limits<float>::quiet_NaN();
 }
 
-void run_cuda(QuantizeParams& p, const at::Tensor& x, bool overlap) {
-  const c10::cuda::CUDAGuard guard(x.device());
-  p.pdl = overlap && has_pdl(device_info(x.device()));
+void run_cuda(QuantizeParams& p, const Tensor& x, bool overlap) {
+  const CudaDeviceScope scope(x.get_device_index());
+  p.pdl = overlap && has_pdl(device_info(x));
   // Per-tensor dynamic: 4 bytes for the grid-wide amax (zeroed by the launcher on the stream).
   // It stays alive, and its memory with the caching allocator, until the launches are enqueued.
-  at::Tensor workspace;
+  std::optional<Tensor> workspace;
   if (p.granularity == QuantGranularity::kTensor && p.scale_in == nullptr) {
-    workspace = at::empty({1}, x.options().dtype(at::kFloat));
-    p.workspace = workspace.data_ptr();
+    workspace = empty({1}, ScalarType::Float, x);
+    p.workspace = workspace->data_ptr();
   }
-  p.stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  p.stream = current_cuda_stream(x.get_device_index());
   launch_quantize(p);
 }
 
 }  // namespace
 
-std::optional<QuantDtype> quant_dtype_of(at::ScalarType t) {
+std::optional<QuantDtype> quant_dtype_of(ScalarType t) {
   switch (t) {
-    case at::kBFloat16:
+    case ScalarType::BFloat16:
       return QuantDtype::kBFloat16;
-    case at::kHalf:
+    case ScalarType::Half:
       return QuantDtype::kFloat16;
-    case at::kFloat:
+    case ScalarType::Float:
       return QuantDtype::kFloat32;
     default:
       return std::nullopt;
@@ -140,36 +135,36 @@ std::optional<QuantDtype> quant_dtype_of(at::ScalarType t) {
 // must hold and its first bad value. Checked where that needs no device synchronisation (CPU
 // tensors); on a GPU a bad value marks its group NaN (common/quantize_params.h).
 template <class T, class Valid, class Show>
-void check_static_values(const char* op, const char* name, const at::Tensor& t, Valid valid, const char* must_hold,
+void check_static_values(const char* op, const char* name, const Tensor& t, Valid valid, const char* must_hold,
                          Show show) {
-  const at::Tensor dense = t.contiguous();
-  const T* v = dense.const_data_ptr<T>();
+  const Tensor dense = as_contiguous(t);
+  const T* v = const_data<T>(dense);
   for (int64_t i = 0; i < dense.numel(); ++i) {
-    TORCH_CHECK_VALUE(valid(v[i]), op, ": argument '", name, "' must hold ", must_hold, ", got ", show(v[i]),
-                      " at flat index ", num(i));
+    TCGEMM_CHECK_VALUE(valid(v[i]), op, ": argument '", name, "' must hold ", must_hold, ", got ", show(v[i]),
+                       " at flat index ", num(i));
   }
 }
 
-void check_static_scale_values(const char* op, const char* name, const at::Tensor& s) {
+void check_static_scale_values(const char* op, const char* name, const Tensor& s) {
   check_static_values<float>(op, name, s, quant_scale_valid, "positive finite numbers",
                              [](float v) { return num_float(v); });
 }
 
-void check_static_zero_point_values(const char* op, const char* name, const at::Tensor& z) {
+void check_static_zero_point_values(const char* op, const char* name, const Tensor& z) {
   check_static_values<int32_t>(op, name, z, quant_zero_valid, "values in [-128, 127]",
                                [](int32_t v) { return num(v); });
 }
 
-void check_smooth(const char* op, const at::Tensor& s, const at::Tensor& x) {
-  TORCH_CHECK_TYPE(s.scalar_type() == at::kFloat, op, ": argument 'smooth' must have dtype torch.float32, got ",
-                   dtype_name(s.scalar_type()));
-  TORCH_CHECK_VALUE(s.dim() == 1 && s.size(0) == x.size(-1), op, ": argument 'smooth' must have shape [K] = [",
-                    num(x.size(-1)), "], got ", shape_str(s.sizes()));
-  TORCH_CHECK_VALUE(s.device() == x.device(), op, ": argument 'smooth' must be on the same device as 'x' (",
-                    x.device().str(), "), got ", s.device().str());
+void check_smooth(const char* op, const Tensor& s, const Tensor& x) {
+  TCGEMM_CHECK_TYPE(dtype_of(s) == ScalarType::Float, op, ": argument 'smooth' must have dtype torch.float32, got ",
+                    dtype_name(dtype_of(s)));
+  TCGEMM_CHECK_VALUE(s.dim() == 1 && s.size(0) == x.size(x.dim() - 1), op,
+                     ": argument 'smooth' must have shape [K] = [", num(x.size(x.dim() - 1)), "], got ", shape_str(s));
+  TCGEMM_CHECK_VALUE(same_device(s, x), op, ": argument 'smooth' must be on the same device as 'x' (", device_str(x),
+                     "), got ", device_str(s));
 }
 
-std::optional<Rows> rows_of(const at::Tensor& x) {
+std::optional<Rows> rows_of(const Tensor& x) {
   const int64_t d = x.dim();
   Rows r;
   r.m = 1;
@@ -191,18 +186,18 @@ std::optional<Rows> rows_of(const at::Tensor& x) {
   return r;
 }
 
-bool static_by_one_block(const at::Tensor& x, const Rows& r, QuantGranularity granularity, bool is_static) {
+bool static_by_one_block(const Tensor& x, const Rows& r, QuantGranularity granularity, bool is_static) {
   // A few long rows on the GPU with one static scale (a decode step): one block, which writes the
   // returned scale itself. Its threads sweep one row at a time, so short or many rows keep the grid.
-  return is_static && x.is_cuda() && granularity == QuantGranularity::kTensor && r.m > 0 &&
+  return is_static && is_cuda(x) && granularity == QuantGranularity::kTensor && r.m > 0 &&
          r.m <= kStaticOneBlockRows && r.k >= kStaticOneBlockMinK && r.m * r.k <= kStaticOneBlockElems;
 }
 
-QuantizeParams quantize_params(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity) {
+QuantizeParams quantize_params(const Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity) {
   QuantizeParams p;
   // x is read in place with any strides (a zero stride included: an expand-ed x is never
   // materialised); the GPU kernels take 16-byte vectors only where its K stride is 1.
-  p.x = x.const_data_ptr();
+  p.x = x.data_ptr();
   p.x_stride_row = r.stride_row;
   p.x_stride_col = r.stride_col;
   p.m = r.m;
@@ -212,28 +207,32 @@ QuantizeParams quantize_params(const at::Tensor& x, const Rows& r, QuantDtype dt
   return p;
 }
 
-void quantize_to(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
-                 const std::optional<at::Tensor>& scale, const at::Tensor& smooth, bool overlap,
-                 const AsymmetricArgs& asym, const QuantizeTargets& t) {
+void quantize_to(const Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
+                 const std::optional<Tensor>& scale, const Tensor* smooth, bool overlap, const AsymmetricArgs& asym,
+                 const QuantizeTargets& t) {
   if (r.m == 0 || r.k == 0) return;
   // The kernels index the given scales densely; they read these and write the targets.
-  const at::Tensor scale_in = scale.has_value() ? scale->contiguous() : at::Tensor();
-  const at::Tensor channel_mul = smooth.defined() ? smooth.contiguous() : at::Tensor();
-  const at::Tensor zero_in = asym.enabled && asym.zero_point.has_value() ? asym.zero_point->contiguous() : at::Tensor();
+  const std::optional<Tensor> scale_in =
+      scale.has_value() ? std::optional<Tensor>(as_contiguous(*scale)) : std::nullopt;
+  const std::optional<Tensor> channel_mul =
+      smooth != nullptr ? std::optional<Tensor>(as_contiguous(*smooth)) : std::nullopt;
+  const std::optional<Tensor> zero_in = asym.enabled && asym.zero_point.has_value()
+                                            ? std::optional<Tensor>(as_contiguous(*asym.zero_point))
+                                            : std::nullopt;
 
   QuantizeParams p = quantize_params(x, r, dtype, granularity);
   p.q = t.q;
   p.q_stride_row = t.q_stride_row;
   p.scale_out = t.scale_out;
   p.scale_out_by_kernel = t.by_kernel;
-  if (scale.has_value()) p.scale_in = scale_in.const_data_ptr<float>();
-  if (channel_mul.defined()) p.channel_mul = channel_mul.const_data_ptr<float>();
+  if (scale_in) p.scale_in = const_data<float>(*scale_in);
+  if (channel_mul) p.channel_mul = const_data<float>(*channel_mul);
   if (asym.enabled) {
     p.asymmetric = true;
     p.zero_out = t.zero_out;
-    if (zero_in.defined()) p.zero_in = zero_in.const_data_ptr<int32_t>();
+    if (zero_in) p.zero_in = const_data<int32_t>(*zero_in);
   }
-  if (x.is_cuda()) {
+  if (is_cuda(x)) {
     run_cuda(p, x, overlap);
   } else {
     run_cpu(p);
@@ -243,46 +242,44 @@ void quantize_to(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGran
 namespace {
 
 struct QuantizeResult {
-  at::Tensor q, scale;
-  at::Tensor zero_point;  // asymmetric only
+  Tensor q, scale;
+  std::optional<Tensor> zero_point;  // asymmetric only
 };
 
 // tcgemm.quantize / quantize_asym on the validated rows `r` of x, into new tensors; `smooth`
-// (validated) or undefined.
-QuantizeResult quantize_impl(const at::Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
-                             const std::optional<at::Tensor>& scale, const at::Tensor& smooth, bool overlap,
+// (validated) or null.
+QuantizeResult quantize_impl(const Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
+                             const std::optional<Tensor>& scale, const Tensor* smooth, bool overlap,
                              const AsymmetricArgs& asym = {}) {
   const int64_t m = r.m, k = r.k;
-  at::Tensor q = at::empty({m, k}, x.options().dtype(at::kChar));
+  const Tensor q = empty({m, k}, ScalarType::Char, x);
   // Static: the op returns a copy of the given scales (an output may not alias an input under
   // this schema: opcheck, functionalization and torch.compile rely on it), contiguous, with NaN
   // for the groups that held a non-finite x or had an invalid scale.
   const bool by_kernel = static_by_one_block(x, r, granularity, scale.has_value());
-  const at::TensorOptions f32 = x.options().dtype(at::kFloat);
-  at::Tensor scale_out;
-  at::Tensor zero_out;  // asymmetric only
-  if (!scale.has_value()) {
-    scale_out = at::empty(scale_shape(granularity, m, k), f32);
-    if (asym.enabled) zero_out = at::empty(scale_out.sizes(), x.options().dtype(at::kInt));
-  } else if (by_kernel) {
-    scale_out = at::empty(scale->sizes(), f32);
-    if (asym.enabled) zero_out = at::empty(asym.zero_point->sizes(), x.options().dtype(at::kInt));
-  } else {
-    scale_out = scale->clone(at::MemoryFormat::Contiguous);
-    if (asym.enabled) zero_out = asym.zero_point->clone(at::MemoryFormat::Contiguous);
+  const Sizes shape = scale.has_value() ? sizes_of(*scale) : scale_shape(granularity, m, k);
+  const Tensor scale_out =
+      scale.has_value() && !by_kernel ? contiguous_clone(*scale) : empty(shape, ScalarType::Float, x);
+  std::optional<Tensor> zero_out;  // asymmetric only
+  if (asym.enabled) {
+    if (!asym.zero_point.has_value()) {
+      zero_out = empty(shape, ScalarType::Int, x);
+    } else {
+      zero_out = by_kernel ? empty(sizes_of(*asym.zero_point), ScalarType::Int, x) : contiguous_clone(*asym.zero_point);
+    }
   }
   if (m == 0 || k == 0) {
     if (!scale.has_value()) {
-      scale_out.fill_(1.f);  // the range of nothing is 0, whose scale is 1
-      if (asym.enabled) zero_out.fill_(-128);  // quant_asym_zero(0, 1)
+      fill(scale_out, 1.0);                   // the range of nothing is 0, whose scale is 1
+      if (zero_out) fill(*zero_out, -128.0);  // quant_asym_zero(0, 1)
     }
     return {q, scale_out, zero_out};
   }
   QuantizeTargets t;
-  t.q = q.data_ptr<int8_t>();
+  t.q = data<int8_t>(q);
   t.q_stride_row = k;
-  t.scale_out = scale_out.data_ptr<float>();
-  t.zero_out = asym.enabled ? zero_out.data_ptr<int32_t>() : nullptr;
+  t.scale_out = data<float>(scale_out);
+  t.zero_out = zero_out ? data<int32_t>(*zero_out) : nullptr;
   t.by_kernel = by_kernel;
   quantize_to(x, r, dtype, granularity, scale, smooth, overlap, asym, t);
   return {q, scale_out, zero_out};
@@ -290,59 +287,75 @@ QuantizeResult quantize_impl(const at::Tensor& x, const Rows& r, QuantDtype dtyp
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor> quantize(const at::Tensor& x, std::string_view granularity_arg,
-                                            const std::optional<at::Tensor>& scale,
-                                            const std::optional<at::Tensor>& smooth) {
+std::tuple<Tensor, Tensor> quantize(const Tensor& x, std::string_view granularity_arg,
+                                    const std::optional<Tensor>& scale, const std::optional<Tensor>& smooth) {
   const QuantDtype dtype = check_x(kOp, x);
   const QuantGranularity granularity = parse_granularity(granularity_arg);
-  if (scale.has_value()) check_scale(kOp, *scale, "scale", at::kFloat, x, granularity);
+  if (scale.has_value()) check_scale(kOp, *scale, "scale", ScalarType::Float, x, granularity);
   if (smooth.has_value()) check_smooth(kOp, *smooth, x);
-  TORCH_CHECK_VALUE(x.is_cpu() || x.is_cuda(), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ",
-                    x.device().str());
-  if (scale.has_value() && x.is_cpu()) check_static_scale_values(kOp, "scale", *scale);
-  const QuantizeResult r =
-      quantize_impl(x, *rows_of(x), dtype, granularity, scale, smooth.value_or(at::Tensor()), /*overlap=*/false);
+  TCGEMM_CHECK_VALUE(is_cpu(x) || is_cuda(x), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ",
+                     device_str(x));
+  if (scale.has_value() && is_cpu(x)) check_static_scale_values(kOp, "scale", *scale);
+  const QuantizeResult r = quantize_impl(x, *rows_of(x), dtype, granularity, scale,
+                                         smooth.has_value() ? &*smooth : nullptr, /*overlap=*/false);
   return {r.q, r.scale};
 }
 
 // Asymmetric: dynamic per token, or static ("token" or "tensor") with both scale and zero_point.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_asym(const at::Tensor& x, std::string_view granularity_arg,
-                                                             const std::optional<at::Tensor>& scale,
-                                                             const std::optional<at::Tensor>& zero_point,
-                                                             const std::optional<at::Tensor>& smooth) {
+std::tuple<Tensor, Tensor, Tensor> quantize_asym(const Tensor& x, std::string_view granularity_arg,
+                                                 const std::optional<Tensor>& scale,
+                                                 const std::optional<Tensor>& zero_point,
+                                                 const std::optional<Tensor>& smooth) {
   const QuantDtype dtype = check_x(kOpAsym, x);
-  TORCH_CHECK_VALUE(granularity_arg == "token" || granularity_arg == "tensor", kOpAsym,
-                    ": argument 'granularity' must be 'token' or 'tensor'; got '", std::string(granularity_arg), "'");
+  TCGEMM_CHECK_VALUE(granularity_arg == "token" || granularity_arg == "tensor", kOpAsym,
+                     ": argument 'granularity' must be 'token' or 'tensor'; got '", std::string(granularity_arg), "'");
   const QuantGranularity granularity = parse_granularity(granularity_arg);
-  TORCH_CHECK_VALUE(scale.has_value() == zero_point.has_value(), kOpAsym,
-                    ": arguments 'scale' and 'zero_point' must be given together (static) or both be None (dynamic)");
-  TORCH_CHECK_VALUE(scale.has_value() || granularity == QuantGranularity::kToken, kOpAsym,
-                    ": granularity 'tensor' needs a static 'scale' and 'zero_point' (dynamic asymmetric "
-                    "quantization is per token)");
+  TCGEMM_CHECK_VALUE(scale.has_value() == zero_point.has_value(), kOpAsym,
+                     ": arguments 'scale' and 'zero_point' must be given together (static) or both be None (dynamic)");
+  TCGEMM_CHECK_VALUE(scale.has_value() || granularity == QuantGranularity::kToken, kOpAsym,
+                     ": granularity 'tensor' needs a static 'scale' and 'zero_point' (dynamic asymmetric "
+                     "quantization is per token)");
   if (scale.has_value()) {
-    check_scale(kOpAsym, *scale, "scale", at::kFloat, x, granularity);
-    check_scale(kOpAsym, *zero_point, "zero_point", at::kInt, x, granularity);
+    check_scale(kOpAsym, *scale, "scale", ScalarType::Float, x, granularity);
+    check_scale(kOpAsym, *zero_point, "zero_point", ScalarType::Int, x, granularity);
   }
   if (smooth.has_value()) check_smooth(kOpAsym, *smooth, x);
-  TORCH_CHECK_VALUE(x.is_cpu() || x.is_cuda(), kOpAsym, ": argument 'x' must be a CPU or CUDA tensor, got ",
-                    x.device().str());
-  if (scale.has_value() && x.is_cpu()) {
+  TCGEMM_CHECK_VALUE(is_cpu(x) || is_cuda(x), kOpAsym, ": argument 'x' must be a CPU or CUDA tensor, got ",
+                     device_str(x));
+  if (scale.has_value() && is_cpu(x)) {
     check_static_scale_values(kOpAsym, "scale", *scale);
     check_static_zero_point_values(kOpAsym, "zero_point", *zero_point);
   }
-  const QuantizeResult r = quantize_impl(x, *rows_of(x), dtype, granularity, scale, smooth.value_or(at::Tensor()),
-                                         /*overlap=*/false, AsymmetricArgs{true, zero_point});
-  return {r.q, r.scale, r.zero_point};
+  const QuantizeResult r =
+      quantize_impl(x, *rows_of(x), dtype, granularity, scale, smooth.has_value() ? &*smooth : nullptr,
+                    /*overlap=*/false, AsymmetricArgs{true, zero_point});
+  return {r.q, r.scale, *r.zero_point};
 }
 
-TORCH_LIBRARY_IMPL(tcgemm, CPU, m) {
-  m.impl("quantize", &quantize);
-  m.impl("quantize_asym", &quantize_asym);
+namespace {
+
+// The registered kernels: the stable ABI passes arguments by value.
+std::tuple<Tensor, Tensor> quantize_kernel(Tensor x, std::string granularity, std::optional<Tensor> scale,
+                                           std::optional<Tensor> smooth) {
+  return quantize(x, granularity, scale, smooth);
 }
 
-TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) {
-  m.impl("quantize", &quantize);
-  m.impl("quantize_asym", &quantize_asym);
+std::tuple<Tensor, Tensor, Tensor> quantize_asym_kernel(Tensor x, std::string granularity, std::optional<Tensor> scale,
+                                                        std::optional<Tensor> zero_point,
+                                                        std::optional<Tensor> smooth) {
+  return quantize_asym(x, granularity, scale, zero_point, smooth);
+}
+
+}  // namespace
+
+STABLE_TORCH_LIBRARY_IMPL(tcgemm, CPU, m) {
+  m.impl("quantize", TORCH_BOX(&quantize_kernel));
+  m.impl("quantize_asym", TORCH_BOX(&quantize_asym_kernel));
+}
+
+STABLE_TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) {
+  m.impl("quantize", TORCH_BOX(&quantize_kernel));
+  m.impl("quantize_asym", TORCH_BOX(&quantize_asym_kernel));
 }
 
 }  // namespace tcgemm

@@ -3,7 +3,8 @@
     python3 -m scripts.dev.ab_compare --base B0.json B1.json ... --new N0.json N1.json ... [--tolerance 0.02]
 
 Reads what benchmarks.bench_gemm, benchmarks.bench_scaled or benchmarks.bench_decode wrote (--json),
-one file per round and side (bench_decode: the CUDA-graph times, as TOPS). For every (method, shape) timed on both sides: the median TOPS over each side's rounds, the
+one file per round and side (bench_decode: the CUDA-graph times, as TOPS; host times, from
+bench_decode or scripts/dev/host_overhead.py, as calls per us). For every (method, shape) timed on both sides: the median TOPS over each side's rounds, the
 ratio new / base, and the spread of the rounds. Prints the largest loss last; exits 1 when a loss
 exceeds --tolerance.
 """
@@ -37,6 +38,9 @@ def points(doc: Any) -> dict[str, float]:
         for name, us in rec["graph"].items():
             if us:
                 out[f"{name} {m}x{n}x{k}"] = 2 * m * n * k / us / 1e6
+    for name, us in doc.get("host_us", {}).items():  # host time per call: calls per us, higher is better
+        if us:
+            out[f"host {name}"] = 1.0 / us
     for rec in doc.get("mlp", []):
         m, n, k = rec["mlp"]
         for name, field in (("QuantLinear", "quantlinear_tops"), ("bf16_Linear", "bf16_tops")):

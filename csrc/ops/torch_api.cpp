@@ -1,0 +1,342 @@
+#include "ops/torch_api.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <stdexcept>
+#include <utility>
+
+namespace tcgemm {
+
+namespace {
+
+struct LastError {
+  ErrorKind kind = ErrorKind::kNone;
+  std::string message;
+};
+thread_local LastError g_last_error;
+
+// A C shim call that failed: an error of tcgemm's binding layer (RuntimeError).
+void shim_check(AOTITorchError status, const char* what) {
+  if (status != AOTI_TORCH_SUCCESS) raise_error(ErrorKind::kInternal, cat("tcgemm: torch could not ", what));
+}
+
+int32_t device_type_of(const Tensor& t) {
+  int32_t type = 0;
+  shim_check(aoti_torch_get_device_type(t.get(), &type), "read a tensor's device");
+  return type;
+}
+
+// The C shim's codes of the element types and devices tcgemm names, read once.
+struct ShimCodes {
+  std::array<std::pair<int32_t, ScalarType>, 19> dtypes;
+  int32_t cpu, cuda, meta;
+};
+
+const ShimCodes& shim_codes() {
+  static const ShimCodes codes = {
+      {{
+          {aoti_torch_dtype_int8(), ScalarType::Char},
+          {aoti_torch_dtype_uint8(), ScalarType::Byte},
+          {aoti_torch_dtype_int32(), ScalarType::Int},
+          {aoti_torch_dtype_float32(), ScalarType::Float},
+          {aoti_torch_dtype_bfloat16(), ScalarType::BFloat16},
+          {aoti_torch_dtype_float16(), ScalarType::Half},
+          {aoti_torch_dtype_int16(), ScalarType::Short},
+          {aoti_torch_dtype_int64(), ScalarType::Long},
+          {aoti_torch_dtype_float64(), ScalarType::Double},
+          {aoti_torch_dtype_bool(), ScalarType::Bool},
+          {aoti_torch_dtype_uint16(), ScalarType::UInt16},
+          {aoti_torch_dtype_uint32(), ScalarType::UInt32},
+          {aoti_torch_dtype_uint64(), ScalarType::UInt64},
+          {aoti_torch_dtype_complex32(), ScalarType::ComplexHalf},
+          {aoti_torch_dtype_complex64(), ScalarType::ComplexFloat},
+          {aoti_torch_dtype_complex128(), ScalarType::ComplexDouble},
+          {aoti_torch_dtype_float8_e4m3fn(), ScalarType::Float8_e4m3fn},
+          {aoti_torch_dtype_float8_e5m2(), ScalarType::Float8_e5m2},
+          {aoti_torch_dtype_float8_e4m3fnuz(), ScalarType::Float8_e4m3fnuz},
+      }},
+      aoti_torch_device_type_cpu(),
+      aoti_torch_device_type_cuda(),
+      aoti_torch_device_type_meta(),
+  };
+  return codes;
+}
+
+int32_t dtype_code(ScalarType t) {
+  for (const auto& [code, type] : shim_codes().dtypes)
+    if (type == t) return code;
+  raise_error(ErrorKind::kInternal, cat("tcgemm: no tensor of ", dtype_name(t), " is made here"));
+}
+
+Tensor from_handle(AtenTensorHandle h) { return Tensor(h); }
+
+}  // namespace
+
+std::string num_float(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+void raise_error(ErrorKind kind, std::string message) {
+  g_last_error.kind = kind;
+  g_last_error.message = message;
+  throw std::runtime_error(std::move(message));
+}
+
+ErrorKind last_error_kind(std::string_view message) {
+  return g_last_error.message == message ? g_last_error.kind : ErrorKind::kNone;
+}
+
+std::string shape_str(const Sizes& sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + num(sizes[i]);
+  return s + "]";
+}
+
+std::string shape_str(const Tensor& t) { return shape_str(sizes_of(t)); }
+
+std::string strides_str(const Tensor& t) {
+  const auto strides = t.strides();
+  return shape_str(Sizes(strides.begin(), strides.end()));
+}
+
+std::string dtype_name(ScalarType t) {
+  switch (t) {
+    case ScalarType::Char:
+      return "torch.int8";
+    case ScalarType::Byte:
+      return "torch.uint8";
+    case ScalarType::Short:
+      return "torch.int16";
+    case ScalarType::Int:
+      return "torch.int32";
+    case ScalarType::Long:
+      return "torch.int64";
+    case ScalarType::UInt16:
+      return "torch.uint16";
+    case ScalarType::UInt32:
+      return "torch.uint32";
+    case ScalarType::UInt64:
+      return "torch.uint64";
+    case ScalarType::Half:
+      return "torch.float16";
+    case ScalarType::BFloat16:
+      return "torch.bfloat16";
+    case ScalarType::Float:
+      return "torch.float32";
+    case ScalarType::Double:
+      return "torch.float64";
+    case ScalarType::ComplexHalf:
+      return "torch.complex32";
+    case ScalarType::ComplexFloat:
+      return "torch.complex64";
+    case ScalarType::ComplexDouble:
+      return "torch.complex128";
+    case ScalarType::Bool:
+      return "torch.bool";
+    case ScalarType::Float8_e4m3fn:
+      return "torch.float8_e4m3fn";
+    case ScalarType::Float8_e5m2:
+      return "torch.float8_e5m2";
+    case ScalarType::Float8_e4m3fnuz:
+      return "torch.float8_e4m3fnuz";
+    case ScalarType::Float8_e5m2fnuz:
+      return "torch.float8_e5m2fnuz";
+    default:
+      return "torch." + std::string(torch::headeronly::toString(t));
+  }
+}
+
+bool is_floating(ScalarType t) {
+  switch (t) {
+    case ScalarType::Half:
+    case ScalarType::BFloat16:
+    case ScalarType::Float:
+    case ScalarType::Double:
+    case ScalarType::Float8_e4m3fn:
+    case ScalarType::Float8_e5m2:
+    case ScalarType::Float8_e4m3fnuz:
+    case ScalarType::Float8_e5m2fnuz:
+      return true;
+    default:
+      return false;
+  }
+}
+
+ScalarType dtype_of(const Tensor& t) {
+  int32_t code = 0;
+  shim_check(aoti_torch_get_dtype(t.get(), &code), "read a tensor's dtype");
+  for (const auto& [known, type] : shim_codes().dtypes)
+    if (known == code) return type;
+  return t.scalar_type();  // a dtype tcgemm never takes: the stable headers' full conversion
+}
+
+bool is_cuda(const Tensor& t) { return device_type_of(t) == shim_codes().cuda; }
+bool is_cpu(const Tensor& t) { return device_type_of(t) == shim_codes().cpu; }
+
+std::string device_str(const Tensor& t) {
+  const int32_t type = device_type_of(t);
+  if (type == shim_codes().cpu) return "cpu";
+  if (type == shim_codes().cuda) return "cuda:" + num(t.get_device_index());
+  if (type == shim_codes().meta) return "meta";
+  return "device type " + num(type);
+}
+
+bool same_device(const Tensor& a, const Tensor& b) {
+  return device_type_of(a) == device_type_of(b) && a.get_device_index() == b.get_device_index();
+}
+
+Sizes sizes_of(const Tensor& t) {
+  const auto s = t.sizes();
+  return Sizes(s.begin(), s.end());
+}
+
+bool sizes_equal(const Tensor& t, const Sizes& sizes) {
+  const auto s = t.sizes();
+  return s.size() == sizes.size() && std::equal(s.begin(), s.end(), sizes.begin());
+}
+
+namespace {
+// The start of t's storage (its data less its storage offset), or null for a storage without
+// memory.
+uintptr_t storage_base(const Tensor& t) {
+  const auto data = reinterpret_cast<uintptr_t>(t.data_ptr());
+  if (data == 0) return 0;
+  return data - static_cast<uintptr_t>(t.storage_offset()) * t.element_size();
+}
+}  // namespace
+
+bool is_alias_of(const Tensor& a, const Tensor& b) {
+  // Two live storages with memory never start at the same address.
+  const uintptr_t base = storage_base(a);
+  return base != 0 && base == storage_base(b);
+}
+
+Overlap internal_overlap(const Tensor& t) {
+  if (t.is_contiguous()) return Overlap::kNo;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dimensions longer than 1
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) <= 1) continue;
+    if (t.stride(d) == 0) return Overlap::kYes;
+    dims.emplace_back(t.stride(d), t.size(d));
+  }
+  // Dense in some order (a permutation of a contiguous layout): no element twice.
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expected) return Overlap::kTooHard;
+    expected *= size;
+  }
+  return Overlap::kNo;
+}
+
+Tensor empty(const Sizes& sizes, ScalarType dtype, const Tensor& like) {
+  const int64_t dim = static_cast<int64_t>(sizes.size());
+  std::array<int64_t, 8> strides{};
+  TCGEMM_CHECK_INTERNAL(dim <= 8, "tcgemm: tensors of more than 8 dimensions are not allocated here");
+  int64_t stride = 1;
+  for (int64_t d = dim - 1; d >= 0; --d) {
+    strides[d] = stride;
+    stride *= std::max<int64_t>(sizes[d], 1);
+  }
+  AtenTensorHandle h = nullptr;
+  if (aoti_torch_empty_strided(dim, sizes.data(), strides.data(), dtype_code(dtype), device_type_of(like),
+                               like.get_device_index(), &h) != AOTI_TORCH_SUCCESS) {
+    raise_error(ErrorKind::kInternal, cat("tcgemm: torch could not allocate a tensor of shape ", shape_str(sizes)));
+  }
+  return from_handle(h);
+}
+
+Tensor empty(std::initializer_list<int64_t> sizes, ScalarType dtype, const Tensor& like) {
+  return empty(Sizes(sizes), dtype, like);
+}
+
+Tensor view_as_strided(const Tensor& t, const Sizes& sizes, const Sizes& strides, int64_t offset) {
+  AtenTensorHandle h = nullptr;  // the offset argument adds to the tensor's own storage offset
+  shim_check(aoti_torch__reinterpret_tensor(t.get(), static_cast<int64_t>(sizes.size()), sizes.data(), strides.data(),
+                                            offset, &h),
+             "view a tensor");
+  return from_handle(h);
+}
+
+Tensor transposed(const Tensor& t) { return view_as_strided(t, {t.size(1), t.size(0)}, {t.stride(1), t.stride(0)}); }
+
+Tensor first_cols(const Tensor& t, int64_t cols) {
+  return view_as_strided(t, {t.size(0), cols}, {t.stride(0), t.stride(1)});
+}
+
+void copy_into(const Tensor& dst, const Tensor& src) {
+  shim_check(aoti_torch_copy_(dst.get(), src.get(), 0), "copy a tensor");
+}
+
+void zero(const Tensor& t) { shim_check(aoti_torch_zero_(t.get()), "zero a tensor"); }
+
+void fill(const Tensor& t, double value) { torch::stable::fill_(t, value); }
+
+Tensor contiguous_clone(const Tensor& t) {
+  Tensor out = empty(sizes_of(t), dtype_of(t), t);
+  copy_into(out, t);
+  return out;
+}
+
+Tensor as_contiguous(const Tensor& t) { return t.is_contiguous() ? t : contiguous_clone(t); }
+
+Tensor reshape(const Tensor& t, int64_t rows, int64_t cols) {
+  const std::array<int64_t, 2> shape{rows, cols};
+  return torch::stable::reshape(t, torch::headeronly::IntHeaderOnlyArrayRef(shape.data(), shape.size()));
+}
+
+Tensor float_contiguous(const Tensor& t) {
+  if (dtype_of(t) == ScalarType::Float && t.is_contiguous()) return t;
+  Tensor out = empty(sizes_of(t), ScalarType::Float, t);
+  copy_into(out, t);
+  return out;
+}
+
+Tensor sum_int32(const Tensor& t, int64_t dim) {
+  const std::array<int64_t, 1> dims{dim};
+  return torch::stable::sum(t, torch::headeronly::IntHeaderOnlyArrayRef(dims.data(), dims.size()), false,
+                            ScalarType::Int);
+}
+
+Tensor sum_times_128_int32(const Tensor& t, int64_t dim) {
+  // In fp64, which holds these integers exactly (a sum of uint8 over K < 2^30, times 128, is below
+  // 2^45), with the ops torch 2.11's stable headers have: 128 s = s - (-127) s; then int64, and
+  // int32 wrapping modulo 2^32 as the int64 sums' conversion does.
+  const std::array<int64_t, 1> dims{dim};
+  const Tensor s = torch::stable::sum(t, torch::headeronly::IntHeaderOnlyArrayRef(dims.data(), dims.size()), false,
+                                      ScalarType::Double);
+  const Tensor s128 = torch::stable::subtract(s, s, -127.0);
+  return torch::stable::to(torch::stable::to(s128, ScalarType::Long), ScalarType::Int);
+}
+
+std::pair<int64_t, int64_t> int8_range_cpu(const Tensor& t) {
+  const Tensor dense = as_contiguous(t);
+  const int8_t* v = const_data<int8_t>(dense);
+  const auto [lo, hi] = std::minmax_element(v, v + dense.numel());
+  return {*lo, *hi};
+}
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: none visible
+    return 0;
+  }
+  return count;
+}
+
+cudaStream_t current_cuda_stream(int32_t index) {
+  void* stream = nullptr;
+  shim_check(aoti_torch_get_current_cuda_stream(index, &stream), "read the current CUDA stream");
+  return static_cast<cudaStream_t>(stream);
+}
+
+CudaDeviceScope::CudaDeviceScope(int32_t index) {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != index) guard_.emplace(index);
+}
+
+}  // namespace tcgemm
