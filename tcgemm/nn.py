@@ -781,8 +781,7 @@ class QuantLinear(nn.Module):
         except RuntimeError as exc:
             raise typed_error(exc) from None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x`` [..., in_features] bf16/fp16/fp32 -> [..., out_features] of ``x.dtype``."""
+    def _check_input(self, x: torch.Tensor) -> None:
         if x.dim() == 0 or x.shape[-1] != self.in_features:
             raise ValueError(
                 f"QuantLinear: input's last dimension must be in_features={self.in_features}, "
@@ -790,8 +789,9 @@ class QuantLinear(nn.Module):
             )
         if x.dtype not in _INPUT_DTYPES:
             raise TypeError(f"QuantLinear: input dtype must be bfloat16, float16 or float32, got {x.dtype}")
-        if self._rotate:  # x R (a matrix product per call; gradients flow through it)
-            x = rotate_blocks(x, self._buffers["hadamard"])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` [..., in_features] bf16/fp16/fp32 -> [..., out_features] of ``x.dtype``."""
         # The buffers by dict lookup (nn.Module.__getattr__ costs about 0.3 us per buffer per call);
         # by attribute when one of them has been made a Parameter (e.g. a bias to train).
         buffers = self._buffers
@@ -807,7 +807,12 @@ class QuantLinear(nn.Module):
             group_scale = self.weight_group_scale
         if not self._add_bias:  # a row-wise shard other than the first (tcgemm.parallel)
             bias = None
-        if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
+        grad = torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad))
+        if self._rotate or grad:  # work before the op: the input is checked first
+            self._check_input(x)
+            if self._rotate:  # x R (a matrix product per call; gradients flow through it)
+                x = rotate_blocks(x, self._buffers["hadamard"])
+        if grad:
             if self.tensor_parallel is not None:
                 raise NotImplementedError(
                     f"QuantLinear: backward through a {self.tensor_parallel.style} tensor-parallel shard is not "
@@ -839,8 +844,11 @@ class QuantLinear(nn.Module):
             if input_scale is not None:
                 return op(x, weight, weight_scale, bias, activation, input_scale=input_scale)
             return op(x, weight, weight_scale, bias, activation)
-        except RuntimeError as exc:  # the op's failed check, as the ValueError or TypeError it stands for
-            raise typed_error(exc) from None
+        except (RuntimeError, TypeError) as exc:
+            # The op checks x as well (no host time spent here on a good one); a bad x gets the
+            # layer's message, any other failed check the ValueError or TypeError it stands for.
+            self._check_input(x)
+            raise typed_error(exc) if isinstance(exc, RuntimeError) else exc from None
 
     def __setstate__(self, state):
         # A layer pickled whole by a version without schemes holds its shorthands instead (and,

@@ -20,8 +20,8 @@ namespace {
 constexpr const char* kOp = "tcgemm.gemm";
 
 void check_int32_mn(const Tensor& t, const char* name, int64_t m, int64_t n) {
-  TCGEMM_CHECK_TYPE(dtype_of(t) == ScalarType::Int, kOp, ": argument '", name,
-                    "' must have dtype torch.int32, got ", dtype_name(dtype_of(t)));
+  TCGEMM_CHECK_TYPE(dtype_of(t) == ScalarType::Int, kOp, ": argument '", name, "' must have dtype torch.int32, got ",
+                    dtype_name(dtype_of(t)));
   TCGEMM_CHECK_VALUE(t.dim() == 2 && t.size(0) == m && t.size(1) == n, kOp, ": argument '", name,
                      "' must have shape [M, N] = [", num(m), ", ", num(n), "], got ", shape_str(t));
 }
@@ -122,13 +122,14 @@ Tensor gemm(const Tensor& a, const Tensor& b, const std::optional<Tensor>& c, in
 
 namespace {
 
-// The registered kernels: the stable ABI passes arguments by value.
-Tensor gemm_kernel(Tensor a, Tensor b, std::optional<Tensor> c, int64_t alpha, int64_t beta, std::string backend) {
+// The registered kernels, in the types the stable ABI unboxes to.
+Tensor gemm_kernel(const Tensor& a, const Tensor& b, const std::optional<Tensor>& c, int64_t alpha, int64_t beta,
+                   const std::string& backend) {
   return gemm(a, b, c, alpha, beta, backend);
 }
 
-void gemm_out_kernel(Tensor a, Tensor b, std::optional<Tensor> c, int64_t alpha, int64_t beta, std::string backend,
-                     Tensor out) {
+void gemm_out_kernel(const Tensor& a, const Tensor& b, const std::optional<Tensor>& c, int64_t alpha, int64_t beta,
+                     const std::string& backend, Tensor out) {
   gemm_out(a, b, c, alpha, beta, backend, out);
 }
 

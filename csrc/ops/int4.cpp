@@ -24,8 +24,7 @@ void check_packed_weight(const char* op, const Tensor& w, const char* name, int6
   TCGEMM_CHECK_VALUE(w.dim() == 2, op, ": argument '", name, "' (4-bit) must be a 2-D tensor [N, K/2], got a ",
                      num(w.dim()), "-D tensor");
   TCGEMM_CHECK_TYPE(dtype_of(w) == ScalarType::Byte, op, ": argument '", name,
-                    "' (4-bit) must have dtype torch.uint8 (two 4-bit values per byte), got ",
-                    dtype_name(dtype_of(w)));
+                    "' (4-bit) must have dtype torch.uint8 (two 4-bit values per byte), got ", dtype_name(dtype_of(w)));
   TCGEMM_CHECK_VALUE(k % kInt4PerByte == 0, op, ": a 4-bit '", name, "' packs two values per byte along K, so K (",
                      k_from, ") must be even, got K = ", num(k));
   TCGEMM_CHECK_VALUE(w.size(1) == k / kInt4PerByte, op, ": argument '", name, "' (4-bit) must have shape [N, K/2] = [",
@@ -147,10 +146,13 @@ Tensor gemm_int4(const Tensor& a, const Tensor& b, const std::optional<Tensor>& 
   return out;
 }
 
-// The registered kernels: the stable ABI passes arguments by value.
-Tensor unpack_int4_kernel(Tensor packed, std::optional<Tensor> group_scale) { return unpack_int4(packed, group_scale); }
+// The registered kernels, in the types the stable ABI unboxes to.
+Tensor unpack_int4_kernel(const Tensor& packed, const std::optional<Tensor>& group_scale) {
+  return unpack_int4(packed, group_scale);
+}
 
-Tensor gemm_int4_kernel(Tensor a, Tensor b, std::optional<Tensor> group_scale, std::string backend) {
+Tensor gemm_int4_kernel(const Tensor& a, const Tensor& b, const std::optional<Tensor>& group_scale,
+                        const std::string& backend) {
   return gemm_int4(a, b, group_scale, backend);
 }
 

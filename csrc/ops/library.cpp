@@ -82,8 +82,8 @@ PyObject* error_kind(PyObject* /*self*/, PyObject* message) {
   char* text = nullptr;
   Py_ssize_t size = 0;
   const bool read = PyBytes_AsStringAndSize(utf8, &text, &size) == 0;
-  const auto kind = read ? tcgemm::last_error_kind(std::string_view(text, static_cast<size_t>(size)))
-                         : tcgemm::ErrorKind::kNone;
+  const auto kind =
+      read ? tcgemm::last_error_kind(std::string_view(text, static_cast<size_t>(size))) : tcgemm::ErrorKind::kNone;
   Py_DECREF(utf8);
   return read ? PyLong_FromLong(static_cast<long>(kind)) : nullptr;
 }

@@ -147,8 +147,7 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
                      ": K = ", num(k), " > ", num(kMaxUnblockedK),
                      " could overflow the int32 accumulator without per-block scales; use activation='block'");
   if (asymmetric) check_asymmetric_k(kOp, k, "asymmetric");
-  TCGEMM_CHECK_VALUE(is_cpu(x) || is_cuda(x), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ",
-                     device_str(x));
+  TCGEMM_CHECK_VALUE(is_cpu(x) || is_cuda(x), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ", device_str(x));
 
   Sizes out_shape = sizes_of(x);
   out_shape.back() = n;
@@ -252,11 +251,13 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
 
 namespace {
 
-// The registered kernel: the stable ABI passes arguments by value.
-Tensor quant_linear_kernel(Tensor x, Tensor weight, Tensor weight_scale, std::optional<Tensor> bias,
-                           std::string activation, std::optional<Tensor> input_scale, std::optional<Tensor> smooth,
-                           std::string backend, bool asymmetric, std::optional<Tensor> input_zero_point,
-                           std::optional<Tensor> weight_colsum, std::optional<Tensor> weight_group_scale) {
+// The registered kernel, in the types the stable ABI unboxes to.
+Tensor quant_linear_kernel(const Tensor& x, const Tensor& weight, const Tensor& weight_scale,
+                           const std::optional<Tensor>& bias, const std::string& activation,
+                           const std::optional<Tensor>& input_scale, const std::optional<Tensor>& smooth,
+                           const std::string& backend, bool asymmetric, const std::optional<Tensor>& input_zero_point,
+                           const std::optional<Tensor>& weight_colsum,
+                           const std::optional<Tensor>& weight_group_scale) {
   return quant_linear(x, weight, weight_scale, bias, activation, input_scale, smooth, backend, asymmetric,
                       input_zero_point, weight_colsum, weight_group_scale);
 }

@@ -64,8 +64,8 @@ Sizes scale_shape(QuantGranularity g, int64_t m, int64_t k) {
 // A given scale (fp32) or zero point (int32, `name`) of x quantized with granularity g.
 void check_scale(const char* op, const Tensor& s, const char* name, ScalarType dtype, const Tensor& x,
                  QuantGranularity g) {
-  TCGEMM_CHECK_TYPE(dtype_of(s) == dtype, op, ": argument '", name, "' must have dtype ", dtype_name(dtype),
-                    ", got ", dtype_name(dtype_of(s)));
+  TCGEMM_CHECK_TYPE(dtype_of(s) == dtype, op, ": argument '", name, "' must have dtype ", dtype_name(dtype), ", got ",
+                    dtype_name(dtype_of(s)));
   TCGEMM_CHECK_VALUE(same_device(s, x), op, ": argument '", name, "' must be on the same device as 'x' (",
                      device_str(x), "), got ", device_str(s));
   if (g == QuantGranularity::kTensor) {
@@ -189,8 +189,8 @@ std::optional<Rows> rows_of(const Tensor& x) {
 bool static_by_one_block(const Tensor& x, const Rows& r, QuantGranularity granularity, bool is_static) {
   // A few long rows on the GPU with one static scale (a decode step): one block, which writes the
   // returned scale itself. Its threads sweep one row at a time, so short or many rows keep the grid.
-  return is_static && is_cuda(x) && granularity == QuantGranularity::kTensor && r.m > 0 &&
-         r.m <= kStaticOneBlockRows && r.k >= kStaticOneBlockMinK && r.m * r.k <= kStaticOneBlockElems;
+  return is_static && is_cuda(x) && granularity == QuantGranularity::kTensor && r.m > 0 && r.m <= kStaticOneBlockRows &&
+         r.k >= kStaticOneBlockMinK && r.m * r.k <= kStaticOneBlockElems;
 }
 
 QuantizeParams quantize_params(const Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity) {
@@ -293,8 +293,7 @@ std::tuple<Tensor, Tensor> quantize(const Tensor& x, std::string_view granularit
   const QuantGranularity granularity = parse_granularity(granularity_arg);
   if (scale.has_value()) check_scale(kOp, *scale, "scale", ScalarType::Float, x, granularity);
   if (smooth.has_value()) check_smooth(kOp, *smooth, x);
-  TCGEMM_CHECK_VALUE(is_cpu(x) || is_cuda(x), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ",
-                     device_str(x));
+  TCGEMM_CHECK_VALUE(is_cpu(x) || is_cuda(x), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ", device_str(x));
   if (scale.has_value() && is_cpu(x)) check_static_scale_values(kOp, "scale", *scale);
   const QuantizeResult r = quantize_impl(x, *rows_of(x), dtype, granularity, scale,
                                          smooth.has_value() ? &*smooth : nullptr, /*overlap=*/false);
@@ -334,15 +333,16 @@ std::tuple<Tensor, Tensor, Tensor> quantize_asym(const Tensor& x, std::string_vi
 
 namespace {
 
-// The registered kernels: the stable ABI passes arguments by value.
-std::tuple<Tensor, Tensor> quantize_kernel(Tensor x, std::string granularity, std::optional<Tensor> scale,
-                                           std::optional<Tensor> smooth) {
+// The registered kernels, in the types the stable ABI unboxes to.
+std::tuple<Tensor, Tensor> quantize_kernel(const Tensor& x, const std::string& granularity,
+                                           const std::optional<Tensor>& scale, const std::optional<Tensor>& smooth) {
   return quantize(x, granularity, scale, smooth);
 }
 
-std::tuple<Tensor, Tensor, Tensor> quantize_asym_kernel(Tensor x, std::string granularity, std::optional<Tensor> scale,
-                                                        std::optional<Tensor> zero_point,
-                                                        std::optional<Tensor> smooth) {
+std::tuple<Tensor, Tensor, Tensor> quantize_asym_kernel(const Tensor& x, const std::string& granularity,
+                                                        const std::optional<Tensor>& scale,
+                                                        const std::optional<Tensor>& zero_point,
+                                                        const std::optional<Tensor>& smooth) {
   return quantize_asym(x, granularity, scale, zero_point, smooth);
 }
 

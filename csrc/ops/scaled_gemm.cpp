@@ -255,10 +255,11 @@ Tensor scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, cons
 
 namespace {
 
-// The registered kernel: the stable ABI passes arguments by value.
-Tensor scaled_gemm_kernel(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, std::optional<Tensor> bias,
-                          std::optional<ScalarType> out_dtype, std::string backend, std::optional<Tensor> zero_point_a,
-                          std::optional<Tensor> colsum_b) {
+// The registered kernel, in the types the stable ABI unboxes to.
+Tensor scaled_gemm_kernel(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                          const std::optional<Tensor>& bias, std::optional<ScalarType> out_dtype,
+                          const std::string& backend, const std::optional<Tensor>& zero_point_a,
+                          const std::optional<Tensor>& colsum_b) {
   return scaled_gemm(a, b, scale_a, scale_b, bias, out_dtype, backend, zero_point_a, colsum_b);
 }
 

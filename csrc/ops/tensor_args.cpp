@@ -20,11 +20,11 @@ void check_operand(const char* op, const Tensor& t, const char* name, const char
   TCGEMM_CHECK_VALUE(t.dim() == 2, op, ": argument '", name, "' must be a 2-D tensor ", shape, ", got a ", num(t.dim()),
                      "-D tensor");
   if (signed_only) {
-    TCGEMM_CHECK_TYPE(dtype_of(t) == ScalarType::Char, op, ": argument '", name,
-                      "' must have dtype torch.int8, got ", dtype_name(dtype_of(t)));
+    TCGEMM_CHECK_TYPE(dtype_of(t) == ScalarType::Char, op, ": argument '", name, "' must have dtype torch.int8, got ",
+                      dtype_name(dtype_of(t)));
   } else {
-    TCGEMM_CHECK_TYPE(dtype_of(t) == ScalarType::Char || dtype_of(t) == ScalarType::Byte, op, ": argument '",
-                      name, "' must have dtype torch.int8 or torch.uint8, got ", dtype_name(dtype_of(t)));
+    TCGEMM_CHECK_TYPE(dtype_of(t) == ScalarType::Char || dtype_of(t) == ScalarType::Byte, op, ": argument '", name,
+                      "' must have dtype torch.int8 or torch.uint8, got ", dtype_name(dtype_of(t)));
   }
   // Kernels index tiles and K slices in 32-bit arithmetic with headroom for rounding up.
   TCGEMM_CHECK_VALUE(t.size(0) < (int64_t{1} << 30) && t.size(1) < (int64_t{1} << 30), op, ": argument '", name,

@@ -73,6 +73,11 @@ Tensor from_handle(AtenTensorHandle h) { return Tensor(h); }
 
 }  // namespace
 
+void Sizes::too_many_dims(int64_t n) {
+  raise_error(ErrorKind::kInternal,
+              cat("tcgemm: tensors of more than ", num(kMaxDims), " dimensions are not supported here, got ", num(n)));
+}
+
 std::string num_float(double v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g", v);
@@ -91,7 +96,7 @@ ErrorKind last_error_kind(std::string_view message) {
 
 std::string shape_str(const Sizes& sizes) {
   std::string s = "[";
-  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + num(sizes[i]);
+  for (int64_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + num(sizes[i]);
   return s + "]";
 }
 
@@ -99,7 +104,7 @@ std::string shape_str(const Tensor& t) { return shape_str(sizes_of(t)); }
 
 std::string strides_str(const Tensor& t) {
   const auto strides = t.strides();
-  return shape_str(Sizes(strides.begin(), strides.end()));
+  return shape_str(Sizes(strides.data(), strides.data() + strides.size()));
 }
 
 std::string dtype_name(ScalarType t) {
@@ -190,12 +195,12 @@ bool same_device(const Tensor& a, const Tensor& b) {
 
 Sizes sizes_of(const Tensor& t) {
   const auto s = t.sizes();
-  return Sizes(s.begin(), s.end());
+  return Sizes(s.data(), s.data() + s.size());
 }
 
 bool sizes_equal(const Tensor& t, const Sizes& sizes) {
   const auto s = t.sizes();
-  return s.size() == sizes.size() && std::equal(s.begin(), s.end(), sizes.begin());
+  return static_cast<int64_t>(s.size()) == sizes.size() && std::equal(s.begin(), s.end(), sizes.begin());
 }
 
 namespace {
@@ -233,24 +238,19 @@ Overlap internal_overlap(const Tensor& t) {
 }
 
 Tensor empty(const Sizes& sizes, ScalarType dtype, const Tensor& like) {
-  const int64_t dim = static_cast<int64_t>(sizes.size());
-  std::array<int64_t, 8> strides{};
-  TCGEMM_CHECK_INTERNAL(dim <= 8, "tcgemm: tensors of more than 8 dimensions are not allocated here");
+  const int64_t dim = sizes.size();
+  int64_t strides[Sizes::kMaxDims];
   int64_t stride = 1;
   for (int64_t d = dim - 1; d >= 0; --d) {
     strides[d] = stride;
     stride *= std::max<int64_t>(sizes[d], 1);
   }
   AtenTensorHandle h = nullptr;
-  if (aoti_torch_empty_strided(dim, sizes.data(), strides.data(), dtype_code(dtype), device_type_of(like),
+  if (aoti_torch_empty_strided(dim, sizes.data(), strides, dtype_code(dtype), device_type_of(like),
                                like.get_device_index(), &h) != AOTI_TORCH_SUCCESS) {
     raise_error(ErrorKind::kInternal, cat("tcgemm: torch could not allocate a tensor of shape ", shape_str(sizes)));
   }
   return from_handle(h);
-}
-
-Tensor empty(std::initializer_list<int64_t> sizes, ScalarType dtype, const Tensor& like) {
-  return empty(Sizes(sizes), dtype, like);
 }
 
 Tensor view_as_strided(const Tensor& t, const Sizes& sizes, const Sizes& strides, int64_t offset) {

@@ -23,6 +23,7 @@
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -35,7 +36,30 @@ namespace tcgemm {
 
 using Tensor = torch::stable::Tensor;
 using ScalarType = torch::headeronly::ScalarType;
-using Sizes = std::vector<int64_t>;
+
+// A shape (or strides) of up to kMaxDims dimensions, held inline: a decode step's ops build a few
+// and each heap allocation is host time.
+class Sizes {
+ public:
+  static constexpr int64_t kMaxDims = 8;
+  Sizes() = default;
+  Sizes(std::initializer_list<int64_t> v) : Sizes(v.begin(), v.end()) {}
+  Sizes(const int64_t* begin, const int64_t* end) : n_(end - begin) {
+    if (n_ > kMaxDims) too_many_dims(n_);
+    std::copy(begin, end, v_);
+  }
+  int64_t size() const { return n_; }
+  const int64_t* data() const { return v_; }
+  const int64_t* begin() const { return v_; }
+  const int64_t* end() const { return v_ + n_; }
+  int64_t operator[](int64_t i) const { return v_[i]; }
+  int64_t& back() { return v_[n_ - 1]; }
+
+ private:
+  [[noreturn]] static void too_many_dims(int64_t n);
+  int64_t v_[kMaxDims] = {};
+  int64_t n_ = 0;
+};
 
 // ---------------------------------------------------------------------------------------------
 // Messages and errors.
@@ -134,7 +158,6 @@ Overlap internal_overlap(const Tensor& t);
 
 // A new contiguous tensor of `sizes` and `dtype` on the device of `like`.
 Tensor empty(const Sizes& sizes, ScalarType dtype, const Tensor& like);
-Tensor empty(std::initializer_list<int64_t> sizes, ScalarType dtype, const Tensor& like);
 // A view of t's memory with other sizes and strides, starting `offset` elements after t's start.
 Tensor view_as_strided(const Tensor& t, const Sizes& sizes, const Sizes& strides, int64_t offset = 0);
 // The transpose of a 2-D tensor (a view).
