@@ -90,7 +90,9 @@ void gemm_out(const Tensor& a, const Tensor& b, const std::optional<Tensor>& c, 
       use_c && c->data_ptr() == out.data_ptr() && c->stride(0) == out.stride(0) && c->stride(1) == out.stride(1);
   const bool c_shares_out = use_c && is_alias_of(*c, out) && !c_is_out;
   const bool direct = (out.stride(1) == 1 || n == 1) && !c_shares_out && internal_overlap(out) == Overlap::kNo;
-  const Tensor d = direct ? out : empty({m, n}, ScalarType::Int, out);
+  std::optional<Tensor> fresh;
+  if (!direct) fresh = empty({m, n}, ScalarType::Int, out);
+  const Tensor& d = direct ? out : *fresh;
 
   GemmProblem p = gemm_problem(a, b, data<int32_t>(d), d.stride(0), OutType::kInt32);
   Int32EpilogueParams e;
@@ -115,7 +117,7 @@ Tensor gemm(const Tensor& a, const Tensor& b, const std::optional<Tensor>& c, in
             std::string_view backend) {
   check_operand(kOp, a, "a", "[M, K]");
   check_operand(kOp, b, "b", "[K, N]");
-  const Tensor out = empty({a.size(0), b.size(1)}, ScalarType::Int, a);
+  Tensor out = empty({a.size(0), b.size(1)}, ScalarType::Int, a);
   gemm_out(a, b, c, alpha, beta, backend, out);
   return out;
 }
@@ -136,13 +138,13 @@ void gemm_out_kernel(const Tensor& a, const Tensor& b, const std::optional<Tenso
 }  // namespace
 
 STABLE_TORCH_LIBRARY_IMPL(tcgemm, CPU, m) {
-  m.impl("gemm", TORCH_BOX(&gemm_kernel));
-  m.impl("gemm_out", TORCH_BOX(&gemm_out_kernel));
+  m.impl("gemm", TCGEMM_BOX(gemm_kernel));
+  m.impl("gemm_out", TCGEMM_BOX(gemm_out_kernel));
 }
 
 STABLE_TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) {
-  m.impl("gemm", TORCH_BOX(&gemm_kernel));
-  m.impl("gemm_out", TORCH_BOX(&gemm_out_kernel));
+  m.impl("gemm", TCGEMM_BOX(gemm_kernel));
+  m.impl("gemm_out", TCGEMM_BOX(gemm_out_kernel));
 }
 
 }  // namespace tcgemm

@@ -60,8 +60,8 @@ Tensor unpack_int4_to_int8(const Tensor& packed, const Tensor* group_scale, int6
   const Tensor buf = empty({n, round_up<int64_t>(std::max<int64_t>(k, 1), 16)}, ScalarType::Char, packed);
   Tensor out = first_cols(buf, k);
   if (n == 0 || k == 0) return out;
-  const std::optional<Tensor> gs =
-      group_scale != nullptr ? std::optional<Tensor>(as_contiguous(*group_scale)) : std::nullopt;
+  std::optional<Tensor> gs_copy;
+  const Tensor* gs = group_scale != nullptr ? &dense(*group_scale, gs_copy) : nullptr;
   UnpackInt4Params p;
   p.packed = const_data<uint8_t>(packed);
   p.packed_stride = packed.size(0) == 1 ? k / kInt4PerByte : packed.stride(0);
@@ -94,7 +94,9 @@ Tensor unpack_int4(const Tensor& packed, const std::optional<Tensor>& group_scal
                      ": argument 'packed' must be a CPU or CUDA tensor, got ", device_str(packed));
   if (group_scale.has_value())
     check_group_scale(kUnpackOp, *group_scale, "group_scale", packed.size(0), k, packed, "packed");
-  return as_contiguous(unpack_int4_to_int8(packed, group_scale.has_value() ? &*group_scale : nullptr, k));
+  Tensor out = unpack_int4_to_int8(packed, group_scale.has_value() ? &*group_scale : nullptr, k);
+  if (!out.is_contiguous()) return contiguous_clone(out);
+  return out;
 }
 
 Tensor gemm_int4(const Tensor& a, const Tensor& b, const std::optional<Tensor>& group_scale,
@@ -109,7 +111,7 @@ Tensor gemm_int4(const Tensor& a, const Tensor& b, const std::optional<Tensor>& 
   if (gs != nullptr) check_group_scale(kGemmOp, *gs, "group_scale", n, k, a, "a");
   TCGEMM_CHECK_VALUE(k <= kMaxUnblockedK, kGemmOp, ": K = ", num(k), " > ", num(kMaxUnblockedK),
                      " could overflow the int32 accumulator");
-  const Tensor out = empty({m, n}, ScalarType::Int, a);
+  Tensor out = empty({m, n}, ScalarType::Int, a);
   if (m == 0 || n == 0) return out;
   if (k == 0) {
     zero(out);
@@ -130,7 +132,8 @@ Tensor gemm_int4(const Tensor& a, const Tensor& b, const std::optional<Tensor>& 
   p.k = static_cast<int>(k);
   p.b_int4 = true;
   p.b.is_signed = true;  // the 4-bit values are two's complement (the bytes are uint8)
-  const std::optional<Tensor> gs_c = gs != nullptr ? std::optional<Tensor>(as_contiguous(*gs)) : std::nullopt;
+  std::optional<Tensor> gs_copy;
+  const Tensor* gs_c = gs != nullptr ? &dense(*gs, gs_copy) : nullptr;
   p.b_group_scale = gs_c ? const_data<int8_t>(*gs_c) : nullptr;
   p.b_group_scale_stride = gs_c ? gs_c->size(1) : 0;
   if (!reads_packed_b(backend, p, dev, /*per_block=*/false)) {  // the int8 GEMM of the unpacked weight
@@ -159,12 +162,12 @@ Tensor gemm_int4_kernel(const Tensor& a, const Tensor& b, const std::optional<Te
 }  // namespace
 
 STABLE_TORCH_LIBRARY_IMPL(tcgemm, CPU, m) {
-  m.impl("unpack_int4", TORCH_BOX(&unpack_int4_kernel));
-  m.impl("gemm_int4", TORCH_BOX(&gemm_int4_kernel));
+  m.impl("unpack_int4", TCGEMM_BOX(unpack_int4_kernel));
+  m.impl("gemm_int4", TCGEMM_BOX(gemm_int4_kernel));
 }
 STABLE_TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) {
-  m.impl("unpack_int4", TORCH_BOX(&unpack_int4_kernel));
-  m.impl("gemm_int4", TORCH_BOX(&gemm_int4_kernel));
+  m.impl("unpack_int4", TCGEMM_BOX(unpack_int4_kernel));
+  m.impl("gemm_int4", TCGEMM_BOX(gemm_int4_kernel));
 }
 
 }  // namespace tcgemm

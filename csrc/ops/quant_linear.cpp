@@ -164,7 +164,7 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
   const Tensor& x_rows = x_copy ? *x_copy : x;
   const int64_t m = rows->m;
   if (m == 0 || n == 0 || k == 0) {  // nothing to quantize; with K = 0 every sum is zero: out = bias
-    const Tensor out = empty(out_shape, dtype_of(x), x);
+    Tensor out = empty(out_shape, dtype_of(x), x);
     if (bias_f32) {
       copy_into(out, *bias_f32);  // broadcast over the rows
     } else {
@@ -189,8 +189,8 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
   // itself (symmetric scales): one kernel for the layer, no scratch.
   if (is_cuda(x) && !asymmetric) {
     QuantizeParams xq = quantize_params(x_rows, *rows, *dtype, granularity);
-    const std::optional<Tensor> channel_mul =
-        smooth.has_value() ? std::optional<Tensor>(as_contiguous(*smooth)) : std::nullopt;
+    std::optional<Tensor> smooth_copy;
+    const Tensor* channel_mul = smooth.has_value() ? &dense(*smooth, smooth_copy) : nullptr;
     if (channel_mul) xq.channel_mul = const_data<float>(*channel_mul);
     if (input_scale.has_value()) xq.scale_in = const_data<float>(*input_scale);  // one element
     e.a = *decode_scale_a(quantize_scales(granularity, nullptr, m, k), m, scale_blocks(k));
@@ -264,7 +264,7 @@ Tensor quant_linear_kernel(const Tensor& x, const Tensor& weight, const Tensor& 
 
 }  // namespace
 
-STABLE_TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { m.impl("quant_linear", TORCH_BOX(&quant_linear_kernel)); }
-STABLE_TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) { m.impl("quant_linear", TORCH_BOX(&quant_linear_kernel)); }
+STABLE_TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { m.impl("quant_linear", TCGEMM_BOX(quant_linear_kernel)); }
+STABLE_TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) { m.impl("quant_linear", TCGEMM_BOX(quant_linear_kernel)); }
 
 }  // namespace tcgemm

@@ -212,13 +212,10 @@ void quantize_to(const Tensor& x, const Rows& r, QuantDtype dtype, QuantGranular
                  const QuantizeTargets& t) {
   if (r.m == 0 || r.k == 0) return;
   // The kernels index the given scales densely; they read these and write the targets.
-  const std::optional<Tensor> scale_in =
-      scale.has_value() ? std::optional<Tensor>(as_contiguous(*scale)) : std::nullopt;
-  const std::optional<Tensor> channel_mul =
-      smooth != nullptr ? std::optional<Tensor>(as_contiguous(*smooth)) : std::nullopt;
-  const std::optional<Tensor> zero_in = asym.enabled && asym.zero_point.has_value()
-                                            ? std::optional<Tensor>(as_contiguous(*asym.zero_point))
-                                            : std::nullopt;
+  std::optional<Tensor> scale_copy, smooth_copy, zero_copy;
+  const Tensor* scale_in = scale.has_value() ? &dense(*scale, scale_copy) : nullptr;
+  const Tensor* channel_mul = smooth != nullptr ? &dense(*smooth, smooth_copy) : nullptr;
+  const Tensor* zero_in = asym.enabled && asym.zero_point.has_value() ? &dense(*asym.zero_point, zero_copy) : nullptr;
 
   QuantizeParams p = quantize_params(x, r, dtype, granularity);
   p.q = t.q;
@@ -252,14 +249,13 @@ QuantizeResult quantize_impl(const Tensor& x, const Rows& r, QuantDtype dtype, Q
                              const std::optional<Tensor>& scale, const Tensor* smooth, bool overlap,
                              const AsymmetricArgs& asym = {}) {
   const int64_t m = r.m, k = r.k;
-  const Tensor q = empty({m, k}, ScalarType::Char, x);
+  Tensor q = empty({m, k}, ScalarType::Char, x);
   // Static: the op returns a copy of the given scales (an output may not alias an input under
   // this schema: opcheck, functionalization and torch.compile rely on it), contiguous, with NaN
   // for the groups that held a non-finite x or had an invalid scale.
   const bool by_kernel = static_by_one_block(x, r, granularity, scale.has_value());
   const Sizes shape = scale.has_value() ? sizes_of(*scale) : scale_shape(granularity, m, k);
-  const Tensor scale_out =
-      scale.has_value() && !by_kernel ? contiguous_clone(*scale) : empty(shape, ScalarType::Float, x);
+  Tensor scale_out = scale.has_value() && !by_kernel ? contiguous_clone(*scale) : empty(shape, ScalarType::Float, x);
   std::optional<Tensor> zero_out;  // asymmetric only
   if (asym.enabled) {
     if (!asym.zero_point.has_value()) {
@@ -273,7 +269,7 @@ QuantizeResult quantize_impl(const Tensor& x, const Rows& r, QuantDtype dtype, Q
       fill(scale_out, 1.0);                   // the range of nothing is 0, whose scale is 1
       if (zero_out) fill(*zero_out, -128.0);  // quant_asym_zero(0, 1)
     }
-    return {q, scale_out, zero_out};
+    return {std::move(q), std::move(scale_out), std::move(zero_out)};
   }
   QuantizeTargets t;
   t.q = data<int8_t>(q);
@@ -282,7 +278,7 @@ QuantizeResult quantize_impl(const Tensor& x, const Rows& r, QuantDtype dtype, Q
   t.zero_out = zero_out ? data<int32_t>(*zero_out) : nullptr;
   t.by_kernel = by_kernel;
   quantize_to(x, r, dtype, granularity, scale, smooth, overlap, asym, t);
-  return {q, scale_out, zero_out};
+  return {std::move(q), std::move(scale_out), std::move(zero_out)};
 }
 
 }  // namespace
@@ -295,9 +291,9 @@ std::tuple<Tensor, Tensor> quantize(const Tensor& x, std::string_view granularit
   if (smooth.has_value()) check_smooth(kOp, *smooth, x);
   TCGEMM_CHECK_VALUE(is_cpu(x) || is_cuda(x), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ", device_str(x));
   if (scale.has_value() && is_cpu(x)) check_static_scale_values(kOp, "scale", *scale);
-  const QuantizeResult r = quantize_impl(x, *rows_of(x), dtype, granularity, scale,
-                                         smooth.has_value() ? &*smooth : nullptr, /*overlap=*/false);
-  return {r.q, r.scale};
+  QuantizeResult r = quantize_impl(x, *rows_of(x), dtype, granularity, scale, smooth.has_value() ? &*smooth : nullptr,
+                                   /*overlap=*/false);
+  return {std::move(r.q), std::move(r.scale)};
 }
 
 // Asymmetric: dynamic per token, or static ("token" or "tensor") with both scale and zero_point.
@@ -325,10 +321,9 @@ std::tuple<Tensor, Tensor, Tensor> quantize_asym(const Tensor& x, std::string_vi
     check_static_scale_values(kOpAsym, "scale", *scale);
     check_static_zero_point_values(kOpAsym, "zero_point", *zero_point);
   }
-  const QuantizeResult r =
-      quantize_impl(x, *rows_of(x), dtype, granularity, scale, smooth.has_value() ? &*smooth : nullptr,
-                    /*overlap=*/false, AsymmetricArgs{true, zero_point});
-  return {r.q, r.scale, *r.zero_point};
+  QuantizeResult r = quantize_impl(x, *rows_of(x), dtype, granularity, scale, smooth.has_value() ? &*smooth : nullptr,
+                                   /*overlap=*/false, AsymmetricArgs{true, zero_point});
+  return {std::move(r.q), std::move(r.scale), std::move(*r.zero_point)};
 }
 
 namespace {
@@ -349,13 +344,13 @@ std::tuple<Tensor, Tensor, Tensor> quantize_asym_kernel(const Tensor& x, const s
 }  // namespace
 
 STABLE_TORCH_LIBRARY_IMPL(tcgemm, CPU, m) {
-  m.impl("quantize", TORCH_BOX(&quantize_kernel));
-  m.impl("quantize_asym", TORCH_BOX(&quantize_asym_kernel));
+  m.impl("quantize", TCGEMM_BOX(quantize_kernel));
+  m.impl("quantize_asym", TCGEMM_BOX(quantize_asym_kernel));
 }
 
 STABLE_TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) {
-  m.impl("quantize", TORCH_BOX(&quantize_kernel));
-  m.impl("quantize_asym", TORCH_BOX(&quantize_asym_kernel));
+  m.impl("quantize", TCGEMM_BOX(quantize_kernel));
+  m.impl("quantize_asym", TCGEMM_BOX(quantize_asym_kernel));
 }
 
 }  // namespace tcgemm

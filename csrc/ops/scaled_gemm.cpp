@@ -75,7 +75,7 @@ OutType out_type_of(ScalarType t) {
 // A packed 4-bit B (p.b_int4) replaced in p by its unpacked int8 weight, which is returned (it
 // must outlive the launch).
 Tensor unpack_b(GemmProblem& p, const Tensor& b, const ScaledGemmCall& call) {
-  const Tensor w = unpack_int4_to_int8(b, call.b_group_scale, p.k);
+  Tensor w = unpack_int4_to_int8(b, call.b_group_scale, p.k);
   p.b = describe(w, false);
   p.b_int4 = false;
   p.b_group_scale = nullptr;
@@ -172,7 +172,7 @@ Tensor scaled_gemm_impl(const char* op, Backend requested, const Tensor& a, cons
   e.bias = bias_f32 ? const_data<float>(*bias_f32) : nullptr;
   e.b_colsum = call.colsum_i32 ? const_data<int32_t>(*call.colsum_i32) : nullptr;
   // Contiguous in the caller's shape: its M rows of N are the kernels' [M, N] with row stride N.
-  const Tensor out = call.out_shape == nullptr ? empty({m, n}, out_dtype, a) : empty(*call.out_shape, out_dtype, a);
+  Tensor out = call.out_shape == nullptr ? empty({m, n}, out_dtype, a) : empty(*call.out_shape, out_dtype, a);
   if (m == 0 || n == 0) return out;
   if (k == 0) {  // every sum is zero: out = bias
     if (bias_f32) {
@@ -184,8 +184,8 @@ Tensor scaled_gemm_impl(const char* op, Backend requested, const Tensor& a, cons
   }
   GemmProblem p = described ? gemm_problem(*a_rows, m, k, b, out.data_ptr(), n, out_type_of(out_dtype), call.b_rows)
                             : gemm_problem(a, b, out.data_ptr(), n, out_type_of(out_dtype), call.b_rows);
-  const std::optional<Tensor> group_scale =
-      call.b_group_scale != nullptr ? std::optional<Tensor>(as_contiguous(*call.b_group_scale)) : std::nullopt;
+  std::optional<Tensor> group_scale_copy;
+  const Tensor* group_scale = call.b_group_scale != nullptr ? &dense(*call.b_group_scale, group_scale_copy) : nullptr;
   if (call.b_int4) {
     p.b_int4 = true;
     p.b.is_signed = true;  // the 4-bit values are two's complement (the bytes are uint8)
@@ -265,7 +265,7 @@ Tensor scaled_gemm_kernel(const Tensor& a, const Tensor& b, const Tensor& scale_
 
 }  // namespace
 
-STABLE_TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { m.impl("scaled_gemm", TORCH_BOX(&scaled_gemm_kernel)); }
-STABLE_TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) { m.impl("scaled_gemm", TORCH_BOX(&scaled_gemm_kernel)); }
+STABLE_TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { m.impl("scaled_gemm", TCGEMM_BOX(scaled_gemm_kernel)); }
+STABLE_TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) { m.impl("scaled_gemm", TCGEMM_BOX(scaled_gemm_kernel)); }
 
 }  // namespace tcgemm

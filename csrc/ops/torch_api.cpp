@@ -21,10 +21,19 @@ void shim_check(AOTITorchError status, const char* what) {
   if (status != AOTI_TORCH_SUCCESS) raise_error(ErrorKind::kInternal, cat("tcgemm: torch could not ", what));
 }
 
-int32_t device_type_of(const Tensor& t) {
-  int32_t type = 0;
-  shim_check(aoti_torch_get_device_type(t.get(), &type), "read a tensor's device");
-  return type;
+int32_t device_type_of(const Tensor& t) { return t.device_type(); }
+
+// A torch::stable::Tensor of the same tensor (a new handle), for the stable headers' ops.
+torch::stable::Tensor as_stable(const Tensor& t) {
+  AtenTensorHandle h = nullptr;
+  shim_check(aoti_torch_new_tensor_handle(t.get(), &h), "refer to a tensor");
+  return torch::stable::Tensor(h);
+}
+
+Tensor from_stable(const torch::stable::Tensor& t) {
+  AtenTensorHandle h = nullptr;
+  shim_check(aoti_torch_new_tensor_handle(t.get(), &h), "refer to a tensor");
+  return Tensor(h);
 }
 
 // The C shim's codes of the element types and devices tcgemm names, read once.
@@ -73,6 +82,86 @@ Tensor from_handle(AtenTensorHandle h) { return Tensor(h); }
 
 }  // namespace
 
+Tensor::Tensor(const Tensor& other) : m_(other.m_) {
+  if (other.h_ != nullptr) shim_check(aoti_torch_new_tensor_handle(other.h_, &h_), "refer to a tensor");
+}
+
+Tensor& Tensor::operator=(const Tensor& other) {
+  if (this != &other) *this = Tensor(other);
+  return *this;
+}
+
+Tensor& Tensor::operator=(Tensor&& other) noexcept {
+  if (this != &other) {
+    reset();
+    h_ = other.h_;
+    m_ = other.m_;
+    other.h_ = nullptr;
+  }
+  return *this;
+}
+
+void Tensor::reset() {
+  if (h_ != nullptr) aoti_torch_delete_tensor_object(h_);  // a destructor reports nothing
+  h_ = nullptr;
+  m_.read = false;
+}
+
+void Tensor::read_meta() const {
+  int64_t* sizes = nullptr;
+  int64_t* strides = nullptr;
+  const bool ok = aoti_torch_get_dim(h_, &m_.dim) == AOTI_TORCH_SUCCESS &&
+                  aoti_torch_get_sizes(h_, &sizes) == AOTI_TORCH_SUCCESS &&
+                  aoti_torch_get_strides(h_, &strides) == AOTI_TORCH_SUCCESS &&
+                  aoti_torch_get_dtype(h_, &m_.dtype) == AOTI_TORCH_SUCCESS &&
+                  aoti_torch_get_device_type(h_, &m_.device_type) == AOTI_TORCH_SUCCESS &&
+                  aoti_torch_get_device_index(h_, &m_.device_index) == AOTI_TORCH_SUCCESS;
+  if (!ok) raise_error(ErrorKind::kInternal, "tcgemm: torch could not read a tensor's metadata");
+  m_.sizes = sizes;
+  m_.strides = strides;
+  m_.read = true;
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d = 0; d < dim(); ++d) n *= size(d);
+  return n;
+}
+
+void* Tensor::data_ptr() const {
+  void* p = nullptr;
+  shim_check(aoti_torch_get_data_ptr(h_, &p), "read a tensor's data pointer");
+  return p;
+}
+
+bool Tensor::is_contiguous() const {  // torch's definition, from the sizes and strides
+  if (numel() == 0) return true;
+  int64_t expected = 1;
+  for (int64_t d = dim() - 1; d >= 0; --d) {
+    if (size(d) == 1) continue;
+    if (stride(d) != expected) return false;
+    expected *= size(d);
+  }
+  return true;
+}
+
+int64_t Tensor::storage_offset() const {
+  int64_t offset = 0;
+  shim_check(aoti_torch_get_storage_offset(h_, &offset), "read a tensor's storage offset");
+  return offset;
+}
+
+int64_t Tensor::element_size() const { return static_cast<int64_t>(aoti_torch_dtype_element_size(dtype_code())); }
+
+namespace detail {
+void check_arity(uint64_t num_args, uint64_t expected_args, uint64_t num_outputs, uint64_t expected_outputs) {
+  TCGEMM_CHECK_INTERNAL(num_args == expected_args && num_outputs == expected_outputs, "tcgemm: the schema has ",
+                        num(static_cast<int64_t>(num_args)), " arguments and ", num(static_cast<int64_t>(num_outputs)),
+                        " results, the kernel ", num(static_cast<int64_t>(expected_args)), " and ",
+                        num(static_cast<int64_t>(expected_outputs)));
+}
+}  // namespace detail
+
 void Sizes::too_many_dims(int64_t n) {
   raise_error(ErrorKind::kInternal,
               cat("tcgemm: tensors of more than ", num(kMaxDims), " dimensions are not supported here, got ", num(n)));
@@ -102,10 +191,7 @@ std::string shape_str(const Sizes& sizes) {
 
 std::string shape_str(const Tensor& t) { return shape_str(sizes_of(t)); }
 
-std::string strides_str(const Tensor& t) {
-  const auto strides = t.strides();
-  return shape_str(Sizes(strides.data(), strides.data() + strides.size()));
-}
+std::string strides_str(const Tensor& t) { return shape_str(Sizes(t.strides_data(), t.strides_data() + t.dim())); }
 
 std::string dtype_name(ScalarType t) {
   switch (t) {
@@ -171,11 +257,10 @@ bool is_floating(ScalarType t) {
 }
 
 ScalarType dtype_of(const Tensor& t) {
-  int32_t code = 0;
-  shim_check(aoti_torch_get_dtype(t.get(), &code), "read a tensor's dtype");
+  const int32_t code = t.dtype_code();
   for (const auto& [known, type] : shim_codes().dtypes)
     if (known == code) return type;
-  return t.scalar_type();  // a dtype tcgemm never takes: the stable headers' full conversion
+  return as_stable(t).scalar_type();  // a dtype tcgemm never takes: the stable headers' full conversion
 }
 
 bool is_cuda(const Tensor& t) { return device_type_of(t) == shim_codes().cuda; }
@@ -193,14 +278,10 @@ bool same_device(const Tensor& a, const Tensor& b) {
   return device_type_of(a) == device_type_of(b) && a.get_device_index() == b.get_device_index();
 }
 
-Sizes sizes_of(const Tensor& t) {
-  const auto s = t.sizes();
-  return Sizes(s.data(), s.data() + s.size());
-}
+Sizes sizes_of(const Tensor& t) { return Sizes(t.sizes_data(), t.sizes_data() + t.dim()); }
 
 bool sizes_equal(const Tensor& t, const Sizes& sizes) {
-  const auto s = t.sizes();
-  return static_cast<int64_t>(s.size()) == sizes.size() && std::equal(s.begin(), s.end(), sizes.begin());
+  return t.dim() == sizes.size() && std::equal(sizes.begin(), sizes.end(), t.sizes_data());
 }
 
 namespace {
@@ -273,7 +354,7 @@ void copy_into(const Tensor& dst, const Tensor& src) {
 
 void zero(const Tensor& t) { shim_check(aoti_torch_zero_(t.get()), "zero a tensor"); }
 
-void fill(const Tensor& t, double value) { torch::stable::fill_(t, value); }
+void fill(const Tensor& t, double value) { torch::stable::fill_(as_stable(t), value); }
 
 Tensor contiguous_clone(const Tensor& t) {
   Tensor out = empty(sizes_of(t), dtype_of(t), t);
@@ -281,11 +362,18 @@ Tensor contiguous_clone(const Tensor& t) {
   return out;
 }
 
+const Tensor& dense(const Tensor& t, std::optional<Tensor>& copy) {
+  if (t.is_contiguous()) return t;
+  copy = contiguous_clone(t);
+  return *copy;
+}
+
 Tensor as_contiguous(const Tensor& t) { return t.is_contiguous() ? t : contiguous_clone(t); }
 
 Tensor reshape(const Tensor& t, int64_t rows, int64_t cols) {
   const std::array<int64_t, 2> shape{rows, cols};
-  return torch::stable::reshape(t, torch::headeronly::IntHeaderOnlyArrayRef(shape.data(), shape.size()));
+  return from_stable(
+      torch::stable::reshape(as_stable(t), torch::headeronly::IntHeaderOnlyArrayRef(shape.data(), shape.size())));
 }
 
 Tensor float_contiguous(const Tensor& t) {
@@ -297,8 +385,8 @@ Tensor float_contiguous(const Tensor& t) {
 
 Tensor sum_int32(const Tensor& t, int64_t dim) {
   const std::array<int64_t, 1> dims{dim};
-  return torch::stable::sum(t, torch::headeronly::IntHeaderOnlyArrayRef(dims.data(), dims.size()), false,
-                            ScalarType::Int);
+  return from_stable(torch::stable::sum(
+      as_stable(t), torch::headeronly::IntHeaderOnlyArrayRef(dims.data(), dims.size()), false, ScalarType::Int));
 }
 
 Tensor sum_times_128_int32(const Tensor& t, int64_t dim) {
@@ -306,10 +394,10 @@ Tensor sum_times_128_int32(const Tensor& t, int64_t dim) {
   // 2^45), with the ops torch 2.11's stable headers have: 128 s = s - (-127) s; then int64, and
   // int32 wrapping modulo 2^32 as the int64 sums' conversion does.
   const std::array<int64_t, 1> dims{dim};
-  const Tensor s = torch::stable::sum(t, torch::headeronly::IntHeaderOnlyArrayRef(dims.data(), dims.size()), false,
-                                      ScalarType::Double);
-  const Tensor s128 = torch::stable::subtract(s, s, -127.0);
-  return torch::stable::to(torch::stable::to(s128, ScalarType::Long), ScalarType::Int);
+  const torch::stable::Tensor s = torch::stable::sum(
+      as_stable(t), torch::headeronly::IntHeaderOnlyArrayRef(dims.data(), dims.size()), false, ScalarType::Double);
+  const torch::stable::Tensor s128 = torch::stable::subtract(s, s, -127.0);
+  return from_stable(torch::stable::to(torch::stable::to(s128, ScalarType::Long), ScalarType::Int));
 }
 
 std::pair<int64_t, int64_t> int8_range_cpu(const Tensor& t) {

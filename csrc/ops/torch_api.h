@@ -3,8 +3,8 @@
 // every torch release from the one setup.py targets (TORCH_TARGET_VERSION) on. This header is the
 // only one in csrc/ that includes torch; kernels and dispatch never see it.
 //
-// What the ops need of a tensor beyond torch::stable::Tensor's accessors is here: messages and
-// errors that name the argument, allocation, views, copies and the current CUDA stream. The hot
+// What the ops need of torch is here: a tensor's handle and metadata, messages and errors that
+// name the argument, allocation, views, copies, the current CUDA stream and kernel registration. The hot
 // paths (every call at decode) use the C shim's direct calls; the stable headers' ops, which look
 // their ATen op up by name on each call, only serve the rare paths.
 #pragma once
@@ -29,13 +29,69 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace tcgemm {
 
-using Tensor = torch::stable::Tensor;
 using ScalarType = torch::headeronly::ScalarType;
+
+// A tensor as the ops see it: an owned C shim handle and the metadata the checks read, fetched
+// from torch once (six shim calls) on first use and then read inline. torch::stable::Tensor would
+// do: it calls the shim for every size, stride and dtype asked, and holds its handle through a
+// shared_ptr (a heap allocation per argument of every call). Copies are new handles to the same
+// tensor; the metadata stays valid while the handle lives (the ops never resize a tensor).
+class Tensor {
+ public:
+  explicit Tensor(AtenTensorHandle h) : h_(h) {}  // takes ownership
+  Tensor(const Tensor& other);
+  Tensor(Tensor&& other) noexcept : h_(other.h_), m_(other.m_) { other.h_ = nullptr; }
+  Tensor& operator=(const Tensor& other);
+  Tensor& operator=(Tensor&& other) noexcept;
+  ~Tensor() { reset(); }
+
+  AtenTensorHandle get() const { return h_; }
+  // The handle, no longer owned (a returned tensor goes to torch's stack this way).
+  AtenTensorHandle release() {
+    AtenTensorHandle h = h_;
+    h_ = nullptr;
+    return h;
+  }
+
+  int64_t dim() const { return meta().dim; }
+  int64_t size(int64_t d) const { return meta().sizes[d]; }
+  int64_t stride(int64_t d) const { return meta().strides[d]; }
+  const int64_t* sizes_data() const { return meta().sizes; }
+  const int64_t* strides_data() const { return meta().strides; }
+  int64_t numel() const;
+  int32_t dtype_code() const { return meta().dtype; }
+  int32_t device_type() const { return meta().device_type; }
+  int32_t get_device_index() const { return meta().device_index; }
+  void* data_ptr() const;
+  bool is_contiguous() const;
+  int64_t storage_offset() const;
+  int64_t element_size() const;
+
+ private:
+  struct Meta {
+    bool read = false;
+    int64_t dim = 0;
+    const int64_t* sizes = nullptr;
+    const int64_t* strides = nullptr;
+    int32_t dtype = 0, device_type = 0, device_index = 0;
+  };
+  const Meta& meta() const {
+    if (!m_.read) read_meta();
+    return m_;
+  }
+  void read_meta() const;
+  void reset();
+
+  AtenTensorHandle h_ = nullptr;
+  mutable Meta m_;
+};
 
 // A shape (or strides) of up to kMaxDims dimensions, held inline: a decode step's ops build a few
 // and each heap allocation is host time.
@@ -126,9 +182,7 @@ bool is_floating(ScalarType t);
 // ---------------------------------------------------------------------------------------------
 // Metadata.
 
-// The element type and device of a tensor, each one C shim call (torch::stable::Tensor's
-// scalar_type() and is_cuda() ask the shim again for every dtype or device code they compare
-// with: up to 13 calls for a bfloat16 tensor).
+// The element type and device of a tensor, from its metadata.
 ScalarType dtype_of(const Tensor& t);
 bool is_cuda(const Tensor& t);
 bool is_cpu(const Tensor& t);
@@ -170,6 +224,8 @@ void zero(const Tensor& t);
 void fill(const Tensor& t, double value);
 // t itself when contiguous, else a contiguous copy.
 Tensor as_contiguous(const Tensor& t);
+// t itself when contiguous, else a contiguous copy held in `copy`: no new handle for the usual case.
+const Tensor& dense(const Tensor& t, std::optional<Tensor>& copy);
 // A contiguous copy of t, always (a new tensor even where t is contiguous: Tensor.clone with
 // torch.contiguous_format).
 Tensor contiguous_clone(const Tensor& t);
@@ -183,6 +239,89 @@ Tensor sum_int32(const Tensor& t, int64_t dim);
 Tensor sum_times_128_int32(const Tensor& t, int64_t dim);
 // [lowest, highest] value of a non-empty CPU int8 tensor.
 std::pair<int64_t, int64_t> int8_range_cpu(const Tensor& t);
+
+// ---------------------------------------------------------------------------------------------
+// Registering kernels.
+
+namespace detail {
+// An argument taken from torch's stack: the stable ABI's own conversion, except that a tensor
+// (or an optional one) is taken as tcgemm::Tensor, owning the handle torch made for the call.
+template <class T>
+struct Unbox {
+  static T take(StableIValue v) { return torch::stable::detail::to<T>(v); }
+};
+template <>
+struct Unbox<Tensor> {
+  static Tensor take(StableIValue v) { return Tensor(torch::stable::detail::to<AtenTensorHandle>(v)); }
+};
+template <>
+struct Unbox<std::optional<Tensor>> {
+  static std::optional<Tensor> take(StableIValue v) {
+    StableIValue* inner = torch::stable::detail::to<StableIValue*>(v);  // null for None
+    if (inner == nullptr) return std::nullopt;
+    Tensor t = Unbox<Tensor>::take(*inner);
+    delete inner;
+    return t;
+  }
+};
+
+// A result put on the stack: a tensor's handle itself (no new handle).
+inline StableIValue box(Tensor t) { return torch::stable::detail::from(t.release()); }
+
+void check_arity(uint64_t num_args, uint64_t expected_args, uint64_t num_outputs, uint64_t expected_outputs);
+
+template <class F>
+struct Boxer;
+template <class R, class... A>
+struct Boxer<R (*)(A...)> {
+  template <R (*fn)(A...)>
+  static void call(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
+    check_arity(num_args, sizeof...(A), num_outputs, outputs());
+    call_impl<fn>(stack, std::index_sequence_for<A...>());
+  }
+
+ private:
+  static constexpr uint64_t outputs() {
+    if constexpr (std::is_void_v<R>) {
+      return 0;
+    } else if constexpr (is_tuple<R>::value) {
+      return std::tuple_size_v<R>;
+    } else {
+      return 1;
+    }
+  }
+  template <class T>
+  struct is_tuple : std::false_type {};
+  template <class... T>
+  struct is_tuple<std::tuple<T...>> : std::true_type {};
+
+  template <R (*fn)(A...), size_t... I>
+  static void call_impl(StableIValue* stack, std::index_sequence<I...>) {
+    // The arguments live until the call returns: taken first, left to right.
+    std::tuple<std::decay_t<A>...> args{Unbox<std::decay_t<A>>::take(stack[I])...};
+    if constexpr (std::is_void_v<R>) {
+      fn(std::get<I>(args)...);
+    } else if constexpr (is_tuple<R>::value) {
+      put_tuple(stack, fn(std::get<I>(args)...), std::make_index_sequence<std::tuple_size_v<R>>());
+    } else {
+      stack[0] = box(fn(std::get<I>(args)...));
+    }
+  }
+  template <class T, size_t... J>
+  static void put_tuple(StableIValue* stack, T result, std::index_sequence<J...>) {
+    ((stack[J] = box(std::move(std::get<J>(result)))), ...);
+  }
+};
+
+}  // namespace detail
+
+}  // namespace tcgemm
+
+// The boxed kernel of a C++ op function, as STABLE_TORCH_LIBRARY_IMPL's m.impl takes it (in place of
+// TORCH_BOX: tensors arrive as tcgemm::Tensor, results leave without a copy of their handle).
+#define TCGEMM_BOX(fn) (&::tcgemm::detail::Boxer<decltype(&(fn))>::template call<&(fn)>)
+
+namespace tcgemm {
 
 // ---------------------------------------------------------------------------------------------
 // CUDA.
