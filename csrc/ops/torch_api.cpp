@@ -36,34 +36,43 @@ Tensor from_stable(const torch::stable::Tensor& t) {
   return Tensor(h);
 }
 
-// The C shim's codes of the element types and devices tcgemm names, read once.
+// The element types tcgemm names: each one's C shim code (read once), its name as Python prints it
+// and whether it is a floating-point type.
+struct DtypeEntry {
+  int32_t code;
+  ScalarType type;
+  const char* name;
+  bool floating;
+};
+
 struct ShimCodes {
-  std::array<std::pair<int32_t, ScalarType>, 19> dtypes;
+  std::array<DtypeEntry, 20> dtypes;
   int32_t cpu, cuda, meta;
 };
 
 const ShimCodes& shim_codes() {
   static const ShimCodes codes = {
       {{
-          {aoti_torch_dtype_int8(), ScalarType::Char},
-          {aoti_torch_dtype_uint8(), ScalarType::Byte},
-          {aoti_torch_dtype_int32(), ScalarType::Int},
-          {aoti_torch_dtype_float32(), ScalarType::Float},
-          {aoti_torch_dtype_bfloat16(), ScalarType::BFloat16},
-          {aoti_torch_dtype_float16(), ScalarType::Half},
-          {aoti_torch_dtype_int16(), ScalarType::Short},
-          {aoti_torch_dtype_int64(), ScalarType::Long},
-          {aoti_torch_dtype_float64(), ScalarType::Double},
-          {aoti_torch_dtype_bool(), ScalarType::Bool},
-          {aoti_torch_dtype_uint16(), ScalarType::UInt16},
-          {aoti_torch_dtype_uint32(), ScalarType::UInt32},
-          {aoti_torch_dtype_uint64(), ScalarType::UInt64},
-          {aoti_torch_dtype_complex32(), ScalarType::ComplexHalf},
-          {aoti_torch_dtype_complex64(), ScalarType::ComplexFloat},
-          {aoti_torch_dtype_complex128(), ScalarType::ComplexDouble},
-          {aoti_torch_dtype_float8_e4m3fn(), ScalarType::Float8_e4m3fn},
-          {aoti_torch_dtype_float8_e5m2(), ScalarType::Float8_e5m2},
-          {aoti_torch_dtype_float8_e4m3fnuz(), ScalarType::Float8_e4m3fnuz},
+          {aoti_torch_dtype_int8(), ScalarType::Char, "torch.int8", false},
+          {aoti_torch_dtype_uint8(), ScalarType::Byte, "torch.uint8", false},
+          {aoti_torch_dtype_int32(), ScalarType::Int, "torch.int32", false},
+          {aoti_torch_dtype_float32(), ScalarType::Float, "torch.float32", true},
+          {aoti_torch_dtype_bfloat16(), ScalarType::BFloat16, "torch.bfloat16", true},
+          {aoti_torch_dtype_float16(), ScalarType::Half, "torch.float16", true},
+          {aoti_torch_dtype_int16(), ScalarType::Short, "torch.int16", false},
+          {aoti_torch_dtype_int64(), ScalarType::Long, "torch.int64", false},
+          {aoti_torch_dtype_float64(), ScalarType::Double, "torch.float64", true},
+          {aoti_torch_dtype_bool(), ScalarType::Bool, "torch.bool", false},
+          {aoti_torch_dtype_uint16(), ScalarType::UInt16, "torch.uint16", false},
+          {aoti_torch_dtype_uint32(), ScalarType::UInt32, "torch.uint32", false},
+          {aoti_torch_dtype_uint64(), ScalarType::UInt64, "torch.uint64", false},
+          {aoti_torch_dtype_complex32(), ScalarType::ComplexHalf, "torch.complex32", false},
+          {aoti_torch_dtype_complex64(), ScalarType::ComplexFloat, "torch.complex64", false},
+          {aoti_torch_dtype_complex128(), ScalarType::ComplexDouble, "torch.complex128", false},
+          {aoti_torch_dtype_float8_e4m3fn(), ScalarType::Float8_e4m3fn, "torch.float8_e4m3fn", true},
+          {aoti_torch_dtype_float8_e5m2(), ScalarType::Float8_e5m2, "torch.float8_e5m2", true},
+          {aoti_torch_dtype_float8_e4m3fnuz(), ScalarType::Float8_e4m3fnuz, "torch.float8_e4m3fnuz", true},
+          {aoti_torch_dtype_float8_e5m2fnuz(), ScalarType::Float8_e5m2fnuz, "torch.float8_e5m2fnuz", true},
       }},
       aoti_torch_device_type_cpu(),
       aoti_torch_device_type_cuda(),
@@ -72,9 +81,14 @@ const ShimCodes& shim_codes() {
   return codes;
 }
 
+const DtypeEntry* dtype_entry(ScalarType t) {
+  for (const DtypeEntry& e : shim_codes().dtypes)
+    if (e.type == t) return &e;
+  return nullptr;
+}
+
 int32_t dtype_code(ScalarType t) {
-  for (const auto& [code, type] : shim_codes().dtypes)
-    if (type == t) return code;
+  if (const DtypeEntry* e = dtype_entry(t)) return e->code;
   raise_error(ErrorKind::kInternal, cat("tcgemm: no tensor of ", dtype_name(t), " is made here"));
 }
 
@@ -194,72 +208,19 @@ std::string shape_str(const Tensor& t) { return shape_str(sizes_of(t)); }
 std::string strides_str(const Tensor& t) { return shape_str(Sizes(t.strides_data(), t.strides_data() + t.dim())); }
 
 std::string dtype_name(ScalarType t) {
-  switch (t) {
-    case ScalarType::Char:
-      return "torch.int8";
-    case ScalarType::Byte:
-      return "torch.uint8";
-    case ScalarType::Short:
-      return "torch.int16";
-    case ScalarType::Int:
-      return "torch.int32";
-    case ScalarType::Long:
-      return "torch.int64";
-    case ScalarType::UInt16:
-      return "torch.uint16";
-    case ScalarType::UInt32:
-      return "torch.uint32";
-    case ScalarType::UInt64:
-      return "torch.uint64";
-    case ScalarType::Half:
-      return "torch.float16";
-    case ScalarType::BFloat16:
-      return "torch.bfloat16";
-    case ScalarType::Float:
-      return "torch.float32";
-    case ScalarType::Double:
-      return "torch.float64";
-    case ScalarType::ComplexHalf:
-      return "torch.complex32";
-    case ScalarType::ComplexFloat:
-      return "torch.complex64";
-    case ScalarType::ComplexDouble:
-      return "torch.complex128";
-    case ScalarType::Bool:
-      return "torch.bool";
-    case ScalarType::Float8_e4m3fn:
-      return "torch.float8_e4m3fn";
-    case ScalarType::Float8_e5m2:
-      return "torch.float8_e5m2";
-    case ScalarType::Float8_e4m3fnuz:
-      return "torch.float8_e4m3fnuz";
-    case ScalarType::Float8_e5m2fnuz:
-      return "torch.float8_e5m2fnuz";
-    default:
-      return "torch." + std::string(torch::headeronly::toString(t));
-  }
+  const DtypeEntry* e = dtype_entry(t);
+  return e != nullptr ? e->name : "torch." + std::string(torch::headeronly::toString(t));
 }
 
 bool is_floating(ScalarType t) {
-  switch (t) {
-    case ScalarType::Half:
-    case ScalarType::BFloat16:
-    case ScalarType::Float:
-    case ScalarType::Double:
-    case ScalarType::Float8_e4m3fn:
-    case ScalarType::Float8_e5m2:
-    case ScalarType::Float8_e4m3fnuz:
-    case ScalarType::Float8_e5m2fnuz:
-      return true;
-    default:
-      return false;
-  }
+  const DtypeEntry* e = dtype_entry(t);
+  return e != nullptr && e->floating;
 }
 
 ScalarType dtype_of(const Tensor& t) {
   const int32_t code = t.dtype_code();
-  for (const auto& [known, type] : shim_codes().dtypes)
-    if (known == code) return type;
+  for (const DtypeEntry& e : shim_codes().dtypes)
+    if (e.code == code) return e.type;
   return as_stable(t).scalar_type();  // a dtype tcgemm never takes: the stable headers' full conversion
 }
 
