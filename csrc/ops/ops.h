@@ -90,7 +90,7 @@ struct ScaledGemmCall {
   bool overlap = false;              // programmatic dependent launch where the device has it
   bool b_rows = false;               // b is given as its [N, K] rows (an nn.Linear weight), not as [K, N]
   const Sizes* out_shape = nullptr;  // the output's shape ([..., N], M rows in all); none: [M, N]
-  std::optional<Tensor> colsum_i32;  // B's int32 contiguous [N] column sums (with zero points)
+  const Tensor* colsum_i32 = nullptr;  // B's int32 contiguous [N] column sums (with zero points)
   // A's m rows of k described directly (quant_linear's quantized rows in its scratch buffer:
   // K-major and 16-byte aligned, which every backend reads in place); `a` then only owns that
   // memory and gives the device.
@@ -112,22 +112,25 @@ struct ScaledGemmCall {
 bool gemm_quantizes_a(Backend requested, const Tensor& weight, const ScaledEpilogueParams& e, const QuantizeParams& xq);
 
 // tcgemm.scaled_gemm on validated operands whose scales are decoded into e.a / e.b (and zero
-// points into e.a_zero); `bias_f32` is an fp32 contiguous [N] tensor or none. Errors name
+// points into e.a_zero); `bias_f32` is an fp32 contiguous [N] tensor or null. Errors name
 // `op` (scaled_gemm.cpp).
 Tensor scaled_gemm_impl(const char* op, Backend requested, const Tensor& a, const Tensor& b, ScaledEpilogueParams e,
-                        const std::optional<Tensor>& bias_f32, ScalarType out_dtype, const ScaledGemmCall& call = {});
+                        const Tensor* bias_f32, ScalarType out_dtype, const ScaledGemmCall& call = {});
 
-// Checks optional int32 [N] column sums of a weight and returns them contiguous, or none.
-std::optional<Tensor> checked_colsum(const char* op, const std::optional<Tensor>& colsum, const char* name, int64_t n,
-                                     const Tensor& ref, const char* ref_name);
+// Checks optional int32 [N] column sums of a weight and returns them contiguous: `colsum` itself
+// where it is, else a copy held in `copy`; null for none. (Borrowed, not a new handle: each handle
+// is a heap object of torch's, host time on every call.)
+const Tensor* checked_colsum(const char* op, const std::optional<Tensor>& colsum, const char* name, int64_t n,
+                             const Tensor& ref, const char* ref_name, std::optional<Tensor>& copy);
 
 // Zero points need K <= kMaxAsymmetricK (epilogue/scaled_epilogue.h); the error names `zero_name`.
 void check_asymmetric_k(const char* op, int64_t k, const char* zero_name);
 
 // Checks an optional bias (float [N] on the device of `ref`, named `ref_name` in messages) and
-// returns it as fp32 contiguous (no copy when it already is), or none (scaled_gemm.cpp).
-std::optional<Tensor> checked_bias_f32(const char* op, const std::optional<Tensor>& bias, int64_t n, const Tensor& ref,
-                                       const char* ref_name);
+// returns it as fp32 contiguous: `bias` itself where it is, else a converted copy held in `copy`;
+// null for none (scaled_gemm.cpp).
+const Tensor* checked_bias_f32(const char* op, const std::optional<Tensor>& bias, int64_t n, const Tensor& ref,
+                               const char* ref_name, std::optional<Tensor>& copy);
 
 // The pointer and shape of an fp32 scale tensor as common/scale_layout.h reads it.
 ScaleTensor scale_tensor(const Tensor& s);

@@ -138,11 +138,12 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
                        ": argument 'weight_group_scale' (two-level scales) needs a per-channel 'weight_scale' [N]");
     check_group_scale(kOp, *group_scale, "weight_group_scale", n, k, x, "x");
   }
-  const std::optional<Tensor> bias_f32 = checked_bias_f32(kOp, bias, n, x, "x");
+  std::optional<Tensor> bias_copy, colsum_copy;
+  const Tensor* bias_f32 = checked_bias_f32(kOp, bias, n, x, "x", bias_copy);
   check_input_scale(input_scale, activation_arg, x);
   if (smooth.has_value()) check_smooth(kOp, *smooth, x);
   check_asymmetric(asymmetric, activation_arg, e, input_zero_point, weight_colsum, x);
-  const std::optional<Tensor> colsum = checked_colsum(kOp, weight_colsum, "weight_colsum", n, x, "x");
+  const Tensor* colsum = checked_colsum(kOp, weight_colsum, "weight_colsum", n, x, "x", colsum_copy);
   TCGEMM_CHECK_VALUE(granularity == QuantGranularity::kGroup || e.b.per_block() || k <= kMaxUnblockedK, kOp,
                      ": K = ", num(k), " > ", num(kMaxUnblockedK),
                      " could overflow the int32 accumulator without per-block scales; use activation='block'");
@@ -203,11 +204,10 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
   if (asymmetric) {
     asym.enabled = true;
     asym.zero_point = input_zero_point;
-    if (colsum) {
-      call.colsum_i32 = colsum;
-    } else {  // sum_k W[n, k] of the int8 weight (unpacked)
-      call.colsum_i32 = sum_int32(packed ? unpack_int4_to_int8(weight, group_scale, k) : weight, 1);
+    if (colsum == nullptr) {  // sum_k W[n, k] of the int8 weight (unpacked)
+      colsum = &colsum_copy.emplace(sum_int32(packed ? unpack_int4_to_int8(weight, group_scale, k) : weight, 1));
     }
+    call.colsum_i32 = colsum;
   }
   // The quantized rows, their scales and zero points share one scratch allocation (each
   // allocation is host time at decode): rows of round_up(K, 16) bytes, which every backend reads in

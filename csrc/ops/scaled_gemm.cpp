@@ -133,15 +133,15 @@ ScaleTensor scale_tensor(const Tensor& s) {
   return t;
 }
 
-std::optional<Tensor> checked_colsum(const char* op, const std::optional<Tensor>& colsum, const char* name, int64_t n,
-                                     const Tensor& ref, const char* ref_name) {
-  if (!colsum.has_value()) return std::nullopt;
+const Tensor* checked_colsum(const char* op, const std::optional<Tensor>& colsum, const char* name, int64_t n,
+                             const Tensor& ref, const char* ref_name, std::optional<Tensor>& copy) {
+  if (!colsum.has_value()) return nullptr;
   TCGEMM_CHECK_TYPE(dtype_of(*colsum) == ScalarType::Int, op, ": argument '", name,
                     "' must have dtype torch.int32, got ", dtype_name(dtype_of(*colsum)));
   check_same_device(op, *colsum, name, ref, ref_name);
   TCGEMM_CHECK_VALUE(colsum->dim() == 1 && colsum->size(0) == n, op, ": argument '", name, "' must have shape [N] = [",
                      num(n), "], got ", shape_str(*colsum));
-  return as_contiguous(*colsum);
+  return &dense(*colsum, copy);
 }
 
 void check_asymmetric_k(const char* op, int64_t k, const char* zero_name) {
@@ -149,19 +149,21 @@ void check_asymmetric_k(const char* op, int64_t k, const char* zero_name) {
                      " could overflow the int32 sums with zero points (argument '", zero_name, "')");
 }
 
-std::optional<Tensor> checked_bias_f32(const char* op, const std::optional<Tensor>& bias, int64_t n, const Tensor& ref,
-                                       const char* ref_name) {
-  if (!bias.has_value()) return std::nullopt;
+const Tensor* checked_bias_f32(const char* op, const std::optional<Tensor>& bias, int64_t n, const Tensor& ref,
+                               const char* ref_name, std::optional<Tensor>& copy) {
+  if (!bias.has_value()) return nullptr;
   TCGEMM_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == n, op, ": argument 'bias' must have shape [N] = [", num(n),
                      "], got ", shape_str(*bias));
   TCGEMM_CHECK_TYPE(is_floating(dtype_of(*bias)), op, ": argument 'bias' must have a floating-point dtype, got ",
                     dtype_name(dtype_of(*bias)));
   check_same_device(op, *bias, "bias", ref, ref_name);
-  return float_contiguous(*bias);
+  if (dtype_of(*bias) == ScalarType::Float && bias->is_contiguous()) return &*bias;
+  copy = float_contiguous(*bias);
+  return &*copy;
 }
 
 Tensor scaled_gemm_impl(const char* op, Backend requested, const Tensor& a, const Tensor& b, ScaledEpilogueParams e,
-                        const std::optional<Tensor>& bias_f32, ScalarType out_dtype, const ScaledGemmCall& call) {
+                        const Tensor* bias_f32, ScalarType out_dtype, const ScaledGemmCall& call) {
   // A quantized in the kernel is never read as int8: an empty K-major description stands for it.
   Operand in_kernel;
   in_kernel.stride_k = 1;
@@ -231,14 +233,15 @@ Tensor scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, cons
   ScaledEpilogueParams e;
   e.a = describe_scale_a(scale_a, m, kb);
   e.b = describe_scale_b(scale_b, n, kb);
-  const std::optional<Tensor> bias_f32 = checked_bias_f32(kOp, bias, n, a, "a");
+  std::optional<Tensor> bias_copy, colsum_copy;
+  const Tensor* bias_f32 = checked_bias_f32(kOp, bias, n, a, "a", bias_copy);
   if (zero_point_a.has_value()) {
     e.a_zero = checked_zero_point(kOp, *zero_point_a, "zero_point_a", m, a, "a");
     if (is_cpu(a)) check_static_zero_point_values(kOp, "zero_point_a", *zero_point_a);
   }
   TCGEMM_CHECK_VALUE(zero_point_a.has_value() || !colsum_b.has_value(), kOp,
                      ": argument 'colsum_b' is used only with 'zero_point_a'");
-  const std::optional<Tensor> colsum = checked_colsum(kOp, colsum_b, "colsum_b", n, a, "a");
+  const Tensor* colsum = checked_colsum(kOp, colsum_b, "colsum_b", n, a, "a", colsum_copy);
   TCGEMM_CHECK_VALUE(!e.asymmetric() || !e.per_block(), kOp,
                      ": argument 'zero_point_a' needs scales that do not change along K (scale_a per tensor or per "
                      "token, scale_b per tensor or per channel)");
@@ -248,7 +251,8 @@ Tensor scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, cons
   ScaledGemmCall call;
   if (e.asymmetric()) {
     check_asymmetric_k(kOp, k, "zero_point_a");
-    call.colsum_i32 = colsum ? *colsum : sum_int32(b, 0);  // sum_k B[k, n]
+    if (colsum == nullptr) colsum = &colsum_copy.emplace(sum_int32(b, 0));  // sum_k B[k, n]
+    call.colsum_i32 = colsum;
   }
   return scaled_gemm_impl(kOp, requested, a, b, e, bias_f32, dtype, call);
 }

@@ -174,6 +174,19 @@ void check_arity(uint64_t num_args, uint64_t expected_args, uint64_t num_outputs
                         " results, the kernel ", num(static_cast<int64_t>(expected_args)), " and ",
                         num(static_cast<int64_t>(expected_outputs)));
 }
+
+std::string Unbox<std::string>::take(StableIValue v) {
+  const StringHandle handle = torch::stable::detail::to<StringHandle>(v);
+  size_t length = 0;
+  const char* chars = nullptr;
+  const AOTITorchError read = torch_string_length(handle, &length) == AOTI_TORCH_SUCCESS
+                                  ? torch_string_c_str(handle, &chars)
+                                  : AOTI_TORCH_FAILURE;
+  std::string s = read == AOTI_TORCH_SUCCESS ? std::string(chars, length) : std::string();
+  shim_check(torch_delete_string(handle), "release a string argument");
+  shim_check(read, "read a string argument");
+  return s;
+}
 }  // namespace detail
 
 void Sizes::too_many_dims(int64_t n) {

@@ -265,6 +265,14 @@ struct Unbox<std::optional<Tensor>> {
   }
 };
 
+// A string argument, copied out of torch's string handle, which is then deleted. The stable
+// headers' own conversion of torch 2.11 leaves a heap copy of every string argument behind (a leak
+// on every call); this one never allocates for the short words the ops take.
+template <>
+struct Unbox<std::string> {
+  static std::string take(StableIValue v);
+};
+
 // A result put on the stack: a tensor's handle itself (no new handle).
 inline StableIValue box(Tensor t) { return torch::stable::detail::from(t.release()); }
 
