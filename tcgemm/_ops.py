@@ -14,6 +14,12 @@ _SCALED = "tcgemm.scaled_gemm"
 _QUANT_LINEAR = "tcgemm.quant_linear"
 _UNPACK_INT4 = "tcgemm.unpack_int4"
 _INT4_GEMM = "tcgemm.int4_gemm"
+_INT32_MIN, _INT32_END = -(2**31), 2**31
+Tensor = torch.Tensor
+# The ops (registered by tcgemm._C, which _library loads), looked up once: each lookup in the
+# chain torch.ops.tcgemm.<op>.default is host time on every call.
+_OPS = {name: getattr(torch.ops.tcgemm, name).default
+        for name in ("gemm", "gemm_out", "scaled_gemm", "quant_linear", "unpack_int4", "gemm_int4")}
 
 
 def gemm(
@@ -47,17 +53,21 @@ def gemm(
     Example:
         >>> d = tcgemm.gemm(a, b, c, alpha=2, beta=-1)
     """
-    for name, value in (("a", a), ("b", b)):
-        require_tensor(_GEMM, name, value)
-    require_tensor(_GEMM, "c", c, optional=True)
-    require_int32(_GEMM, "alpha", alpha)
-    require_int32(_GEMM, "beta", beta)
-    require_tensor(_GEMM, "out", out, optional=True)
-    require_str(_GEMM, "backend", backend)
+    # What the checks below pass, in one condition for the common call (each check is host time).
+    if not (type(a) is Tensor and type(b) is Tensor and (c is None or type(c) is Tensor)
+            and type(alpha) is int and type(beta) is int and _INT32_MIN <= alpha < _INT32_END
+            and _INT32_MIN <= beta < _INT32_END and type(backend) is str and (out is None or type(out) is Tensor)):
+        for name, value in (("a", a), ("b", b)):
+            require_tensor(_GEMM, name, value)
+        require_tensor(_GEMM, "c", c, optional=True)
+        require_int32(_GEMM, "alpha", alpha)
+        require_int32(_GEMM, "beta", beta)
+        require_tensor(_GEMM, "out", out, optional=True)
+        require_str(_GEMM, "backend", backend)
     try:
         if out is None:
-            return torch.ops.tcgemm.gemm.default(a, b, c, alpha, beta, backend)
-        torch.ops.tcgemm.gemm_out.default(a, b, c, alpha, beta, backend, out=out)
+            return _OPS["gemm"](a, b, c, alpha, beta, backend)
+        _OPS["gemm_out"](a, b, c, alpha, beta, backend, out=out)
     except RuntimeError as exc:
         raise typed_error(exc) from None
     return out
@@ -200,18 +210,21 @@ def scaled_gemm(
         >>> qx, sx = tcgemm.quantize(x)                       # per-token
         >>> y = tcgemm.scaled_gemm(qx, qw.t(), sx, sw, bias)  # qw int8 [N, K], sw fp32 [N]
     """
-    for name, value in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
-        require_tensor(_SCALED, name, value)
-    for name, value in (("bias", bias), ("zero_point_a", zero_point_a), ("colsum_b", colsum_b)):
-        require_tensor(_SCALED, name, value, optional=True)
-    if not isinstance(out_dtype, torch.dtype):
-        raise TypeError(
-            f"{_SCALED}: argument 'out_dtype' must be a torch.dtype (torch.bfloat16, torch.float16 or "
-            f"torch.float32), got {type(out_dtype).__name__} {out_dtype!r}"
-        )
-    require_str(_SCALED, "backend", backend)
+    if not (type(a) is Tensor and type(b) is Tensor and type(scale_a) is Tensor and type(scale_b) is Tensor
+            and (bias is None or type(bias) is Tensor) and zero_point_a is None and colsum_b is None
+            and type(out_dtype) is torch.dtype and type(backend) is str):  # else the checks one by one
+        for name, value in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
+            require_tensor(_SCALED, name, value)
+        for name, value in (("bias", bias), ("zero_point_a", zero_point_a), ("colsum_b", colsum_b)):
+            require_tensor(_SCALED, name, value, optional=True)
+        if not isinstance(out_dtype, torch.dtype):
+            raise TypeError(
+                f"{_SCALED}: argument 'out_dtype' must be a torch.dtype (torch.bfloat16, torch.float16 or "
+                f"torch.float32), got {type(out_dtype).__name__} {out_dtype!r}"
+            )
+        require_str(_SCALED, "backend", backend)
     try:
-        return torch.ops.tcgemm.scaled_gemm.default(
+        return _OPS["scaled_gemm"](
             a, b, scale_a, scale_b, bias, out_dtype, backend, zero_point_a, colsum_b
         )
     except RuntimeError as exc:
@@ -290,18 +303,22 @@ def quant_linear(
         >>> qw, sw = tcgemm.nn.quantize_weight(linear.weight, "channel")
         >>> y = tcgemm.quant_linear(x, qw, sw, linear.bias)
     """
-    for name, value in (("x", x), ("weight", weight), ("weight_scale", weight_scale)):
-        require_tensor(_QUANT_LINEAR, name, value)
-    for name, value in (("bias", bias), ("input_scale", input_scale), ("smooth", smooth),
-                        ("input_zero_point", input_zero_point), ("weight_colsum", weight_colsum),
-                        ("weight_group_scale", weight_group_scale)):
-        require_tensor(_QUANT_LINEAR, name, value, optional=True)
-    require_str(_QUANT_LINEAR, "activation", activation)
-    require_str(_QUANT_LINEAR, "backend", backend)
-    if not isinstance(asymmetric, bool):
-        raise TypeError(f"{_QUANT_LINEAR}: argument 'asymmetric' must be a bool, got {type(asymmetric).__name__}")
+    if not (type(x) is Tensor and type(weight) is Tensor and type(weight_scale) is Tensor
+            and (bias is None or type(bias) is Tensor) and input_scale is None and smooth is None
+            and asymmetric is False and input_zero_point is None and weight_colsum is None
+            and weight_group_scale is None and type(activation) is str and type(backend) is str):
+        for name, value in (("x", x), ("weight", weight), ("weight_scale", weight_scale)):
+            require_tensor(_QUANT_LINEAR, name, value)
+        for name, value in (("bias", bias), ("input_scale", input_scale), ("smooth", smooth),
+                            ("input_zero_point", input_zero_point), ("weight_colsum", weight_colsum),
+                            ("weight_group_scale", weight_group_scale)):
+            require_tensor(_QUANT_LINEAR, name, value, optional=True)
+        require_str(_QUANT_LINEAR, "activation", activation)
+        require_str(_QUANT_LINEAR, "backend", backend)
+        if not isinstance(asymmetric, bool):
+            raise TypeError(f"{_QUANT_LINEAR}: argument 'asymmetric' must be a bool, got {type(asymmetric).__name__}")
     try:
-        return torch.ops.tcgemm.quant_linear.default(
+        return _OPS["quant_linear"](
             x, weight, weight_scale, bias, activation, input_scale, smooth, backend, asymmetric, input_zero_point,
             weight_colsum, weight_group_scale,
         )
@@ -340,7 +357,7 @@ def unpack_int4(packed: torch.Tensor, group_scale: Optional[torch.Tensor] = None
     require_tensor(_UNPACK_INT4, "packed", packed)
     require_tensor(_UNPACK_INT4, "group_scale", group_scale, optional=True)
     try:
-        return torch.ops.tcgemm.unpack_int4.default(packed, group_scale)
+        return _OPS["unpack_int4"](packed, group_scale)
     except RuntimeError as exc:
         raise typed_error(exc) from None
 
@@ -379,7 +396,7 @@ def int4_gemm(a: torch.Tensor, b: torch.Tensor, group_scale: Optional[torch.Tens
     require_tensor(_INT4_GEMM, "group_scale", group_scale, optional=True)
     require_str(_INT4_GEMM, "backend", backend)
     try:
-        return torch.ops.tcgemm.gemm_int4.default(a, b, group_scale, backend)
+        return _OPS["gemm_int4"](a, b, group_scale, backend)
     except RuntimeError as exc:
         raise typed_error(exc) from None
 

@@ -13,6 +13,7 @@ from ._checks import check_args, require_str, require_tensor
 from ._scales import quantize_scale_shape
 
 _OP = "tcgemm.quantize"
+_QUANTIZE_OP = torch.ops.tcgemm.quantize.default  # looked up once: each lookup in the chain is host time
 
 
 def quantize(
@@ -69,6 +70,14 @@ def quantize(
         >>> q, s = tcgemm.quantize(x, "group")         # s is [4, 2]
         >>> q2, _ = tcgemm.quantize(x, "group", scale=s)   # static: reuse the scales
     """
+    # The common call (a 2-D x, symmetric, arguments of the expected types) in one condition; the
+    # checks one by one, each naming its argument, for any other (host time at decode).
+    if (type(x) is torch.Tensor and symmetric is True and type(granularity) is str and scale is None
+            and smooth is None and zero_point is None and x.dim() == 2):
+        try:
+            return _QUANTIZE_OP(x, granularity, None, None)
+        except RuntimeError as exc:
+            raise typed_error(exc) from None
     require_tensor(_OP, "x", x)
     if not isinstance(symmetric, bool):
         raise TypeError(f"{_OP}: argument 'symmetric' must be a bool, got {type(symmetric).__name__}")
@@ -103,7 +112,7 @@ def _quantize_2d(x, granularity, scale, smooth, symmetric, zero_point):
         require_tensor(_OP, "zero_point", zero_point, optional=True)
     try:
         if symmetric:
-            return torch.ops.tcgemm.quantize.default(x, granularity, scale, smooth)
+            return _QUANTIZE_OP(x, granularity, scale, smooth)
         return torch.ops.tcgemm.quantize_asym.default(x, granularity, scale, zero_point, smooth)
     except RuntimeError as exc:
         raise typed_error(exc) from None
