@@ -828,6 +828,8 @@ class QuantLinear(nn.Module):
         op, activation = _quant_linear_op(), self._op_activation
         try:
             if group_scale is not None:  # 4-bit weights with two-level scales: the group scales, and the rest
+                if input_scale is None and smooth is None and weight_colsum is None:  # W4A8, dynamic per token
+                    return op(x, weight, weight_scale, bias, activation, weight_group_scale=group_scale)
                 options = {"weight_group_scale": group_scale}
                 if input_scale is not None:
                     options["input_scale"] = input_scale
