@@ -25,6 +25,15 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src
 #endif
 }
 
+// cp_async_16 with L2::256B: L2 fetches the source's whole 256-byte aligned block from memory
+// (a stream whose neighbouring bytes other warps read next).
+__device__ __forceinline__ void cp_async_16_l2_256(void* smem_dst, const void* gmem_src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(smem_addr(smem_dst)), "l"(gmem_src)
+               : "memory");
+#endif
+}
+
 // Closes the group of cp.async issued since the previous commit.
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

@@ -45,7 +45,10 @@
 //     registers. On sm90 the blocks of a cluster may share each tile (p.cluster_k_split: its K
 //     blocks dealt over all the cluster's warps, WarpWork), their sums meeting in distributed
 //     shared memory (TileSums::store). The copies take no L2 policy: cp.async under an .L2::cache_hint policy stopped
-//     the quantizing kernel with an illegal instruction on an H100. (Loaded into registers a
+//     the quantizing kernel with an illegal instruction on an H100. They ask for L2::256B: each
+//     64-byte K block of a weight row fetches the 256 bytes around it, the K blocks the block's
+//     other warps copy next (H200 A/B, bench_decode W4A8: big layers 3-5% faster at M = 1,
+//     1-4% at 16; docs/design/int4.md). (Loaded into registers a
 //     round at a time like int8 B, the unpacking between two rounds left DRAM 35% busy:
 //     docs/design/int4.md.)
 //   A quantized in the kernel (tcgemm.quant_linear at up to 4 rows, skinny_quantize.cuh): each
@@ -312,7 +315,7 @@ struct Int4Stream {
       const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
       for (int nt = 0; nt < Cfg::kColTiles; ++nt) {
-        ptx::cp_async_16(Ring::slot(ring, warp, slot_in, nt, lane), next[nt]);
+        ptx::cp_async_16_l2_256(Ring::slot(ring, warp, slot_in, nt, lane), next[nt]);
         next[nt] += work.k_step * b_block_bytes<true>();
       }
       slot_in = slot_in + 1 == Ring::kStages ? 0 : slot_in + 1;
