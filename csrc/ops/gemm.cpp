@@ -135,16 +135,13 @@ void gemm_out_kernel(const Tensor& a, const Tensor& b, const std::optional<Tenso
   gemm_out(a, b, c, alpha, beta, backend, out);
 }
 
+void register_kernels(Library& m) {
+  m.impl("gemm", TCGEMM_BOX(gemm_kernel));
+  m.impl("gemm_out", TCGEMM_BOX(gemm_out_kernel));
+}
+
 }  // namespace
 
-STABLE_TORCH_LIBRARY_IMPL(tcgemm, CPU, m) {
-  m.impl("gemm", TCGEMM_BOX(gemm_kernel));
-  m.impl("gemm_out", TCGEMM_BOX(gemm_out_kernel));
-}
-
-STABLE_TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) {
-  m.impl("gemm", TCGEMM_BOX(gemm_kernel));
-  m.impl("gemm_out", TCGEMM_BOX(gemm_out_kernel));
-}
+TCGEMM_IMPL_CPU_AND_CUDA(register_kernels)
 
 }  // namespace tcgemm

@@ -159,15 +159,13 @@ Tensor gemm_int4_kernel(const Tensor& a, const Tensor& b, const std::optional<Te
   return gemm_int4(a, b, group_scale, backend);
 }
 
+void register_kernels(Library& m) {
+  m.impl("unpack_int4", TCGEMM_BOX(unpack_int4_kernel));
+  m.impl("gemm_int4", TCGEMM_BOX(gemm_int4_kernel));
+}
+
 }  // namespace
 
-STABLE_TORCH_LIBRARY_IMPL(tcgemm, CPU, m) {
-  m.impl("unpack_int4", TCGEMM_BOX(unpack_int4_kernel));
-  m.impl("gemm_int4", TCGEMM_BOX(gemm_int4_kernel));
-}
-STABLE_TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) {
-  m.impl("unpack_int4", TCGEMM_BOX(unpack_int4_kernel));
-  m.impl("gemm_int4", TCGEMM_BOX(gemm_int4_kernel));
-}
+TCGEMM_IMPL_CPU_AND_CUDA(register_kernels)
 
 }  // namespace tcgemm

@@ -262,9 +262,12 @@ Tensor quant_linear_kernel(const Tensor& x, const Tensor& weight, const Tensor& 
                       input_zero_point, weight_colsum, weight_group_scale);
 }
 
+void register_kernels(Library& m) {
+  m.impl("quant_linear", TCGEMM_BOX(quant_linear_kernel));
+}
+
 }  // namespace
 
-STABLE_TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { m.impl("quant_linear", TCGEMM_BOX(quant_linear_kernel)); }
-STABLE_TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) { m.impl("quant_linear", TCGEMM_BOX(quant_linear_kernel)); }
+TCGEMM_IMPL_CPU_AND_CUDA(register_kernels)
 
 }  // namespace tcgemm

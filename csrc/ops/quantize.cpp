@@ -341,16 +341,13 @@ std::tuple<Tensor, Tensor, Tensor> quantize_asym_kernel(const Tensor& x, const s
   return quantize_asym(x, granularity, scale, zero_point, smooth);
 }
 
+void register_kernels(Library& m) {
+  m.impl("quantize", TCGEMM_BOX(quantize_kernel));
+  m.impl("quantize_asym", TCGEMM_BOX(quantize_asym_kernel));
+}
+
 }  // namespace
 
-STABLE_TORCH_LIBRARY_IMPL(tcgemm, CPU, m) {
-  m.impl("quantize", TCGEMM_BOX(quantize_kernel));
-  m.impl("quantize_asym", TCGEMM_BOX(quantize_asym_kernel));
-}
-
-STABLE_TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) {
-  m.impl("quantize", TCGEMM_BOX(quantize_kernel));
-  m.impl("quantize_asym", TCGEMM_BOX(quantize_asym_kernel));
-}
+TCGEMM_IMPL_CPU_AND_CUDA(register_kernels)
 
 }  // namespace tcgemm

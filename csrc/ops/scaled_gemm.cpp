@@ -267,9 +267,12 @@ Tensor scaled_gemm_kernel(const Tensor& a, const Tensor& b, const Tensor& scale_
   return scaled_gemm(a, b, scale_a, scale_b, bias, out_dtype, backend, zero_point_a, colsum_b);
 }
 
+void register_kernels(Library& m) {
+  m.impl("scaled_gemm", TCGEMM_BOX(scaled_gemm_kernel));
+}
+
 }  // namespace
 
-STABLE_TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { m.impl("scaled_gemm", TCGEMM_BOX(scaled_gemm_kernel)); }
-STABLE_TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) { m.impl("scaled_gemm", TCGEMM_BOX(scaled_gemm_kernel)); }
+TCGEMM_IMPL_CPU_AND_CUDA(register_kernels)
 
 }  // namespace tcgemm

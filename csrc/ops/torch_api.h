@@ -37,6 +37,7 @@
 namespace tcgemm {
 
 using ScalarType = torch::headeronly::ScalarType;
+using Library = torch::stable::detail::StableLibrary;  // what STABLE_TORCH_LIBRARY_IMPL's m is
 
 // A tensor as the ops see it: an owned C shim handle and the metadata the checks read, fetched
 // from torch once (six shim calls) on first use and then read inline. torch::stable::Tensor would
@@ -324,6 +325,13 @@ struct Boxer<R (*)(A...)> {
 }  // namespace detail
 
 }  // namespace tcgemm
+
+// The kernels of one file registered for the CPU and the CUDA dispatch keys alike (every kernel
+// serves both devices and dispatches on its tensors' device itself): `register_kernels(m)` makes
+// the m.impl calls, for each key.
+#define TCGEMM_IMPL_CPU_AND_CUDA(register_kernels)                    \
+  STABLE_TORCH_LIBRARY_IMPL(tcgemm, CPU, m) { register_kernels(m); } \
+  STABLE_TORCH_LIBRARY_IMPL(tcgemm, CUDA, m) { register_kernels(m); }
 
 // The boxed kernel of a C++ op function, as STABLE_TORCH_LIBRARY_IMPL's m.impl takes it (in place of
 // TORCH_BOX: tensors arrive as tcgemm::Tensor, results leave without a copy of their handle).
