@@ -279,6 +279,60 @@ def test_quant_linear_4bit_one_kernel_at_a_few_rows(m, k, activation, dtype, rng
     assert len(kernels) == (1 if fits else 2), kernels
 
 
+def _one_row_split(n, k):
+    """The cluster blocks that share each tile's K at one row against a two-level 4-bit weight
+    (csrc/dispatch/plan.cpp, plan_skinny_int4_split): 2 on sm90 where the 32-column tiles are at
+    most one per SM and K has at least 16 K blocks of 128."""
+    props = torch.cuda.get_device_properties(0)
+    tiles = -(-n // 32)
+    sm90 = "sm90" in tcgemm.available_backends()
+    return 2 if sm90 and tiles <= props.multi_processor_count and k // 128 >= 16 else 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k, dtype", [(14336, torch.bfloat16), (16384, torch.float16), (8224, torch.bfloat16),
+                                      (8192, torch.float32), (8224, torch.float32), (16512, torch.bfloat16)],
+                         ids=str)
+@pytest.mark.parametrize("bad", [None, "inf", "nan"])
+def test_quant_linear_4bit_one_row_quantized_in_parts_across_a_cluster(k, dtype, bad, rng):
+    """One row against a two-level 4-bit weight whose tiles split K between the two blocks of a
+    cluster: where the row takes more than 4 vectors per thread, each block quantizes only the
+    chunks of x (8 K blocks each, the ranks in turn) its warps read, and the row's amax joins
+    through distributed shared memory (fp32 8192: the whole row in each block). So a row of up to
+    4 vectors per thread per block (16384 bf16 values: 8B down's 14336) takes one kernel, with the
+    bits of tcgemm.quantize: the same output as the unpacked int8 weight's layer (two kernels),
+    also where a non-finite value sits in the other block's chunks. A partial last chunk and a K
+    tail (8224), fp32 x (chunks of 256 vectors) and rows too long for one kernel (16512; fp32 8224)."""
+    n = 4096  # 128 tiles of 32 columns
+    vec = 16 // dtype.itemsize
+    split = _one_row_split(n, k)
+    chunk = 8 * 128 // vec
+    nvec = k // vec
+    whole = nvec <= FUSED_VECTORS_PER_THREAD * 256  # then every block quantizes the whole row
+    most = nvec if split == 1 or whole else -(-(-(-nvec // chunk)) // split) * chunk
+    fits = -(-most // 256) <= FUSED_VECTORS_PER_THREAD
+    q = random_q4(n, k, rng)
+    gs = random_group_scale(n, k, rng).cuda()
+    scale = (torch.rand(n, generator=rng) * 0.01 + 1e-3).cuda()
+    bias = torch.randn(n, generator=rng).cuda()
+    x = torch.randn(1, k, generator=rng).to(dtype)
+    x[0, 1024 + 5] *= 40  # the amax in the chunk of rank 1
+    if bad is not None:
+        x[0, k - 3] = float(bad)
+    x = x.cuda()
+    packed, w8 = pack(q).cuda(), unpacked(q.cuda(), gs)
+    y4, y8 = _quant_linear_pair(x, packed, w8, scale, gs, "auto", bias=bias)
+    torch.testing.assert_close(y4, y8, rtol=0, atol=0, equal_nan=True)
+    if bad is None:
+        assert y4.isfinite().all()
+        qx, sx = tcgemm.quantize(x, "token")
+        ref = tcgemm.reference.scaled_gemm_reference(qx.cpu(), w8.cpu().t(), sx.cpu(), scale.cpu(), bias.cpu(),
+                                                     return_float64=True)
+        assert torch.allclose(y4.double().cpu(), ref, rtol=2**-7, atol=1e-3 * ref.abs().max().item())
+    kernels = cuda_kernels(lambda: tcgemm.quant_linear(x, packed, scale, weight_group_scale=gs, bias=bias))
+    assert len(kernels) == (1 if fits else 2), (split, kernels)
+
+
 @pytest.mark.gpu
 def test_quant_linear_4bit_static_and_smooth_gpu(rng):
     n, k = 4096, 2048

@@ -24,13 +24,9 @@ void prefill_for_split(const GemmProblem& p, const EpilogueArgs& epilogue) {
   if (p.split_k > 1) launch_epilogue_fill(p, std::get<Int32EpilogueParams>(epilogue));
 }
 
-// Packed 4-bit B splits each tile's K between the blocks of a cluster where the device and this
-// build's kernels have clusters (the skinny kernels carry sm_90a code wherever the sm90 ones do),
-// unless per-block scales are promoted in fp32 (per_block): their sums then keep the order of the
-// unpacked int8 weight's kernel, so that the two give the same bits.
+// Packed 4-bit B with the K split of skinny_int4_split.
 GemmProblem with_int4_split(GemmProblem p, const DeviceInfo& dev, bool per_block) {
-  if (p.b_int4 && !per_block && dev.major >= 9 && dev.sm90_kernels)
-    p.cluster_k_split = plan_skinny_int4_split(p.m, p.n, p.k, dev.sm_count);
+  if (p.b_int4) p.cluster_k_split = skinny_int4_split(p.m, p.n, p.k, dev, per_block);
   return p;
 }
 
@@ -118,6 +114,10 @@ bool runs_on_skinny(Backend b, int m, int n, int k, const DeviceInfo& dev, bool 
     case Backend::kSm90: return use_skinny(m, n, k, dev.sm_count, /*vs_sm90=*/true, b_int4);
     default: return false;
   }
+}
+
+int skinny_int4_split(int m, int n, int k, const DeviceInfo& dev, bool per_block) {
+  return !per_block && dev.major >= 9 && dev.sm90_kernels ? plan_skinny_int4_split(m, n, k, dev.sm_count) : 1;
 }
 
 bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block) {

@@ -27,6 +27,13 @@ bool runs_on_skinny(Backend b, int m, int n, int k, const DeviceInfo& dev, bool 
 // backend runs the int8 weight.
 bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block);
 
+// The blocks of a cluster that share each tile's K for a packed 4-bit B on the skinny kernel
+// (GemmProblem::cluster_k_split): plan.h's plan_skinny_int4_split where the device and this
+// build's kernels have clusters (the skinny kernels carry sm_90a code wherever the sm90 ones do),
+// else 1; also 1 where per-block scales are promoted in fp32 (per_block): their sums then keep
+// the order of the unpacked int8 weight's kernel, so that the two give the same bits.
+int skinny_int4_split(int m, int n, int k, const DeviceInfo& dev, bool per_block);
+
 // The scaled GEMM p (a symmetric epilogue, D of x's dtype) on the skinny kernel, which quantizes
 // A from the float rows xq describes itself (skinny::quantizes_in_kernel(xq)); p.a is not read.
 void run_skinny_quantizing(const GemmProblem& p, const ScaledEpilogueParams& e, const QuantizeParams& xq,

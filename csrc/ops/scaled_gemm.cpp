@@ -205,13 +205,15 @@ Tensor scaled_gemm_impl(const char* op, Backend requested, const Tensor& a, cons
 
 bool gemm_quantizes_a(Backend requested, const Tensor& weight, const ScaledEpilogueParams& e,
                       const QuantizeParams& xq) {
-  if (!is_cuda(weight) || e.asymmetric() || !skinny::quantizes_in_kernel(xq)) return false;
+  if (!is_cuda(weight) || e.asymmetric()) return false;
   const DeviceInfo dev = device_info(weight);
+  const int m = static_cast<int>(xq.m), n = static_cast<int>(weight.size(0)), k = static_cast<int>(xq.k);
+  const bool packed = dtype_of(weight) == ScalarType::Byte;  // quant_linear's 4-bit weight
+  // One row of x over a K split between cluster blocks is quantized a part per block.
+  if (!skinny::quantizes_in_kernel(xq, packed ? skinny_int4_split(m, n, k, dev, e.per_block()) : 1)) return false;
   Backend backend = Backend::kAuto;
   if (!resolve_gpu_backend(requested, dev, e, &backend).empty()) return false;  // the plain path names the error
-  const int64_t n = weight.size(0);
-  const bool packed = dtype_of(weight) == ScalarType::Byte;  // quant_linear's 4-bit weight
-  return runs_on_skinny(backend, static_cast<int>(xq.m), static_cast<int>(n), static_cast<int>(xq.k), dev, packed) &&
+  return runs_on_skinny(backend, m, n, k, dev, packed) &&
          (packed ? skinny::packed_b_fits(describe(weight, false), n)
                  : operand_fits(Backend::kSkinny, describe(weight, false), n, xq.k));
 }

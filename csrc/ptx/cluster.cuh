@@ -36,6 +36,15 @@ __device__ __forceinline__ void cluster_wait_acquire() {
 #endif
 }
 
+// barrier.cluster.arrive.relaxed: this thread has arrived, with no memory ordering (no wait for
+// its earlier loads and copies to complete); pair with cluster_wait_acquire. What must be seen by
+// the cluster after the wait is released otherwise (mbarrier_fence_init for initialized barriers).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
+}
+
 // The cluster-wide barrier: arrive, then wait. Also a barrier of the block's own threads.
 __device__ __forceinline__ void cluster_sync() {
   cluster_arrive_release();
@@ -65,6 +74,17 @@ __device__ __forceinline__ int32_t ld_shared_cluster(uint32_t addr, int32_t) {
 }
 __device__ __forceinline__ float ld_shared_cluster(uint32_t addr, float) {
   return __int_as_float(ld_shared_cluster(addr, int32_t{}));
+}
+
+// st.async.shared::cluster.mbarrier::complete_tx::bytes.b32: 32 bits into another block's shared
+// memory at a cluster_map_shared address, completing 4 transaction bytes on that block's mbarrier
+// (also a cluster_map_shared address); the receiver waits on its barrier, the sender on nothing.
+__device__ __forceinline__ void st_async_cluster(uint32_t addr, float v, uint32_t remote_bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(addr),
+               "r"(__float_as_int(v)), "r"(remote_bar)
+               : "memory");
+#endif
 }
 
 }  // namespace tcgemm::ptx

@@ -2,6 +2,9 @@
 // ColTiles n8 tiles of columns of D; dispatch/plan.cpp chooses among them (docs/design/skinny.md).
 #pragma once
 
+#include <cstdint>
+
+#include "common/hd.h"
 #include "common/scale_layout.h"
 
 namespace tcgemm::skinny {
@@ -24,6 +27,35 @@ static_assert(kBK == kScaleBlock, "a K block must be one scale block");
 // block quantizes all of x from registers (up to 8192 bf16/fp16 or 4096 fp32 values).
 constexpr int kQuantizeRows = 4;
 constexpr int kQuantizeVecs = 4;
+
+// The part of x's one row that a block quantizes when x is one token and the blocks of a cluster
+// split each tile's K (WarpWork: rank r's warps read the K blocks kb with kb / kWarps = r modulo
+// the split), where the whole row takes more than kQuantizeVecs vectors per thread: chunks of
+// kWarps K blocks, the cluster's ranks in turn. The block's j-th vector (vec values each) is x's
+// vector vector(j); the row's amax is the max of the ranks' amaxes. So a row of up to 16384
+// bf16 / fp16 values takes one kernel at a split of 2 (8B down's K = 14336, whose x was
+// quantized by a kernel of its own: H200, bench_decode M = 1, 1.05x). A row that fits one block
+// is quantized whole by each (split 1, rank 0 here): quantized in parts there, 8B k / v (K =
+// 4096, 32 tiles) ran 0.95x.
+struct XShare {
+  static constexpr int kMostSplit = 8;  // the portable cluster size
+  int rank = 0, split = 1;
+  // The share of the block of rank `rank` among `split` for a row of nvec vectors.
+  TCGEMM_HD static XShare of(int rank, int split, int64_t nvec) {
+    return nvec <= int64_t{kQuantizeVecs} * kThreads ? XShare{} : XShare{rank, split};
+  }
+  // x's vectors per chunk.
+  TCGEMM_HD static int chunk(int vec) { return kWarps * kBK / vec; }
+  TCGEMM_HD int vector(int j, int vec) const {
+    const int c = chunk(vec);
+    return (j / c * split + rank) * c + j % c;
+  }
+  // The most vectors of a row of nvec that a block of `split` quantizes.
+  TCGEMM_HD static int64_t most(int64_t nvec, int vec, int split) {
+    const int64_t c = chunk(vec), chunks = (nvec + c - 1) / c, parts = of(0, split, nvec).split;
+    return parts == 1 ? nvec : (chunks + parts - 1) / parts * c;
+  }
+};
 
 template <int RowTiles, int ColTiles>
 struct TileConfig {

@@ -777,7 +777,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
           p, epi, static_cast<const uint8_t*>(p.a.ptr), p.a.stride_row, b);
     } else {
       ptx::griddep_wait();  // x and D belong to the kernels before this one
-      quantize_a_to_shared<XT>(xq, smem, layout, [&] { b.start(p); });
+      const XShare share = XT::kInParts ? XShare{static_cast<int>(ptx::cluster_ctarank()), cluster_split(p)} : XShare{};
+      quantize_a_to_shared<XT>(xq, smem, layout, share, [&] { b.start(p); });
       const Epi in_block = epi.with_a_scales(reinterpret_cast<const float*>(smem + layout.scales_at));
       skinny_tiles_int4<RowTiles, ColTiles, From::kShared, Epi, RowTiles == 1, XT::kOneToken>(p, in_block, smem,
                                                                                             layout.row_stride, b);
@@ -806,7 +807,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         b_rows_of(p, n0, threadIdx.x % 32 / 4, b_row);
         Staged::stage(staged, b_row, static_cast<int>(p.k / kBK));
       };
-      quantize_a_to_shared<XT>(xq, smem, layout, stage_first_round);
+      quantize_a_to_shared<XT>(xq, smem, layout, XShare{}, stage_first_round);
       const Epi in_block = epi.with_a_scales(reinterpret_cast<const float*>(smem + layout.scales_at));
       const int tiles = ceil_div(p.m, Cfg::kRows) * ceil_div(p.n, Cfg::kCols);
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -878,23 +879,30 @@ void launch_quantizing_as(const GemmProblem& p, const Epi& epi, const QuantizePa
   using Staged = StagedRound<Cfg, Epi>;
   const QuantizedA x = QuantizedA::layout(p.m, p.k, xq.granularity);
   constexpr int kXMost = 48 * 1024;  // bytes of quantized x a block may hold
-  if (!quantizes_in_kernel(xq) || xq.m != p.m || xq.k != p.k || x.bytes > kXMost)
+  if (!quantizes_in_kernel(xq, p.cluster_k_split) || xq.m != p.m || xq.k != p.k || x.bytes > kXMost)
     throw std::logic_error("tcgemm: the skinny kernel cannot quantize this x itself");
-  // 4-bit B: x takes at most about 8.5 KB (quantizes_in_kernel), its rings 48 KB.
-  if (p.b_int4) return launch_int4<Int4Rows16, Epi, XT, 16 * 1024>(p, epi, xq, sm_count, x.bytes);
-  // The staged first round of B where kBlocksPerSm blocks still fit on an SM (not on GPUs with
-  // about 100 KB of shared memory per SM); the kernel sees its room in %dynamic_smem_size.
-  constexpr int kMost = b_smem_at(kXMost) + Staged::kBytes;
-  const bool stage = kBlocksPerSm * kMost <= smem_optin;
-  if (stage) allow_dynamic_smem<skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT, false>, kMost>();
-  launch_grid<Cfg, Epi, true, true, XT, false>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count,
-                                               stage ? b_smem_at(x.bytes) + Staged::kBytes : x.bytes);
+  // 4-bit B: x takes at most about 8.5 KB (quantizes_in_kernel), 16.5 KB in parts (a row of
+  // 16384 values), its rings 48 KB.
+  if constexpr (XT::kInParts) {
+    launch_int4<Int4Rows16, Epi, XT, 20 * 1024>(p, epi, xq, sm_count, x.bytes);
+  } else {
+    if (p.b_int4) return launch_int4<Int4Rows16, Epi, XT, 16 * 1024>(p, epi, xq, sm_count, x.bytes);
+    // The staged first round of B where kBlocksPerSm blocks still fit on an SM (not on GPUs with
+    // about 100 KB of shared memory per SM); the kernel sees its room in %dynamic_smem_size.
+    constexpr int kMost = b_smem_at(kXMost) + Staged::kBytes;
+    const bool stage = kBlocksPerSm * kMost <= smem_optin;
+    if (stage) allow_dynamic_smem<skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT, false>, kMost>();
+    launch_grid<Cfg, Epi, true, true, XT, false>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count,
+                                                 stage ? b_smem_at(x.bytes) + Staged::kBytes : x.bytes);
+  }
 }
 
 template <class Epi>
 void launch_quantizing(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count, int smem_optin) {
   using T = typename Epi::OutT;  // tcgemm.quant_linear returns x's dtype
-  if (xq.m == 1 && xq.scale_in == nullptr && xq.granularity == QuantGranularity::kToken)
+  if (one_token(xq) && p.b_int4 && XShare::of(0, p.cluster_k_split, xq.k / quantize_in_block::kVec<T>).split > 1)
+    return launch_quantizing_as<Epi, XQuant<T, true, true>>(p, epi, xq, sm_count, smem_optin);
+  if (one_token(xq))
     return launch_quantizing_as<Epi, XQuant<T, true>>(p, epi, xq, sm_count, smem_optin);
   launch_quantizing_as<Epi, XQuant<T, false>>(p, epi, xq, sm_count, smem_optin);
 }

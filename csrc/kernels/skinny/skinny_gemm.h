@@ -27,18 +27,26 @@ inline bool packed_b_fits(const Operand& b, int64_t rows) {
   return b.stride_k == 1 && reinterpret_cast<uintptr_t>(b.ptr) % 16 == 0 && (rows == 1 || b.stride_row % 16 == 0);
 }
 
+// Whether x is one row quantized per token (batch-1 decode): the kernels of XQuant<T, true>.
+inline bool one_token(const QuantizeParams& xq) {
+  return xq.m == 1 && xq.scale_in == nullptr && xq.granularity == QuantGranularity::kToken;
+}
+
 // Whether the kernel can quantize x itself (xq describes x; its targets are not used): symmetric,
 // dynamic per token or per 1x128 group or static per tensor, at most kQuantizeRows rows, x read
 // as 16-byte vectors (an aligned base and row stride, a unit K stride, K a multiple of the
 // vector) of which each thread holds at most kQuantizeVecs (per token and per tensor:
 // kQuantizeVecs / M of each row; per group, each group of 128 values takes a whole group's lanes).
-inline bool quantizes_in_kernel(const QuantizeParams& xq) {
-  const int64_t vec = xq.dtype == QuantDtype::kFloat32 ? 4 : 8;
+// k_split: the cluster blocks that share each tile's K (GemmProblem::cluster_k_split); one row
+// quantized per token is then quantized a part per block (XShare), so K may be longer.
+inline bool quantizes_in_kernel(const QuantizeParams& xq, int k_split = 1) {
+  const int vec = xq.dtype == QuantDtype::kFloat32 ? 4 : 8;
   if (xq.asymmetric || xq.m < 1 || xq.m > kQuantizeRows || xq.k < 1) return false;
   if (reinterpret_cast<uintptr_t>(xq.x) % 16 != 0 || xq.x_stride_col != 1 || xq.k % vec != 0 ||
       (xq.m > 1 && xq.x_stride_row % vec != 0))
     return false;
-  const bool rows_fit = (xq.k / vec + kThreads - 1) / kThreads <= kQuantizeVecs / xq.m;
+  const int64_t row_vectors = XShare::most(xq.k / vec, vec, one_token(xq) ? k_split : 1);
+  const bool rows_fit = (row_vectors + kThreads - 1) / kThreads <= kQuantizeVecs / xq.m;
   if (xq.scale_in != nullptr) return xq.granularity == QuantGranularity::kTensor && rows_fit;
   if (xq.granularity == QuantGranularity::kToken) return rows_fit;
   return xq.granularity == QuantGranularity::kGroup &&

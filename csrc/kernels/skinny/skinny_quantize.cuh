@@ -17,6 +17,9 @@
 #include "common/scale_layout.h"
 #include "kernels/quantize/quantize_vec.cuh"
 #include "kernels/skinny/configs.h"
+#include "ptx/cluster.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/minmax.cuh"
 
 namespace tcgemm::skinny {
 
@@ -45,11 +48,16 @@ struct QuantizedA {
 // build, against the kernel with every row count and granularity: W4A8 8B o 6.8 -> 6.2 us, qkv
 // 8.5 -> 7.8, k/v 5.3 -> 4.9, gate+up 22.4 -> 21.4, 70B o 13.9 -> 13.4; W8A8 8B o 8.3 -> 7.7
 // (docs/design/int4.md). One runtime path for every row count instead ran more instructions once
-// and was slower (W4A8 8B o 7.7 us).
-template <typename T, bool OneToken>
+// and was slower (W4A8 8B o 7.7 us). InParts (one token, packed 4-bit B whose tiles split K
+// between cluster blocks, a row longer than one block holds: XShare::of): each block quantizes
+// the part of the row its warps read. A build of its own: as a run-time choice in the one-row
+// kernel, the other layers' set-up lost about 2% (H200, bench_decode M = 1: 8B o 5.72 -> 5.85 us,
+// qkv 6.47 -> 6.55, k / v 4.76 -> 4.85).
+template <typename T, bool OneToken, bool InParts = false>
 struct XQuant {
+  static_assert(OneToken || !InParts, "x in parts is one token");
   using Elem = T;
-  static constexpr bool kOneToken = OneToken;
+  static constexpr bool kOneToken = OneToken, kInParts = InParts;
 };
 
 #if defined(__CUDACC__)
@@ -77,27 +85,28 @@ __device__ __forceinline__ void values(const QuantizeParams& q, const RawVec<T, 
   if (q.channel_mul != nullptr) apply_channel_mul<true>(v, q, col);
 }
 
-// The vectors of x a thread holds when the block quantizes M rows per token or per tensor:
-// vectors i, i + 256, ... of every row (at most kQuantizeVecs / M of each), all loaded at once.
+// The vectors of x a thread holds when the block quantizes M rows per token or per tensor: the
+// block's vectors j = i, i + 256, ... of every row (at most kQuantizeVecs / M of each; x's vectors
+// share.vector(j)), all loaded at once.
 template <typename T, int M>
-__device__ __forceinline__ void load_rows(const QuantizeParams& q, int nvec,
+__device__ __forceinline__ void load_rows(const QuantizeParams& q, int nvec, XShare share,
                                           RawVec<T, kVec<T>> (&cached)[M][kQuantizeVecs / M]) {
 #pragma unroll
   for (int r = 0; r < M; ++r)
 #pragma unroll
     for (int c = 0; c < kQuantizeVecs / M; ++c) {
-      const int i = c * kThreads + static_cast<int>(threadIdx.x);
+      const int i = share.vector(c * kThreads + static_cast<int>(threadIdx.x), kVec<T>);
       if (i < nvec) cached[r][c] = load_raw<T, kVec<T>>(x_at<T>(q, r, i * kVec<T>));
     }
 }
 
 // f(col, v) for each vector of one row that load_rows loaded, as floats (values()).
 template <typename T, int M, class F>
-__device__ __forceinline__ void for_row_values(const QuantizeParams& q, int nvec,
+__device__ __forceinline__ void for_row_values(const QuantizeParams& q, int nvec, XShare share,
                                                const RawVec<T, kVec<T>> (&row)[kQuantizeVecs / M], F&& f) {
 #pragma unroll
   for (int c = 0; c < kQuantizeVecs / M; ++c) {
-    const int i = c * kThreads + static_cast<int>(threadIdx.x);
+    const int i = share.vector(c * kThreads + static_cast<int>(threadIdx.x), kVec<T>);
     if (i < nvec) {
       float v[kVec<T>];
       values<T>(q, row[c], i * kVec<T>, v);
@@ -106,32 +115,71 @@ __device__ __forceinline__ void for_row_values(const QuantizeParams& q, int nvec
   }
 }
 
-// Per token, M rows, the vectors held as load_rows takes them.
+// Per token, M rows, the vectors held as load_rows takes them: the block's share of each row
+// (XShare; the whole row at split 1). With a split, each block sends its rows' amaxes into the
+// others' shared memory (st.async, counted by the receiver's mbarrier), and takes the max with
+// theirs; the max does not depend on the order, so the scale is tcgemm.quantize's. No cluster
+// barrier with release semantics stands after the ring's first copies: it would wait for them
+// (H200, bench_decode M = 1, with a cluster barrier there: 8B o 0.78x, 8B down 0.94x the speed).
+// The barriers and their arrival are set up before the loads; a cluster arrive then (relaxed,
+// after the barriers' init fence) and its wait before the sends make every barrier initialized
+// before a block sends to it. Each block waits for the others' amaxes, so none leaves before the
+// sends into its shared memory have landed.
 template <typename T, int M, class F>
-__device__ __forceinline__ void tokens(const QuantizeParams& q, uint8_t* smem, const QuantizedA& s, F&& after_loads) {
+__device__ __forceinline__ void tokens(const QuantizeParams& q, uint8_t* smem, const QuantizedA& s, XShare share,
+                                       F&& after_loads) {
   constexpr int VEC = kVec<T>;
   constexpr int kPerRow = kQuantizeVecs / M;
   __shared__ float partials[kWarps][M];
+  __shared__ float sent[XShare::kMostSplit][M];  // the amaxes of the cluster's blocks, by rank
+  __shared__ uint64_t sent_bar;
   const int nvec = static_cast<int>(q.k) / VEC;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (share.split > 1) {
+    if (threadIdx.x == 0) {
+      ptx::mbarrier_init(&sent_bar, 1);
+      ptx::mbarrier_fence_init();
+      ptx::mbarrier_arrive_expect_tx(&sent_bar, static_cast<uint32_t>(sizeof(float) * M * (share.split - 1)));
+    }
+    ptx::cluster_arrive_relaxed();
+  }
   RawVec<T, VEC> cached[M][kPerRow];
-  load_rows<T, M>(q, nvec, cached);
+  load_rows<T, M>(q, nvec, share, cached);
   after_loads();
 #pragma unroll
   for (int r = 0; r < M; ++r) {
     float amax = 0.f;
-    for_row_values<T, M>(q, nvec, cached[r], [&](int, float(&v)[VEC]) { amax = abs_max(amax, v); });
+    for_row_values<T, M>(q, nvec, share, cached[r], [&](int, float(&v)[VEC]) { amax = abs_max(amax, v); });
     amax = warp_max(amax);
     if (lane == 0) partials[warp][r] = amax;
   }
   __syncthreads();
+  float amax[M];
+#pragma unroll
+  for (int r = 0; r < M; ++r) amax[r] = warp_max(lane < kWarps ? partials[lane][r] : 0.f);
+  if (share.split > 1) {
+    ptx::cluster_wait_acquire();
+    if (threadIdx.x < share.split && static_cast<int>(threadIdx.x) != share.rank) {
+      const uint32_t other = threadIdx.x;
+#pragma unroll
+      for (int r = 0; r < M; ++r)
+        ptx::st_async_cluster(ptx::cluster_map_shared(&sent[share.rank][r], other), amax[r],
+                              ptx::cluster_map_shared(&sent_bar, other));
+    }
+    ptx::mbarrier_wait(&sent_bar, 0);
+    for (int other = 0; other < share.split; ++other)
+#pragma unroll
+      for (int r = 0; r < M; ++r)
+        if (other != share.rank) amax[r] = ptx::max_nan(amax[r], sent[other][r]);
+  }
   float* scales = reinterpret_cast<float*>(smem + s.scales_at);
 #pragma unroll
   for (int r = 0; r < M; ++r) {
-    const float scale = quant_scale_from_amax(warp_max(lane < kWarps ? partials[lane][r] : 0.f));
+    const float scale = quant_scale_from_amax(amax[r]);
     if (threadIdx.x == 0) scales[r] = scale;
     const Quantizer<false> qz(scale, 0);
-    for_row_values<T, M>(q, nvec, cached[r], [&](int col, float(&v)[VEC]) { store_group<VEC>(q_at(smem, s, r, col), v, qz); });
+    for_row_values<T, M>(q, nvec, share, cached[r],
+                         [&](int col, float(&v)[VEC]) { store_group<VEC>(q_at(smem, s, r, col), v, qz); });
   }
 }
 
@@ -145,14 +193,14 @@ __device__ __forceinline__ void static_tensor(const QuantizeParams& q, uint8_t* 
   constexpr int kPerRow = kQuantizeVecs / M;
   const int nvec = static_cast<int>(q.k) / VEC;
   RawVec<T, VEC> cached[M][kPerRow];
-  load_rows<T, M>(q, nvec, cached);
+  load_rows<T, M>(q, nvec, XShare{}, cached);
   after_loads();
   const float given = q.scale_in[0];
   const Quantizer<false> qz(given, 0);
   bool bad = !quant_scale_valid(given);
 #pragma unroll
   for (int r = 0; r < M; ++r)
-    for_row_values<T, M>(q, nvec, cached[r], [&](int col, float(&v)[VEC]) {
+    for_row_values<T, M>(q, nvec, XShare{}, cached[r], [&](int col, float(&v)[VEC]) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         if (!quant_finite(v[e])) {
@@ -209,19 +257,20 @@ __device__ __forceinline__ void groups(const QuantizeParams& q, uint8_t* smem, c
 
 }  // namespace quantize_in_block
 
-// Quantizes x (q.m rows of q.k values of X::Elem, quantizes_in_kernel(q); one row per token if
-// X::kOneToken) into `smem` (QuantizedA's
-// layout). Called by every thread of the block after griddep_wait; ends with a barrier. A
-// thread's share of x is loaded at once and kept in registers from the amax to the
-// quantization: one round trip to L2 per block. after_loads() runs once those loads are issued
-// (the caller's prefetch of B, which then queues behind them).
+// Quantizes x (q.m rows of q.k values of X::Elem, quantizes_in_kernel(q, share.split); one row
+// per token if X::kOneToken) into `smem` (QuantizedA's layout): one row per token, the block's
+// share of it (the vectors its warps read; the rest of the row is not written); else all of x.
+// Called by every thread of the block after griddep_wait; ends with a barrier. A thread's share of
+// x is loaded at once and kept in registers from the amax to the quantization: one round trip to
+// L2 per block. after_loads() runs once those loads are issued (the caller's prefetch of B, which
+// then queues behind them).
 template <class X, class F>
 __device__ __forceinline__ void quantize_a_to_shared(const QuantizeParams& q, uint8_t* smem, const QuantizedA& s,
-                                                     F&& after_loads) {
+                                                     XShare share, F&& after_loads) {
   namespace in_block = quantize_in_block;
   using T = typename X::Elem;
   if constexpr (X::kOneToken) {
-    in_block::tokens<T, 1>(q, smem, s, after_loads);
+    in_block::tokens<T, 1>(q, smem, s, share, after_loads);
   } else if (q.scale_in != nullptr) {
     switch (q.m) {
       case 1: in_block::static_tensor<T, 1>(q, smem, s, after_loads); break;
@@ -231,10 +280,10 @@ __device__ __forceinline__ void quantize_a_to_shared(const QuantizeParams& q, ui
     }
   } else if (q.granularity == QuantGranularity::kToken) {
     switch (q.m) {  // the row count as a constant: no per-row arrays indexed at run time
-      case 1: in_block::tokens<T, 1>(q, smem, s, after_loads); break;
-      case 2: in_block::tokens<T, 2>(q, smem, s, after_loads); break;
-      case 3: in_block::tokens<T, 3>(q, smem, s, after_loads); break;
-      default: in_block::tokens<T, 4>(q, smem, s, after_loads); break;
+      case 1: in_block::tokens<T, 1>(q, smem, s, XShare{}, after_loads); break;
+      case 2: in_block::tokens<T, 2>(q, smem, s, XShare{}, after_loads); break;
+      case 3: in_block::tokens<T, 3>(q, smem, s, XShare{}, after_loads); break;
+      default: in_block::tokens<T, 4>(q, smem, s, XShare{}, after_loads); break;
     }
   } else {
     in_block::groups<T>(q, smem, s, after_loads);
