@@ -157,9 +157,7 @@ const Tensor* checked_bias_f32(const char* op, const std::optional<Tensor>& bias
   TCGEMM_CHECK_TYPE(is_floating(dtype_of(*bias)), op, ": argument 'bias' must have a floating-point dtype, got ",
                     dtype_name(dtype_of(*bias)));
   check_same_device(op, *bias, "bias", ref, ref_name);
-  if (dtype_of(*bias) == ScalarType::Float && bias->is_contiguous()) return &*bias;
-  copy = float_contiguous(*bias);
-  return &*copy;
+  return &float_dense(*bias, copy);
 }
 
 Tensor scaled_gemm_impl(const char* op, Backend requested, const Tensor& a, const Tensor& b, ScaledEpilogueParams e,

@@ -350,11 +350,11 @@ Tensor reshape(const Tensor& t, int64_t rows, int64_t cols) {
       torch::stable::reshape(as_stable(t), torch::headeronly::IntHeaderOnlyArrayRef(shape.data(), shape.size())));
 }
 
-Tensor float_contiguous(const Tensor& t) {
+const Tensor& float_dense(const Tensor& t, std::optional<Tensor>& copy) {
   if (dtype_of(t) == ScalarType::Float && t.is_contiguous()) return t;
-  Tensor out = empty(sizes_of(t), ScalarType::Float, t);
-  copy_into(out, t);
-  return out;
+  copy = empty(sizes_of(t), ScalarType::Float, t);
+  copy_into(*copy, t);
+  return *copy;
 }
 
 Tensor sum_int32(const Tensor& t, int64_t dim) {

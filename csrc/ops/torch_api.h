@@ -232,8 +232,8 @@ const Tensor& dense(const Tensor& t, std::optional<Tensor>& copy);
 Tensor contiguous_clone(const Tensor& t);
 // t viewed (or copied, where its strides do not allow a view) as [rows, cols].
 Tensor reshape(const Tensor& t, int64_t rows, int64_t cols);
-// t converted to fp32, contiguous (t itself when it already is).
-Tensor float_contiguous(const Tensor& t);
+// t itself when fp32 and contiguous, else an fp32 contiguous copy held in `copy` (as dense()).
+const Tensor& float_dense(const Tensor& t, std::optional<Tensor>& copy);
 // sum over dimension `dim` of a 2-D integer tensor, as int32 (Tensor.sum(dim, dtype=torch.int32)).
 Tensor sum_int32(const Tensor& t, int64_t dim);
 // (sum over `dim` of t, as int64) * 128, as int32: the uint8 operands' offset sums (gemm.cpp).
