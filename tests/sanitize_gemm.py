@@ -145,10 +145,11 @@ def main() -> int:
     # (forced, and through quant_linear's in-kernel quantization) and the unpacking of the others,
     # each against the int8 GEMM of the unpacked weight. N = 25384: at least three 32-column tiles
     # per block of the persistent grid on up to 132 SMs (the tiles' sums through two buffers in turn).
-    # At most one tile per SM and K >= 2048 (the last three): on sm90 each tile's K is split between
-    # the two blocks of a cluster, whose sums meet in distributed shared memory.
+    # At most one tile per SM and K >= 2048 (the last four): on sm90 each tile's K is split between
+    # the two blocks of a cluster, whose sums meet in distributed shared memory; at one row and K past
+    # 8192, each block quantizes x's chunks its warps read and the amaxes meet there too.
     for m, n, k in [(1, 300, 1008), (3, 140, 530), (17, 40, 264), (2, 8464, 512), (1, 25384, 256), (6, 25384, 384),
-                    (1, 1000, 2048 + 96), (5, 200, 4096), (16, 2112, 2048)]:
+                    (1, 1000, 2048 + 96), (5, 200, 4096), (16, 2112, 2048), (1, 1000, 10240 + 32)]:
         a = torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8).cuda()
         packed = torch.randint(0, 256, (n, k // 2), generator=gen, dtype=torch.uint8).cuda()
         gs = torch.randint(1, 17, (n, (k + 127) // 128), generator=gen, dtype=torch.int8).cuda()

@@ -121,9 +121,9 @@ __device__ __forceinline__ void for_row_values(const QuantizeParams& q, int nvec
 // theirs; the max does not depend on the order, so the scale is tcgemm.quantize's. No cluster
 // barrier with release semantics stands after the ring's first copies: it would wait for them
 // (H200, bench_decode M = 1, with a cluster barrier there: 8B o 0.78x, 8B down 0.94x the speed).
-// The barriers and their arrival are set up before the loads; a cluster arrive then (relaxed,
-// after the barriers' init fence) and its wait before the sends make every barrier initialized
-// before a block sends to it. Each block waits for the others' amaxes, so none leaves before the
+// The barriers are set up, and their arrivals made, before the loads (a release there waits for
+// nothing); a cluster arrive then (relaxed, after the barriers' init fence) and its wait before
+// the sends make every barrier initialized before a block sends to it. Each block waits for the others' amaxes, so none leaves before the
 // sends into its shared memory have landed.
 template <typename T, int M, class F>
 __device__ __forceinline__ void tokens(const QuantizeParams& q, uint8_t* smem, const QuantizedA& s, XShare share,
@@ -139,8 +139,11 @@ __device__ __forceinline__ void tokens(const QuantizeParams& q, uint8_t* smem, c
     if (threadIdx.x == 0) {
       ptx::mbarrier_init(&sent_bar, 1);
       ptx::mbarrier_fence_init();
-      ptx::mbarrier_arrive_expect_tx(&sent_bar, static_cast<uint32_t>(sizeof(float) * M * (share.split - 1)));
     }
+    __syncthreads();  // the init before any use of the barrier
+    // Its one arrival, with the bytes the others send (which may come before it).
+    if (threadIdx.x == 0)
+      ptx::mbarrier_arrive_expect_tx(&sent_bar, static_cast<uint32_t>(sizeof(float) * M * (share.split - 1)));
     ptx::cluster_arrive_relaxed();
   }
   RawVec<T, VEC> cached[M][kPerRow];
