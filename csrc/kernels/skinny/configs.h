@@ -33,10 +33,10 @@ constexpr int kQuantizeVecs = 4;
 // the split), where the whole row takes more than kQuantizeVecs vectors per thread: chunks of
 // kWarps K blocks, the cluster's ranks in turn. The block's j-th vector (vec values each) is x's
 // vector vector(j); the row's amax is the max of the ranks' amaxes. So a row of up to 16384
-// bf16 / fp16 values takes one kernel at a split of 2 (8B down's K = 14336, whose x was
-// quantized by a kernel of its own: H200, bench_decode M = 1, 1.05x). A row that fits one block
-// is quantized whole by each (split 1, rank 0 here): quantized in parts there, 8B k / v (K =
-// 4096, 32 tiles) ran 0.95x.
+// bf16 / fp16 values takes one kernel at a split of 2 instead of a quantize kernel and the GEMM
+// (8B down, K = 14336: 1.06x on an H200, 1.07x on an H100, bench_decode M = 1). A row that fits
+// one block is quantized whole by each (split 1, rank 0 here): quantized in parts there, 8B k / v
+// (K = 4096, 32 tiles) ran 0.95x.
 struct XShare {
   static constexpr int kMostSplit = 8;  // the portable cluster size
   int rank = 0, split = 1;

@@ -123,8 +123,8 @@ __device__ __forceinline__ void for_row_values(const QuantizeParams& q, int nvec
 // (H200, bench_decode M = 1, with a cluster barrier there: 8B o 0.78x, 8B down 0.94x the speed).
 // The barriers are set up, and their arrivals made, before the loads (a release there waits for
 // nothing); a cluster arrive then (relaxed, after the barriers' init fence) and its wait before
-// the sends make every barrier initialized before a block sends to it. Each block waits for the others' amaxes, so none leaves before the
-// sends into its shared memory have landed.
+// the sends make every barrier initialized before a block sends to it. Each block waits for the
+// others' amaxes, so none leaves before the sends into its shared memory have landed.
 template <typename T, int M, class F>
 __device__ __forceinline__ void tokens(const QuantizeParams& q, uint8_t* smem, const QuantizedA& s, XShare share,
                                        F&& after_loads) {
