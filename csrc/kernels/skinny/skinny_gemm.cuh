@@ -723,8 +723,13 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
     if (!work.has(tile)) ptx::griddep_launch_dependents();
     sums.template store<2>(p, epi, m0, n0, parity);
   }
-  // No block leaves while another block of its cluster may still read its sums.
-  if (cluster_split(p) > 1) ptx::cluster_sync();
+  // No block leaves while another block of its cluster may still read its sums. A relaxed arrival:
+  // it orders only those reads, whose values went into the block's stores before it; a release
+  // would first wait for the stores of D to complete.
+  if (cluster_split(p) > 1) {
+    ptx::cluster_arrive_relaxed();
+    ptx::cluster_wait_acquire();
+  }
 }
 
 // RowTiles, ColTiles: those of the config (TileConfig<RowTiles, ColTiles>). XT: void for int8 A
