@@ -24,7 +24,8 @@ constexpr int kInt4RingBytesPerWarp = 6 * 1024;
 static_assert(kBK == kScaleBlock, "a K block must be one scale block");
 // tcgemm.quant_linear lets the kernel quantize the activations itself (skinny_quantize.cuh) at up
 // to kQuantizeRows rows of x whose 16-byte vectors give each thread at most kQuantizeVecs: every
-// block quantizes all of x from registers (up to 8192 bf16/fp16 or 4096 fp32 values).
+// block quantizes all of x from registers (up to 8192 bf16/fp16 or 4096 fp32 values), but for
+// one row in parts (XShare, below).
 constexpr int kQuantizeRows = 4;
 constexpr int kQuantizeVecs = 4;
 

@@ -7,7 +7,9 @@
 // and scalar rules (common/quantize_params.h), and a max does not depend on the order in which the
 // block's threads fold it. Every block repeats the work (M * K values over 256 threads), which is
 // why the route caps M * K (kQuantizeVecs vectors per thread); the kernel is then persistent, so
-// that each block does it once.
+// that each block does it once. One token against a 4-bit weight whose tiles split K between
+// cluster blocks is the exception: each block quantizes the part of the row its warps read
+// (XShare, configs.h), so that row may be twice as long.
 #pragma once
 
 #include <cstdint>
