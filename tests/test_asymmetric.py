@@ -65,7 +65,7 @@ def test_reference_definition_by_hand():
 
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("k", [1, 7, 128, 1000, 4096, 20000])
+@pytest.mark.parametrize("k", [1, 7, 128, 1000, 4096, 20000, 32768])
 def test_quantize_matches_reference(device, k, dtype, static, rng):
     m = 9
     x = skewed_x(m, k, dtype, rng, device)

@@ -5,9 +5,9 @@
 // - Per token (dynamic): a team of threads owns one row. Rows of up to 1024 elements get one
 //   warp each (8 rows per block); longer rows get a block (TeamShape). The team loads its row
 //   into registers (bf16/fp16 kept packed as loaded), reduces amax, and quantizes from the
-//   registers: one pass over global memory. Rows of more than 16384 elements are swept
-//   twice by the same kernel: once for amax, once to quantize; the second read mostly hits L2
-//   (and L1) because the block read the row just before.
+//   registers: one pass over global memory (up to 16384 elements, 32768 for bf16/fp16 with a
+//   block of 1024 threads). Longer rows are swept twice by the same kernel: once for amax, once
+//   to quantize; the second read mostly hits L2 (and L1) because the block read the row just before.
 // - Per group (dynamic): 128 / VEC lanes own one 128-wide group (one 16-byte load each when
 //   vectorized, four strided scalar loads otherwise), reduce amax with shuffles inside their
 //   part of the warp and quantize from registers: one pass.
@@ -78,14 +78,30 @@ constexpr int kMaxTeamThreads = 512;    // block size of the token kernel for lo
 // (2 rows per SM) took 45 us, and 5 rows per SM (spilling at 48 registers) or rows staged in
 // shared memory by cp.async (7 rows per SM, or 2 buffers per block and a grid of resident
 // blocks) took 32-34 us. Others: 32 values per thread, up to 512 threads. Both cache rows of up
-// to 16384 values; longer rows are swept twice.
+// to 16384 values. Packed rows of up to 32768 values (70B down, K = 28672) take a block of up to
+// 1024 threads of 4 vectors each (kLong*, 16 registers of x, one block per SM), where sweeping
+// twice read the row from L2 twice with half the threads; longer rows are swept twice.
 template <typename T, int VEC>
 struct TeamShape {
   static constexpr bool kPacked16 = sizeof(T) == 2 && VEC * sizeof(T) == 16;
   static constexpr int kCache = kPacked16 ? 8 : kCacheElems / VEC;
   static constexpr int kThreads = kPacked16 ? 256 : kMaxTeamThreads;
   static constexpr int kBlocksPerSm = kPacked16 ? 4 : 1;
+  static constexpr int kLongCache = kPacked16 ? 4 : 0;  // 0: no long-row team
+  static constexpr int kLongThreads = 1024;
 };
+
+// The token kernel's launch bounds for a block team caching CACHE vectors per thread (0: none).
+template <typename T, int VEC, int CACHE>
+constexpr int team_threads() {
+  using Team = TeamShape<T, VEC>;
+  return CACHE == 0 ? kMaxTeamThreads : CACHE == Team::kLongCache ? Team::kLongThreads : Team::kThreads;
+}
+template <typename T, int VEC, int CACHE>
+constexpr int team_blocks_per_sm() {
+  using Team = TeamShape<T, VEC>;
+  return CACHE == 0 || CACHE == Team::kLongCache ? 1 : Team::kBlocksPerSm;
+}
 constexpr int kBlockThreads = 256;      // every other kernel
 constexpr int64_t kMaxBlocks = 1 << 20; // grids are grid-stride loops beyond this
 
@@ -125,8 +141,8 @@ __device__ __forceinline__ QuantRange<ASYM> block_range(QuantRange<ASYM> r, floa
 // With channel multipliers (MUL) a block team gets twice the registers: their loads and
 // products spill at the 64-register budget of 4 blocks per SM.
 template <typename T, int VEC, int CACHE, bool WARP_TEAM, bool MUL, bool ASYM>
-__global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : CACHE > 0 ? TeamShape<T, VEC>::kThreads : kMaxTeamThreads,
-                                  !WARP_TEAM && CACHE > 0 ? TeamShape<T, VEC>::kBlocksPerSm / (MUL ? 2 : 1) : 1)
+__global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : team_threads<T, VEC, CACHE>(),
+                                  WARP_TEAM ? 1 : std::max(1, team_blocks_per_sm<T, VEC, CACHE>() / (MUL ? 2 : 1)))
     quantize_token_kernel(const QuantizeParams p) {
   start_after_previous_kernel();
   __shared__ float partials[kWarp];  // block teams only
@@ -390,6 +406,14 @@ void launch_token(const QuantizeParams& p) {
     if (threads <= Team::kThreads) {
       launch_kernel(quantize_token_kernel<T, VEC, Team::kCache, false, MUL, ASYM>, blocks,
                     static_cast<unsigned>(threads), 0, p.stream, p.pdl, p);
+      return;
+    }
+  }
+  if constexpr (Team::kLongCache > 0) {
+    const int64_t long_threads = round_up<int64_t>(ceil_div<int64_t>(nvec, Team::kLongCache), kWarp);
+    if (long_threads <= Team::kLongThreads) {
+      launch_kernel(quantize_token_kernel<T, VEC, Team::kLongCache, false, MUL, ASYM>, blocks,
+                    static_cast<unsigned>(long_threads), 0, p.stream, p.pdl, p);
       return;
     }
   }
