@@ -6,9 +6,11 @@
         -o prof python3 -m scripts.dev.ncu_target scaled_block 4096x4096x4096
     ncu --import prof.ncu-rep --page source --csv --print-source sass > prof_sass.csv   # stalls per instruction
 
-Ops: int8_gemm (exact int32; --backend to force one), scaled_chan (per-token x per-channel scales,
+Ops: int8_gemm (exact int32; --backend to force one), int4_gemm (the same against a packed 4-bit
+weight with int8 group scales), scaled_chan (per-token x per-channel scales,
 bias, bf16 out), scaled_block (1x128 x 128x128 scales), quantize (per-token), quantlinear (one
-QuantLinear forward: quantize, then the scaled GEMM; use --launch-count 2), fp8_block (the peer:
+QuantLinear forward: quantize, then the scaled GEMM; use --launch-count 2), w4a8 (the same with
+QuantLinear(scheme="w4a8"): two-level 4-bit weights), fp8_block (the peer:
 torch._scaled_mm in fp8 e4m3 with 1x128 x 128x128 block scales, bf16 out, as bench_scaled runs
 it). Inputs are random,
 as the benchmarks use them; warm-up calls run outside the range.
@@ -20,7 +22,7 @@ import torch
 
 import tcgemm
 
-OPS = ("int8_gemm", "scaled_chan", "scaled_block", "quantize", "quantlinear", "fp8_block")
+OPS = ("int8_gemm", "int4_gemm", "scaled_chan", "scaled_block", "quantize", "quantlinear", "w4a8", "fp8_block")
 
 
 def make_call(op: str, m: int, n: int, k: int, backend: str):
@@ -30,6 +32,11 @@ def make_call(op: str, m: int, n: int, k: int, backend: str):
         a = torch.randint(-128, 128, (m, k), device="cuda", dtype=torch.int8)
         b = torch.randint(-128, 128, (n, k), device="cuda", dtype=torch.int8).t()
         return lambda: tcgemm.int8_gemm(a, b, backend=backend)
+    if op == "int4_gemm":
+        a = torch.randint(-128, 128, (m, k), device="cuda", dtype=torch.int8)
+        packed = torch.randint(0, 256, (n, k // 2), device="cuda", dtype=torch.uint8)
+        group = torch.randint(1, 17, (n, -(-k // 128)), device="cuda", dtype=torch.int8)
+        return lambda: tcgemm.int4_gemm(a, packed, group, backend=backend)
     if op == "quantize":
         return lambda: tcgemm.quantize(x, "token")
     if op == "fp8_block":
@@ -38,8 +45,9 @@ def make_call(op: str, m: int, n: int, k: int, backend: str):
         f = fp8_block_operands(x, w)
         return lambda: torch._scaled_mm(f["fxb"], f["fwb"].t(), scale_a=f["fsxb"], scale_b=f["fswb"],
                                         out_dtype=torch.bfloat16)
-    if op == "quantlinear":
-        lin = tcgemm.QuantLinear.from_linear(torch.nn.Linear(k, n, device="cuda", dtype=torch.bfloat16))
+    if op in ("quantlinear", "w4a8"):
+        scheme = {"scheme": "w4a8"} if op == "w4a8" else {}
+        lin = tcgemm.QuantLinear.from_linear(torch.nn.Linear(k, n, device="cuda", dtype=torch.bfloat16), **scheme)
         return lambda: lin(x)
     qw, sw = tcgemm.quantize(w, "token")
     bias = torch.randn(n, device="cuda")
