@@ -89,6 +89,8 @@ struct TeamShape {
   static constexpr int kBlocksPerSm = kPacked16 ? 4 : 1;
   static constexpr int kLongCache = kPacked16 ? 4 : 0;  // 0: no long-row team
   static constexpr int kLongThreads = 1024;
+  // The kernel tells its teams apart by the vectors they cache (team_threads).
+  static_assert(kLongCache != kCache && kCache > 0, "each block team caches its own number of vectors");
 };
 
 // The token kernel's launch bounds for a block team caching CACHE vectors per thread (0: none).
