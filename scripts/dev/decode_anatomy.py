@@ -1,11 +1,14 @@
 """Where a decode-sized QuantLinear call spends its time (GPU): the parts timed alone, in graphs.
 
-    python3 -m scripts.dev.decode_anatomy [--json PATH] [--host-only]
+    python3 -m scripts.dev.decode_anatomy [--json PATH] [--host-only] [--scheme w4a8] [--rows 1 16]
 
 Per layer shape and row count, in one CUDA graph of rotated weight copies (as bench_decode):
 bf16 F.linear; tcgemm.quantize alone; scaled_gemm on pre-quantized rows per backend (each of
-tcgemm.backends_for("scaled_gemm")); quant_linear (auto: both kernels, overlapped on sm_90). Then a graph of tiny
-kernels (the per-kernel cost of a graph), and host time per call of each layer of the stack
+tcgemm.backends_for("scaled_gemm")); quant_linear (auto: both kernels, overlapped on sm_90). With
+--scheme w4a8: the W4A8 layer (`QuantLinear(scheme="w4a8")`: at up to 4 rows of at most 8192
+values one kernel, else tcgemm.quantize then the GEMM, overlapped), tcgemm.quantize alone, and
+int4_gemm on the pre-quantized rows (the GEMM alone, int32 out, not overlapped). Then a graph of
+tiny kernels (the per-kernel cost of a graph), and host time per call of each layer of the stack
 (timing.host_us on a 256 x 256 layer).
 """
 
@@ -22,7 +25,7 @@ import tcgemm
 from benchmarks import timing
 from benchmarks.bench_decode import time_methods
 
-SHAPES = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096)]
+SHAPES = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096), (8192, 8192)]
 
 
 def layer_fns(k, n, m, device):
@@ -45,17 +48,37 @@ def layer_fns(k, n, m, device):
     return fns, n_sets
 
 
+def w4a8_layer_fns(k, n, m, device):
+    n_sets = timing.input_sets(n * k // 2, device)
+    x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+    q, _ = tcgemm.quantize(x, "token")
+    layers = []
+    for _ in range(n_sets):
+        lin = torch.nn.Linear(k, n, bias=False, device=device, dtype=torch.bfloat16)
+        layers.append(tcgemm.QuantLinear.from_linear(lin, scheme="w4a8"))
+        del lin
+    fns = {
+        "layer": lambda i: layers[i](x),
+        "quantize": lambda i: tcgemm.quantize(x, "token"),
+        "int4_gemm": lambda i: tcgemm.int4_gemm(q, layers[i].weight, layers[i].weight_group_scale),
+    }
+    return fns, n_sets
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--json", default=None)
     p.add_argument("--host-only", action="store_true", help="only the host times and profiles")
+    p.add_argument("--scheme", choices=("w8a8", "w4a8"), default="w8a8", help="the layers' weights (default w8a8)")
+    p.add_argument("--rows", type=int, nargs="+", default=[1, 4, 8, 16])
     args = p.parse_args()
+    make_fns = w4a8_layer_fns if args.scheme == "w4a8" else layer_fns
     device = torch.device("cuda")
     out = {"graph_us": [], "host_us": {}}
     with torch.no_grad():
         for k, n in [] if args.host_only else SHAPES:
-            for m in (1, 4, 8, 16):
-                fns, n_sets = layer_fns(k, n, m, device)
+            for m in args.rows:
+                fns, n_sets = make_fns(k, n, m, device)
                 t = time_methods(fns, n_sets, graphs=True)
                 out["graph_us"].append({"k": k, "n": n, "m": m, **t})
                 print(f"{k:>6d}->{n:<6d} M={m:<3d} " + "  ".join(f"{a}={b:6.1f}" for a, b in t.items()), flush=True)
