@@ -347,6 +347,26 @@ def _smooth_checks(op: str) -> list[Check]:
     ]
 
 
+def _rotate_checks(op: str, is_static: Callable[[Args], Any], asymmetric: Callable[[Args], Any],
+                   per_tensor: Optional[Callable[[Args], Any]]) -> list[Check]:
+    """quantize.cpp check_rotate: rotate=True needs dynamic symmetric scales per token or group (a
+    check ``per_tensor`` is None where the dynamic ones cannot be per tensor), no SmoothQuant, and K a
+    multiple of 128."""
+    checks = [
+        Check("rotate_dynamic", ValueError,
+              lambda x: not x["rotate"] or not (is_static(x) or x["smooth"] is not None or asymmetric(x)),
+              lambda x: f"{op}: rotate=True needs dynamic symmetric scales and no 'smooth'"),
+    ]
+    if per_tensor is not None:
+        checks.append(Check("rotate_granularity", ValueError, lambda x: not x["rotate"] or not per_tensor(x),
+                            lambda x: f"{op}: rotate=True needs granularity 'token' or 'group', got 'tensor'"))
+    checks.append(Check("rotate_blocks", ValueError,
+                        lambda x: not x["rotate"] or x["x"].shape[-1] % _scales.SCALE_BLOCK == 0,
+                        lambda x: f"{op}: rotate=True needs K a multiple of {_scales.SCALE_BLOCK} (one Hadamard "
+                        f"block), got 'x' of shape {_shape(x['x'])}"))
+    return checks
+
+
 def _quantize_checks() -> list[Check]:
     """csrc/ops/quantize.cpp quantize."""
     return [
@@ -356,6 +376,8 @@ def _quantize_checks() -> list[Check]:
               f"got '{x['granularity']}'"),
         *_given_scale_checks(_QUANTIZE, "scale", torch.float32),
         *_smooth_checks(_QUANTIZE),
+        *_rotate_checks(_QUANTIZE, lambda x: x["scale"] is not None, lambda x: False,
+                        lambda x: x["granularity"] == "tensor"),
     ]
 
 
@@ -554,6 +576,7 @@ def _quant_linear_checks() -> list[Check]:
               lambda x: f"{op}: K = {_ql_nkm(x)[1]} > {_MAX_UNBLOCKED_K} could overflow the int32 accumulator "
               "without per-block scales; use activation='block'"),
         _asymmetric_k(op, lambda x: x["asymmetric"], lambda x: _ql_nkm(x)[1], "asymmetric"),
+        *_rotate_checks(op, lambda x: x["activation"] == "static", lambda x: x["asymmetric"], None),
         Check("backend_on_cpu", ValueError,
               lambda x: x["backend"] in ("auto", "cpu") or x["x"].device.type != "cpu" or _ql_empty(x),
               lambda x: f"{op}: backend '{x['backend']}' needs CUDA tensors, got tensors on cpu (argument 'backend')"),

@@ -255,6 +255,7 @@ def quant_linear(
     input_zero_point: Optional[torch.Tensor] = None,
     weight_colsum: Optional[torch.Tensor] = None,
     weight_group_scale: Optional[torch.Tensor] = None,
+    rotate: bool = False,
 ) -> torch.Tensor:
     """The W8A8 (or W4A8) linear layer as one op: ``x @ (weight * weight_scale).T + bias`` with ``x``
     quantized on the fly, what :class:`tcgemm.QuantLinear` computes.
@@ -295,6 +296,11 @@ def quant_linear(
             layer computes with the int8 weight ``q * weight_group_scale`` and accumulates over
             all of K in int32 (values outside [1, 16] raise ValueError for CPU tensors; CUDA
             tensors are not read on the host).
+        rotate: quantize ``x R`` instead of ``x`` (:mod:`tcgemm.rotation`: each block of 128
+            input features times the orthonormal Hadamard matrix, in fp32 inside the quantize
+            kernel), for a weight quantized as ``W R``: bit for bit ``tcgemm.quantize(x2d, g,
+            rotate=True)`` then the scaled GEMM. Dynamic symmetric activations ("token" or
+            "block") without ``smooth``, K a multiple of 128.
 
     Returns:
         [..., N] of ``x.dtype``.
@@ -306,7 +312,8 @@ def quant_linear(
     if not (type(x) is Tensor and type(weight) is Tensor and type(weight_scale) is Tensor
             and (bias is None or type(bias) is Tensor) and input_scale is None and smooth is None
             and asymmetric is False and input_zero_point is None and weight_colsum is None
-            and weight_group_scale is None and type(activation) is str and type(backend) is str):
+            and weight_group_scale is None and rotate is False and type(activation) is str
+            and type(backend) is str):
         for name, value in (("x", x), ("weight", weight), ("weight_scale", weight_scale)):
             require_tensor(_QUANT_LINEAR, name, value)
         for name, value in (("bias", bias), ("input_scale", input_scale), ("smooth", smooth),
@@ -315,12 +322,13 @@ def quant_linear(
             require_tensor(_QUANT_LINEAR, name, value, optional=True)
         require_str(_QUANT_LINEAR, "activation", activation)
         require_str(_QUANT_LINEAR, "backend", backend)
-        if not isinstance(asymmetric, bool):
-            raise TypeError(f"{_QUANT_LINEAR}: argument 'asymmetric' must be a bool, got {type(asymmetric).__name__}")
+        for name, value in (("asymmetric", asymmetric), ("rotate", rotate)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{_QUANT_LINEAR}: argument '{name}' must be a bool, got {type(value).__name__}")
     try:
         return _OPS["quant_linear"](
             x, weight, weight_scale, bias, activation, input_scale, smooth, backend, asymmetric, input_zero_point,
-            weight_colsum, weight_group_scale,
+            weight_colsum, weight_group_scale, rotate,
         )
     except RuntimeError as exc:
         raise typed_error(exc) from None
@@ -329,11 +337,12 @@ def quant_linear(
 @torch.library.register_fake("tcgemm::quant_linear")
 def _quant_linear_fake(x, weight, weight_scale, bias=None, activation="token", input_scale=None, smooth=None,
                        backend="auto", asymmetric=False, input_zero_point=None, weight_colsum=None,
-                       weight_group_scale=None):
+                       weight_group_scale=None, rotate=False):
     check_args(
         "quant_linear", x=x, weight=weight, weight_scale=weight_scale, bias=bias, activation=activation,
         input_scale=input_scale, smooth=smooth, backend=backend, asymmetric=asymmetric,
         input_zero_point=input_zero_point, weight_colsum=weight_colsum, weight_group_scale=weight_group_scale,
+        rotate=rotate,
     )
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 

@@ -24,6 +24,7 @@ def quantize(
     smooth: Optional[torch.Tensor] = None,
     symmetric: bool = True,
     zero_point: Optional[torch.Tensor] = None,
+    rotate: bool = False,
 ) -> tuple[torch.Tensor, ...]:
     """Symmetric int8 quantization: ``q = clamp(round_half_even(x / scale), -127, 127)``;
     with ``symmetric=False``, asymmetric: ``q = clamp(round_half_even(x / scale) + zero_point,
@@ -47,6 +48,10 @@ def quantize(
             ``zero_point = round_half_even(-lo / scale) - 128`` in [-128, 127], so 0 is exact.
         zero_point: with ``symmetric=False`` and a static ``scale``: the int32 zero points, shaped
             like ``scale``, each in [-128, 127].
+        rotate: quantize ``x R`` instead of ``x``: each block of 128 values of a row times the
+            orthonormal Hadamard matrix (:mod:`tcgemm.rotation`), in fp32 in the same pass, the
+            amax included, bit for bit ``quantize(rotate_blocks(x.float()), granularity)``.
+            Dynamic symmetric scales per "token" or "group" without ``smooth``; K a multiple of 128.
 
     Returns:
         ``(q, scale)``: int8 ``q`` shaped like ``x``, and fp32 scales shaped ``[]`` (tensor),
@@ -73,20 +78,23 @@ def quantize(
     # The common call (a 2-D x, symmetric, arguments of the expected types) in one condition; the
     # checks one by one, each naming its argument, for any other (host time at decode).
     if (type(x) is torch.Tensor and symmetric is True and type(granularity) is str and scale is None
-            and smooth is None and zero_point is None and x.dim() == 2):
+            and smooth is None and zero_point is None and rotate is False and x.dim() == 2):
         try:
             return _QUANTIZE_OP(x, granularity, None, None)
         except RuntimeError as exc:
             raise typed_error(exc) from None
     require_tensor(_OP, "x", x)
-    if not isinstance(symmetric, bool):
-        raise TypeError(f"{_OP}: argument 'symmetric' must be a bool, got {type(symmetric).__name__}")
+    for name, value in (("symmetric", symmetric), ("rotate", rotate)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{_OP}: argument '{name}' must be a bool, got {type(value).__name__}")
+    if rotate and not symmetric:
+        raise ValueError(f"{_OP}: rotate=True needs dynamic symmetric scales and no 'smooth'")
     if symmetric and zero_point is not None:
         raise ValueError(f"{_OP}: argument 'zero_point' is used only with symmetric=False")
     if x.dim() == 0:
         raise ValueError(f"{_OP}: argument 'x' must have shape [..., K], got a 0-D tensor")
     if x.dim() == 2:
-        return _quantize_2d(x, granularity, scale, smooth, symmetric, zero_point)
+        return _quantize_2d(x, granularity, scale, smooth, symmetric, zero_point, rotate)
     lead, k = tuple(x.shape[:-1]), x.shape[-1]
     m = math.prod(lead)
 
@@ -95,7 +103,7 @@ def quantize(
             return t.reshape(m, t.shape[-1])
         return t
 
-    out = _quantize_2d(x.reshape(m, k), granularity, rows(scale), smooth, symmetric, rows(zero_point))
+    out = _quantize_2d(x.reshape(m, k), granularity, rows(scale), smooth, symmetric, rows(zero_point), rotate)
     q, rest = out[0].reshape(x.shape), out[1:]
     if scale is not None:  # static: each returned tensor in the shape it was given
         return (q, *(t.reshape(given.shape) for t, given in zip(rest, (scale, zero_point))))
@@ -104,7 +112,7 @@ def quantize(
     return (q, *rest)
 
 
-def _quantize_2d(x, granularity, scale, smooth, symmetric, zero_point):
+def _quantize_2d(x, granularity, scale, smooth, symmetric, zero_point, rotate=False):
     require_str(_OP, "granularity", granularity)
     require_tensor(_OP, "scale", scale, optional=True)
     require_tensor(_OP, "smooth", smooth, optional=True)
@@ -112,15 +120,15 @@ def _quantize_2d(x, granularity, scale, smooth, symmetric, zero_point):
         require_tensor(_OP, "zero_point", zero_point, optional=True)
     try:
         if symmetric:
-            return _QUANTIZE_OP(x, granularity, scale, smooth)
+            return _QUANTIZE_OP(x, granularity, scale, smooth, rotate)
         return torch.ops.tcgemm.quantize_asym.default(x, granularity, scale, zero_point, smooth)
     except RuntimeError as exc:
         raise typed_error(exc) from None
 
 
 @torch.library.register_fake("tcgemm::quantize")
-def _quantize_fake(x, granularity, scale=None, smooth=None):
-    check_args("quantize", x=x, granularity=granularity, scale=scale, smooth=smooth)
+def _quantize_fake(x, granularity, scale=None, smooth=None, rotate=False):
+    check_args("quantize", x=x, granularity=granularity, scale=scale, smooth=smooth, rotate=rotate)
     q = x.new_empty(x.shape, dtype=torch.int8)
     if scale is not None:
         return q, torch.empty_like(scale)

@@ -38,7 +38,7 @@ from ._scales import weight_scale_shape as _weight_scale_shape
 from .int4 import (
     INT4_GRIDS, INT4_MAX, INT4_MIN, check_group_scale, check_packed, int4_grid, pack_int4, quantize_int4,
 )
-from .rotation import hadamard, rotate_blocks, rotate_hessian
+from .rotation import rotate_blocks, rotate_hessian
 from .scheme import (  # noqa: F401  (WEIGHT_GRANULARITIES: tcgemm.nn's name for them)
     LAYER_ACTIVATIONS, PRESETS, WEIGHT_BITS, WEIGHT_GRANULARITIES, WEIGHT_QUANTIZED_AS, QuantScheme, SchemeError,
     WeightArgs, check_weight_granularity,
@@ -485,9 +485,6 @@ class QuantLinear(nn.Module):
         ``input_scale``: fp32 [] (``activation="static"``), else None.
         ``input_zero_point``: int32 [] (``activation="static"`` and ``asymmetric=True``), else None.
         ``smooth``: fp32 [in_features] SmoothQuant multipliers (``smooth=True``), else None.
-        ``hadamard``: fp32 [128, 128], the matrix a rotated layer (``rotate=True`` in its scheme)
-        multiplies each block of 128 input features by (:mod:`tcgemm.rotation`), else None; not in
-        ``state_dict``.
         ``weight_colsum``: int32 [out_features], the weight's row sums (``asymmetric=True``),
         else None; derived from ``weight`` and kept out of ``state_dict`` (recomputed on load).
 
@@ -571,8 +568,6 @@ class QuantLinear(nn.Module):
             torch.zeros(self.out_features, dtype=torch.int32, device=device) if self.asymmetric else None,
             persistent=False,
         )
-        # The Hadamard matrix the input is rotated with (tcgemm.rotation), on the layer's device.
-        self.register_buffer("hadamard", hadamard(device).clone() if self._rotate else None, persistent=False)
         # Tensor parallelism (tcgemm.parallel): where a sharded layer sits, and whether this rank
         # adds the bias (a row-wise shard adds it on one rank only; kept as a flag, not derived from
         # tensor_parallel per call, for forward's host time).
@@ -776,7 +771,7 @@ class QuantLinear(nn.Module):
                 x2d, self.weight, self.weight_scale, bias, activation=self._op_activation,
                 input_scale=self.input_scale, smooth=self.smooth, asymmetric=self.asymmetric,
                 input_zero_point=self.input_zero_point, weight_colsum=self.weight_colsum,
-                weight_group_scale=self.weight_group_scale,
+                weight_group_scale=self.weight_group_scale, rotate=self._rotate,
             )
         except RuntimeError as exc:
             raise typed_error(exc) from None
@@ -808,11 +803,8 @@ class QuantLinear(nn.Module):
         if not self._add_bias:  # a row-wise shard other than the first (tcgemm.parallel)
             bias = None
         grad = torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad))
-        if self._rotate or grad:  # work before the op: the input is checked first
+        if grad:  # work before the op: the input is checked first
             self._check_input(x)
-            if self._rotate:  # x R (a matrix product per call; gradients flow through it)
-                x = rotate_blocks(x, self._buffers["hadamard"])
-        if grad:
             if self.tensor_parallel is not None:
                 raise NotImplementedError(
                     f"QuantLinear: backward through a {self.tensor_parallel.style} tensor-parallel shard is not "
@@ -827,6 +819,8 @@ class QuantLinear(nn.Module):
         # the dispatcher parses is host time, a keyword about 0.5 us more than a position.
         op, activation = _quant_linear_op(), self._op_activation
         try:
+            if self._rotate:  # x R quantized (tcgemm.rotation): dynamic symmetric activations only
+                return op(x, weight, weight_scale, bias, activation, weight_group_scale=group_scale, rotate=True)
             if group_scale is not None:  # 4-bit weights with two-level scales: the group scales, and the rest
                 if input_scale is None and smooth is None and weight_colsum is None:  # W4A8, dynamic per token
                     return op(x, weight, weight_scale, bias, activation, weight_group_scale=group_scale)
@@ -862,18 +856,19 @@ class QuantLinear(nn.Module):
         state.setdefault("_rotate", state["scheme"].rotate)
         state.setdefault("tensor_parallel", None)
         state.setdefault("_add_bias", True)
+        state.get("_buffers", {}).pop("hadamard", None)  # rotated layers once kept the matrix as a buffer
         super().__setstate__(state)
-        for name in ("input_zero_point", "weight_colsum", "weight_group_scale", "hadamard"):
+        for name in ("input_zero_point", "weight_colsum", "weight_group_scale"):
             self._buffers.setdefault(name, None)
 
     def _apply(self, fn, recurse=True):
         # Module.half() / .to(torch.bfloat16) convert every floating buffer; the kernels want fp32
-        # scales and rounding them would silently cost accuracy, so scales, bias and the Hadamard
-        # matrix keep fp32 and follow only device moves. (The integer weight and group scales are never converted: they
+        # scales and rounding them would silently cost accuracy, so scales and bias keep fp32 and
+        # follow only device moves. (The integer weight and group scales are never converted: they
         # are not floating point.)
         kept = {
             name: self._buffers[name]
-            for name in ("weight_scale", "bias", "input_scale", "smooth", "hadamard")
+            for name in ("weight_scale", "bias", "input_scale", "smooth")
             if self._buffers.get(name) is not None
         }
         super()._apply(fn, recurse)
@@ -925,8 +920,8 @@ class _QuantLinearFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y: torch.Tensor):
         grad_x = grad_bias = None
-        if ctx.needs_input_grad[0]:
-            grad_x = grad_y @ ctx.layer._op_weight(grad_y.dtype)
+        if ctx.needs_input_grad[0]:  # the weight rotated back where the layer rotates x (R^T = R)
+            grad_x = grad_y @ ctx.layer.dequantize_weight(grad_y.dtype)
         if ctx.needs_input_grad[1]:
             grad_bias = grad_y.float().sum(dim=0)
         return grad_x, grad_bias, None

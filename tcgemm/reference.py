@@ -10,6 +10,7 @@ import torch
 from ._scales import (
     SCALE_BLOCK, decode_scale_a, decode_scale_b, expand_scale, k_blocks, per_element, quantize_scale_shape,
 )
+from .rotation import rotate_blocks
 from .scheme import ACTIVATION_GRANULARITIES
 
 
@@ -78,6 +79,7 @@ def quantize_reference(
     smooth: Optional[torch.Tensor] = None,
     symmetric: bool = True,
     zero_point: Optional[torch.Tensor] = None,
+    rotate: bool = False,
 ) -> tuple[torch.Tensor, ...]:
     """Symmetric int8 quantization of ``x`` [M, K] (or [..., K]), defined in plain torch.
 
@@ -90,7 +92,8 @@ def quantize_reference(
     Python scalar through its reciprocal, which is not the IEEE quotient); q and the scale are
     returned on the device of ``x``, the scale shaped [] / [..., 1] / [..., G] (static: like
     ``scale``). ``smooth`` [K]: the values quantized are ``float(x) * smooth`` (one fp32 product).
-    ``symmetric=False``: :func:`quantize_asym_reference`.
+    ``symmetric=False``: :func:`quantize_asym_reference`. ``rotate``: the values quantized are
+    ``rotate_blocks(float(x))`` (:mod:`tcgemm.rotation`; dynamic symmetric, K a multiple of 128).
     """
     if not symmetric:
         return quantize_asym_reference(x, granularity, scale, zero_point, smooth)
@@ -102,6 +105,10 @@ def quantize_reference(
     xf = x.detach().cpu().float().reshape(m, k)
     if smooth is not None:
         xf = xf * smooth.detach().cpu().float().reshape(1, k)
+    if rotate:
+        if scale is not None or smooth is not None or granularity == "tensor":
+            raise ValueError("quantize_reference: rotate=True needs dynamic scales per token or group, no smooth")
+        xf = rotate_blocks(xf)
     finite = xf.isfinite()
 
     def per_group(t: torch.Tensor, fill, reduce) -> torch.Tensor:

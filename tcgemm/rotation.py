@@ -7,13 +7,16 @@ quantizes ``W R`` (once) and ``x R`` (per call) instead of ``W`` and ``x``. The 
 each input feature over its block of 128, so an outlier feature no longer sets the scale of a
 whole token or weight group alone, and it keeps every 1x128 group of scales aligned with a block.
 
-The input's rotation is a matrix product per call (``rotate_blocks``, in fp32), not fused into the
-quantization kernel. Accuracy and cost: ``docs/design/int4.md``.
+Every path rotates in one order, so the rotated values are the same bits everywhere: fp32
+butterflies ``(a, b) -> (a + b, a - b)`` of strides 1, 2, ..., 64 within each block, then each value
+times ``1/sqrt(128)`` rounded to fp32 (:func:`rotate_blocks`; ``csrc/common/quantize_params.h``
+``hadamard_block``). A rotated layer's input is rotated inside the activation quantization
+(``tcgemm.quantize(..., rotate=True)``, ``tcgemm.quant_linear(..., rotate=True)``): on the GPU the
+lanes that hold a block exchange values with shuffles, and ``x R`` is never written to memory.
+Accuracy and cost: ``docs/design/int4.md``.
 """
 
 from __future__ import annotations
-
-from typing import Optional
 
 import torch
 
@@ -37,21 +40,27 @@ def hadamard(device=None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return h
 
 
-def rotate_blocks(x: torch.Tensor, h: Optional[torch.Tensor] = None) -> torch.Tensor:
+def rotate_blocks(x: torch.Tensor) -> torch.Tensor:
     """``x R``: each block of ``SCALE_BLOCK`` values of the last dimension times ``H``, computed in
-    fp32 (fp64 for fp64 ``x``) and returned in ``x``'s dtype. The last dimension must be a multiple
-    of ``SCALE_BLOCK``. Applied twice it gives ``x`` back (up to rounding). ``h``: ``hadamard()``
-    already on ``x``'s device in the compute dtype (a layer's buffer: nothing is allocated or
-    copied to the device here, e.g. while a CUDA graph is captured)."""
+    fp32 (fp64 for fp64 ``x``) in the order the kernels use (module docstring) and returned in
+    ``x``'s dtype: for an fp32 ``x`` the values ``tcgemm.quantize(x, rotate=True)`` quantizes. The
+    last dimension must be a multiple of ``SCALE_BLOCK``. Applied twice it gives ``x`` back (up to
+    rounding)."""
     k = x.shape[-1]
     if k % SCALE_BLOCK:
         raise ValueError(f"tcgemm.rotation.rotate_blocks: the last dimension must be a multiple of {SCALE_BLOCK}, "
                          f"got shape {list(x.shape)}")
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    if h is None:
-        h = hadamard(x.device, dtype)
-    blocks = x.to(dtype).reshape(*x.shape[:-1], k // SCALE_BLOCK, SCALE_BLOCK)
-    return (blocks @ h).reshape(x.shape).to(x.dtype)
+    lead = x.shape[:-1]
+    y = x.to(dtype)
+    h = 1
+    while h < SCALE_BLOCK:  # element i with element i + h (i's bit h clear): the sum, then the difference
+        pairs = y.reshape(*lead, k // (2 * h), 2, h)
+        a, b = pairs.select(-2, 0), pairs.select(-2, 1)
+        y = torch.stack((a + b, a - b), dim=-2).reshape(*lead, k)
+        h *= 2
+    norm = torch.tensor(SCALE_BLOCK ** -0.5, dtype=dtype)  # kHadamardNorm in fp32 (a scalar on any device)
+    return (y * norm).to(x.dtype)
 
 
 def rotate_hessian(h: torch.Tensor) -> torch.Tensor:

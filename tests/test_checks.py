@@ -39,7 +39,7 @@ def _scaled_base(dev):  # M = 4, N = 8, K = 256: two K blocks, one N block
 
 
 def _quantize_base(dev):
-    return dict(x=_ones(5, 300, device=dev), granularity="token", scale=None, smooth=None)
+    return dict(x=_ones(5, 300, device=dev), granularity="token", scale=None, smooth=None, rotate=False)
 
 
 def _quantize_asym_base(dev):
@@ -49,7 +49,8 @@ def _quantize_asym_base(dev):
 def _quant_linear_base(dev):  # x [2, 3, 256], weight [N, K] = [8, 256]
     return dict(x=_ones(2, 3, 256, device=dev), weight=_ones(8, 256, dtype=I8, device=dev),
                 weight_scale=_ones(8, device=dev), bias=None, activation="token", input_scale=None, smooth=None,
-                backend="auto", asymmetric=False, input_zero_point=None, weight_colsum=None, weight_group_scale=None)
+                backend="auto", asymmetric=False, input_zero_point=None, weight_colsum=None, weight_group_scale=None,
+                rotate=False)
 
 
 def _unpack_int4_base(dev):  # a packed 4-bit weight [N, K/2] = [8, 128]
@@ -214,6 +215,12 @@ _QUANTIZE_BAD = [
     ("smooth_shape", lambda x, dev: {"smooth": _ones(5, device=dev)}),
     ("smooth_shape", lambda x, dev: {"smooth": _ones(300, 1, device=dev)}),
     ("smooth_device", lambda x, dev: {"smooth": _ones(300)}),
+    ("rotate_dynamic", lambda x, dev: {"rotate": True, "x": _ones(5, 256, device=dev),
+                                       "scale": _ones(5, 1, device=dev)}),
+    ("rotate_dynamic", lambda x, dev: {"rotate": True, "smooth": _ones(300, device=dev)}),
+    ("rotate_granularity", lambda x, dev: {"rotate": True, "granularity": "tensor"}),
+    ("rotate_blocks", lambda x, dev: {"rotate": True}),
+    ("rotate_blocks", lambda x, dev: {"rotate": True, "granularity": "group"}),
 ]
 _QUANTIZE_ASYM_BAD = [
     ("x_dim", lambda x, dev: {"x": x["x"][0]}),
@@ -320,6 +327,11 @@ _QUANT_LINEAR_BAD = [
     ("k_overflow", _long_k_layer(input_scale=lambda dev: _ones(device=dev), activation=lambda dev: "static")),
     # An expand()-ed [N, ceil(K/128)] scale does not change along K: not per-block.
     ("k_overflow", _long_k_layer(weight_scale=lambda dev: _ones(1, 1, device=dev).expand(1, 1024))),
+    ("rotate_dynamic", lambda x, dev: {"rotate": True, "activation": "static", "input_scale": _ones(1, device=dev)}),
+    ("rotate_dynamic", lambda x, dev: {"rotate": True, "smooth": _ones(256, device=dev)}),
+    ("rotate_dynamic", lambda x, dev: {"rotate": True, "asymmetric": True}),
+    ("rotate_blocks", lambda x, dev: {"rotate": True, "x": _ones(3, 200, device=dev),
+                                      "weight": _ones(8, 200, dtype=I8, device=dev)}),
     ("backend_on_cpu", lambda x, dev: {"backend": "sm90"}),
     ("backend_on_cpu", lambda x, dev: {"backend": "skinny"}),
 ]

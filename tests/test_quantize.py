@@ -78,8 +78,8 @@ def check_quantize(x, granularity, static, context=""):
 
 def test_op_is_registered_with_its_schema():
     schema = str(torch.ops.tcgemm.quantize.default._schema)
-    assert schema == ("tcgemm::quantize(Tensor x, str granularity, Tensor? scale=None, Tensor? smooth=None) "
-                      "-> (Tensor, Tensor)")
+    assert schema == ("tcgemm::quantize(Tensor x, str granularity, Tensor? scale=None, Tensor? smooth=None, "
+                      "bool rotate=False) -> (Tensor, Tensor)")
     assert "quantize" in tcgemm.__all__
 
 

@@ -1,6 +1,10 @@
 """Rotated layers (``QuantScheme(rotate=True)``, tcgemm.rotation): the block Hadamard matrix is
-orthonormal and its own inverse; a rotated QuantLinear is ``tcgemm.quant_linear`` on ``x R`` with
-the quantized ``W R``, bit for bit, and within the quantization's error of the float layer; its
+orthonormal and its own inverse, and ``rotate_blocks`` is it in the kernels' butterfly order;
+``tcgemm.quantize(x, rotate=True)`` is the reference quantization of the rotated input, bit for
+bit on the CPU and the GPU (every kernel shape of the token and group kernels, every dtype, strided
+x, bad data); a rotated QuantLinear is ``tcgemm.quant_linear(..., rotate=True)`` on ``x`` with
+the quantized ``W R``, bit for bit ``quant_linear`` on the rotated fp32 input, and within the
+quantization's error of the float layer; its
 weight rotates back, its state_dict round-trips, its gradient is the rotated-back weight's, GPTQ
 sees the rotated second moments, it traces whole under torch.compile and replays in a CUDA graph;
 what it cannot run is refused naming the setting. CPU and CUDA.
@@ -15,6 +19,7 @@ from torch import nn
 
 import tcgemm
 from tcgemm.nn import GPTQ, QuantLinear
+from tcgemm.reference import quantize_reference
 from tcgemm.rotation import hadamard, rotate_blocks, rotate_hessian
 
 ROTATED = {"w8a8": dataclasses.replace(tcgemm.W8A8_DYNAMIC, rotate=True),
@@ -44,6 +49,72 @@ def test_hadamard_is_orthonormal_and_its_own_inverse():
                        torch.zeros_like(x[..., 128:]))
 
 
+def test_rotate_blocks_is_the_hadamard_product():
+    x = torch.randn(7, 384, dtype=torch.float64)
+    h = hadamard(dtype=torch.float64)
+    assert torch.allclose(rotate_blocks(x), (x.reshape(7, 3, 128) @ h).reshape(7, 384), atol=1e-12)
+    # fp32: the butterflies' rounding, the same bits on every device
+    xf = torch.randn(5, 256)
+    assert torch.allclose(rotate_blocks(xf), (xf.reshape(5, 2, 128) @ h.float()).reshape(5, 256), atol=1e-5)
+    if torch.cuda.is_available():
+        assert torch.equal(rotate_blocks(xf.cuda()).cpu(), rotate_blocks(xf))
+
+
+# K values that take each shape of the GPU token kernel (bf16: a warp per row up to 1024 values,
+# a block up to 16384, a block of 1024 threads up to 32768, two sweeps beyond) and of fp32 (a warp
+# up to 1024 values, a block up to 16384, two sweeps beyond).
+ROTATE_KS = [128, 384, 1024, 4096, 14336, 16384 + 128, 32768, 32768 + 256]
+
+
+@pytest.mark.parametrize("granularity", ["token", "group"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("k", ROTATE_KS)
+def test_quantize_rotated_is_the_reference(granularity, dtype, k, device):
+    gen = torch.Generator().manual_seed(k)
+    x = (torch.randn(3, k, generator=gen) * torch.linspace(0.5, 4.0, k)).to(dtype)
+    x[1, 5] = 300.0  # an outlier feature: spread over its block
+    xd = x.to(device)
+    q, s = tcgemm.quantize(xd, granularity, rotate=True)
+    q_ref, s_ref = quantize_reference(x, granularity, rotate=True)
+    assert torch.equal(q.cpu(), q_ref) and torch.equal(s.cpu(), s_ref)
+    # the same as quantizing the rotated values, rotated in fp32 by rotate_blocks
+    q2, s2 = tcgemm.quantize(rotate_blocks(xd.float()), granularity)
+    assert torch.equal(q, q2) and torch.equal(s, s2)
+
+
+@pytest.mark.parametrize("granularity", ["token", "group"])
+def test_quantize_rotated_layouts_and_bad_data(granularity, device):
+    gen = torch.Generator().manual_seed(11)
+    base = torch.randn(6, 2 * 512 + 3, generator=gen).to(device=device, dtype=torch.bfloat16)
+    for x in (base[:, :512], base[:, 1:513], base[::2, 3:515], base[:, :1024:2], base[0, :512].expand(4, 512),
+              base[:4, :256].reshape(2, 2, 256)):
+        q, s = tcgemm.quantize(x, granularity, rotate=True)
+        q_ref, s_ref = quantize_reference(x, granularity, rotate=True)
+        assert torch.equal(q.cpu(), q_ref.cpu()) and torch.equal(s.cpu(), s_ref.cpu())
+    # a NaN or an inf in a block: its row (per token) or its group gets the scale NaN and zeros
+    x = torch.randn(4, 512, generator=gen).to(device)
+    x[1, 7], x[2, 300] = float("nan"), float("inf")
+    q, s = tcgemm.quantize(x, granularity, rotate=True)
+    q_ref, s_ref = quantize_reference(x, granularity, rotate=True)
+    assert torch.equal(q.cpu(), q_ref.cpu()) and torch.allclose(s.cpu(), s_ref.cpu(), rtol=0, atol=0, equal_nan=True)
+    assert s[1].isnan().any() and s[2].isnan().any() and not s[0].isnan().any()
+    assert (q[1] == 0).all() if granularity == "token" else (q[1, :128] == 0).all()
+
+
+def test_quantize_rotated_refused(device):
+    x = torch.randn(2, 256, device=device)
+    with pytest.raises(ValueError, match="rotate=True needs K a multiple of 128"):
+        tcgemm.quantize(torch.randn(2, 200, device=device), rotate=True)
+    with pytest.raises(ValueError, match="rotate=True needs dynamic symmetric scales"):
+        tcgemm.quantize(x, scale=torch.ones(2, 1, device=device), rotate=True)
+    with pytest.raises(ValueError, match="rotate=True needs dynamic symmetric scales"):
+        tcgemm.quantize(x, symmetric=False, rotate=True)
+    with pytest.raises(ValueError, match="rotate=True needs granularity 'token' or 'group', got 'tensor'"):
+        tcgemm.quantize(x, "tensor", rotate=True)
+    with pytest.raises(TypeError, match="argument 'rotate' must be a bool"):
+        tcgemm.quantize(x, rotate=1)
+
+
 def test_rotate_hessian_is_that_of_the_rotated_input():
     x = torch.randn(50, 256, dtype=torch.float64)
     xr = rotate_blocks(x)
@@ -64,15 +135,35 @@ def test_rotated_layer_is_quant_linear_on_the_rotated_input(scheme, dtype, devic
     x = torch.randn(2, 5, 256, generator=gen).to(device=device, dtype=dtype)
     y = q(x)
     assert y.dtype == dtype and y.shape == (2, 5, 192)
-    xr = rotate_blocks(x).reshape(10, 256)
+    expect = tcgemm.quant_linear(x, q.weight, q.weight_scale, q.bias, q.scheme.activation,
+                                 weight_group_scale=q.weight_group_scale, rotate=True)
+    assert torch.equal(y, expect)
+    # the op on the rotated fp32 input (no rounding to x's dtype between the rotation and the
+    # quantization), its fp32 outputs rounded once to x's dtype
+    xr = rotate_blocks(x.float()).reshape(10, 256)
     expect = tcgemm.quant_linear(xr, q.weight, q.weight_scale, q.bias, q.scheme.activation,
                                  weight_group_scale=q.weight_group_scale)
-    assert torch.equal(y.reshape(10, 192), expect)
+    assert torch.equal(y.reshape(10, 192), expect.to(dtype))
     # and the float layer, within the error of the quantization (4 bits: a coarser bound)
     with torch.no_grad():
         ref = lin(x.float())
     err = float((y.float() - ref).norm() / ref.norm())
     assert err < (0.08 if ROTATED[scheme].bits == 4 else 0.02), err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scheme", ["w8a8", "w4a8"])
+@pytest.mark.parametrize("k", [256, 4096, 8192, 14336])
+def test_rotated_layer_few_rows_cuda(scheme, k):
+    # the quantize kernel's warp and block teams, then the few-rows GEMM with an int8 A
+    gen = torch.Generator().manual_seed(k)
+    q = QuantLinear.from_linear(_linear(gen, k, 512, "cuda"), scheme=ROTATED[scheme])
+    for m in (1, 3):
+        x = torch.randn(m, k, generator=gen).to("cuda", torch.bfloat16)
+        expect = tcgemm.quant_linear(rotate_blocks(x.float()), q.weight, q.weight_scale, q.bias, q.scheme.activation,
+                                     weight_group_scale=q.weight_group_scale)
+        with torch.no_grad():
+            assert torch.equal(q(x), expect.to(torch.bfloat16))
 
 
 def test_rotated_weight_rotates_back_and_state_dict_round_trips(device):
@@ -170,14 +261,14 @@ def test_rotated_layer_cuda_graph():
     assert torch.equal(out, expect)
 
 
-def test_rotated_layer_keeps_an_fp32_matrix_of_its_own():
-    layer = QuantLinear(256, 64, scheme=ROTATED["w8a8"])
-    assert layer.hadamard.dtype == torch.float32 and "hadamard" not in layer.state_dict()
-    assert layer.hadamard.data_ptr() != hadamard().data_ptr()
-    layer.half()
-    assert layer.hadamard.dtype == torch.float32
-    assert QuantLinear(256, 64, scheme="w8a8").hadamard is None
-    # pickled whole (torch.save of a model): the buffer and the rotation come back
+def test_rotated_layer_pickles_whole():
+    gen = torch.Generator().manual_seed(9)
+    layer = QuantLinear.from_linear(_linear(gen, 256, 64, "cpu"), scheme=ROTATED["w8a8"])
+    x = torch.randn(3, 256, generator=gen)
+    # pickled whole (torch.save of a model): the rotation comes back
     again = pickle.loads(pickle.dumps(layer))
-    x = torch.randn(3, 256)
-    assert again._rotate and torch.equal(again.hadamard, layer.hadamard) and torch.equal(again(x), layer(x))
+    assert again._rotate and torch.equal(again(x), layer(x))
+    # a layer pickled when rotated layers kept the Hadamard matrix as a buffer drops it
+    layer._buffers["hadamard"] = hadamard()
+    again = pickle.loads(pickle.dumps(layer))
+    assert "hadamard" not in again._buffers and torch.equal(again(x), layer(x))

@@ -65,10 +65,47 @@ struct QuantizeParams {
   // kernels may start before the previous kernel on the stream ends (they touch memory only after
   // ptx::griddep_wait) and let the GEMM after them start early (ptx::griddep_launch_dependents).
   bool pdl = false;
+  // Rotated (tcgemm.rotation): each block of kScaleBlock values of a row is multiplied by the
+  // orthonormal Hadamard matrix before it is quantized (hadamard_block below), amax included.
+  // Dynamic symmetric per token or per group only, no channel_mul, K a multiple of kScaleBlock;
+  // on the GPU x is read as 16-byte vectors (the op layer copies any other layout).
+  bool rotate = false;
   cudaStream_t stream = nullptr;
 
   TCGEMM_HD int64_t groups() const { return scale_blocks(k); }
+
+  // Whether the GPU kernels can read x as 16-byte vectors (8 bf16/fp16 or 4 fp32 values): an
+  // aligned base and row stride, a unit K stride, K a multiple of the vector.
+  bool x_as_vectors() const {
+    const int64_t vec = dtype == QuantDtype::kFloat32 ? 4 : 8;
+    return reinterpret_cast<uintptr_t>(x) % 16 == 0 && x_stride_row % vec == 0 && x_stride_col == 1 && k % vec == 0;
+  }
 };
+
+// 1 / sqrt(kScaleBlock) rounded to fp32: the orthonormal Hadamard matrix's entries are +-this.
+constexpr float kHadamardNorm = 0.0883883476483184405f;
+
+// The butterfly of one stage of the rotation: (a, b) -> (a + b, a - b), each rounded once.
+TCGEMM_HD void hadamard_pair(float& a, float& b) {
+  const float sum = a + b, diff = a - b;
+  a = sum;
+  b = diff;
+}
+
+// A block of kScaleBlock values times the orthonormal Hadamard matrix of Sylvester's order
+// (H[i][j] = (-1)^popcount(i & j) / sqrt(128)), the rotation every path computes in this order:
+// fp32 butterflies of strides 1, 2, 4, ..., 64 (element i with element i + h, i's bit h clear),
+// then each value times kHadamardNorm. The GPU kernels compute the same stages across a warp's
+// lanes (quant::hadamard128), so the rotated values are the same bits everywhere
+// (tcgemm.rotation.rotate_blocks in fp32 too).
+inline void hadamard_block(float* v) {
+  for (int h = 1; h < kScaleBlock; h *= 2) {
+    for (int i = 0; i < kScaleBlock; ++i) {
+      if ((i & h) == 0) hadamard_pair(v[i], v[i + h]);
+    }
+  }
+  for (int i = 0; i < kScaleBlock; ++i) v[i] *= kHadamardNorm;
+}
 
 // IEEE round-to-nearest fp32 division on both sides. On the device `/` may be compiled to a
 // reciprocal approximation under fast-math flags; __fdiv_rn never is. Host code is built

@@ -45,14 +45,17 @@ STABLE_TORCH_LIBRARY(tcgemm, m) {
   m.def(
       "scaled_gemm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
       "ScalarType? out_dtype=None, str backend='auto', Tensor? zero_point_a=None, Tensor? colsum_b=None) -> Tensor");
-  m.def("quantize(Tensor x, str granularity, Tensor? scale=None, Tensor? smooth=None) -> (Tensor, Tensor)");
+  m.def(
+      "quantize(Tensor x, str granularity, Tensor? scale=None, Tensor? smooth=None, bool rotate=False) -> "
+      "(Tensor, Tensor)");
   m.def(
       "quantize_asym(Tensor x, str granularity, Tensor? scale=None, Tensor? zero_point=None, Tensor? smooth=None) "
       "-> (Tensor, Tensor, Tensor)");
   m.def(
       "quant_linear(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None, str activation='token', "
       "Tensor? input_scale=None, Tensor? smooth=None, str backend='auto', bool asymmetric=False, "
-      "Tensor? input_zero_point=None, Tensor? weight_colsum=None, Tensor? weight_group_scale=None) -> Tensor");
+      "Tensor? input_zero_point=None, Tensor? weight_colsum=None, Tensor? weight_group_scale=None, "
+      "bool rotate=False) -> Tensor");
   // Packed 4-bit weights (common/int4.h).
   m.def("unpack_int4(Tensor packed, Tensor? group_scale=None) -> Tensor");
   m.def("gemm_int4(Tensor a, Tensor b, Tensor? group_scale=None, str backend='auto') -> Tensor");

@@ -80,10 +80,16 @@ bool static_by_one_block(const Tensor& x, const Rows& r, QuantGranularity granul
 QuantizeParams quantize_params(const Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity);
 
 // Quantizes the validated rows `r` of x into `t` (nothing for an empty x); `smooth` (validated)
-// or null (quantize.cpp).
+// or null; rotate: each 128-value block of a row rotated first (QuantizeParams::rotate; checked
+// by check_rotate) (quantize.cpp).
 void quantize_to(const Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
                  const std::optional<Tensor>& scale, const Tensor* smooth, bool overlap, const AsymmetricArgs& asym,
-                 const QuantizeTargets& t);
+                 const QuantizeTargets& t, bool rotate = false);
+
+// The checks of rotate=True for x [..., K] (quantize.cpp): dynamic symmetric scales per token or
+// per group, no SmoothQuant, K a multiple of 128.
+void check_rotate(const char* op, const Tensor& x, QuantGranularity granularity, bool is_static, bool smooth,
+                  bool asymmetric);
 
 // How scaled_gemm_impl is called, besides its operands.
 struct ScaledGemmCall {

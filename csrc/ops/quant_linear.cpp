@@ -7,6 +7,9 @@
 // with symmetric scales the skinny GEMM kernel quantizes x itself (one kernel); otherwise,
 // on sm_90+, the two kernels are programmatic dependent launches (common/launch_kernel.cuh): the
 // few-rows GEMM streams its weights while the activations are quantized (docs/design/decode.md).
+// Rotated (rotate=True, tcgemm.rotation): the quantize kernel rotates each 128-value block of x
+// before quantizing it, so such a layer is always the two kernels (rotating in the skinny kernel's
+// own quantization instead: docs/design/int4.md).
 #include <optional>
 #include <string>
 #include <string_view>
@@ -110,7 +113,8 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
                     const std::optional<Tensor>& bias, std::string_view activation_arg,
                     const std::optional<Tensor>& input_scale, const std::optional<Tensor>& smooth,
                     std::string_view backend_arg, bool asymmetric, const std::optional<Tensor>& input_zero_point,
-                    const std::optional<Tensor>& weight_colsum, const std::optional<Tensor>& weight_group_scale) {
+                    const std::optional<Tensor>& weight_colsum, const std::optional<Tensor>& weight_group_scale,
+                    bool rotate) {
   const Backend requested = parse_backend_arg(kOp, backend_arg);
   const QuantGranularity granularity = parse_activation(activation_arg);
   const std::optional<QuantDtype> dtype = quant_dtype_of(dtype_of(x));
@@ -148,6 +152,7 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
                      ": K = ", num(k), " > ", num(kMaxUnblockedK),
                      " could overflow the int32 accumulator without per-block scales; use activation='block'");
   if (asymmetric) check_asymmetric_k(kOp, k, "asymmetric");
+  if (rotate) check_rotate(kOp, x, granularity, input_scale.has_value(), smooth.has_value(), asymmetric);
   TCGEMM_CHECK_VALUE(is_cpu(x) || is_cuda(x), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ", device_str(x));
 
   Sizes out_shape = sizes_of(x);
@@ -187,8 +192,8 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
   call.m = m;
   call.k = k;
   // A few rows on the GPU: where the GEMM runs on the skinny kernel, that kernel quantizes x
-  // itself (symmetric scales): one kernel for the layer, no scratch.
-  if (is_cuda(x) && !asymmetric) {
+  // itself (symmetric scales, not rotated): one kernel for the layer, no scratch.
+  if (is_cuda(x) && !asymmetric && !rotate) {
     QuantizeParams xq = quantize_params(x_rows, *rows, *dtype, granularity);
     std::optional<Tensor> smooth_copy;
     const Tensor* channel_mul = smooth.has_value() ? &dense(*smooth, smooth_copy) : nullptr;
@@ -232,7 +237,7 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
     if (asymmetric) copy_one_element(*input_zero_point, t.zero_out, x);
   }
   quantize_to(x_rows, *rows, *dtype, granularity, input_scale, smooth.has_value() ? &*smooth : nullptr, call.overlap,
-              asym, t);
+              asym, t, rotate);
 
   // The scaled GEMM reads them where they are, in the shape tcgemm.quantize returns them.
   st.ptr = t.scale_out;
@@ -257,9 +262,9 @@ Tensor quant_linear_kernel(const Tensor& x, const Tensor& weight, const Tensor& 
                            const std::optional<Tensor>& input_scale, const std::optional<Tensor>& smooth,
                            const std::string& backend, bool asymmetric, const std::optional<Tensor>& input_zero_point,
                            const std::optional<Tensor>& weight_colsum,
-                           const std::optional<Tensor>& weight_group_scale) {
+                           const std::optional<Tensor>& weight_group_scale, bool rotate) {
   return quant_linear(x, weight, weight_scale, bias, activation, input_scale, smooth, backend, asymmetric,
-                      input_zero_point, weight_colsum, weight_group_scale);
+                      input_zero_point, weight_colsum, weight_group_scale, rotate);
 }
 
 void register_kernels(Library& m) {

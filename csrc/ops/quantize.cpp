@@ -207,10 +207,31 @@ QuantizeParams quantize_params(const Tensor& x, const Rows& r, QuantDtype dtype,
   return p;
 }
 
-void quantize_to(const Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
+void check_rotate(const char* op, const Tensor& x, QuantGranularity granularity, bool is_static, bool smooth,
+                  bool asymmetric) {
+  TCGEMM_CHECK_VALUE(!is_static && !smooth && !asymmetric, op,
+                     ": rotate=True needs dynamic symmetric scales and no 'smooth'");
+  TCGEMM_CHECK_VALUE(granularity != QuantGranularity::kTensor, op,
+                     ": rotate=True needs granularity 'token' or 'group', got 'tensor'");
+  const int64_t k = x.size(x.dim() - 1);
+  TCGEMM_CHECK_VALUE(k % kScaleBlock == 0, op, ": rotate=True needs K a multiple of ", num(kScaleBlock),
+                     " (one Hadamard block), got 'x' of shape ", shape_str(x));
+}
+
+void quantize_to(const Tensor& x_arg, const Rows& r_arg, QuantDtype dtype, QuantGranularity granularity,
                  const std::optional<Tensor>& scale, const Tensor* smooth, bool overlap, const AsymmetricArgs& asym,
-                 const QuantizeTargets& t) {
-  if (r.m == 0 || r.k == 0) return;
+                 const QuantizeTargets& t, bool rotate) {
+  if (r_arg.m == 0 || r_arg.k == 0) return;
+  // Rotated rows on the GPU are read as 16-byte vectors (the lanes of a block exchange values):
+  // any other layout of x is copied first.
+  std::optional<Tensor> x_copy;
+  std::optional<Rows> r_copy;
+  if (rotate && is_cuda(x_arg) && !quantize_params(x_arg, r_arg, dtype, granularity).x_as_vectors()) {
+    x_copy = contiguous_clone(x_arg);
+    r_copy = rows_of(*x_copy);
+  }
+  const Tensor& x = x_copy ? *x_copy : x_arg;
+  const Rows& r = r_copy ? *r_copy : r_arg;
   // The kernels index the given scales densely; they read these and write the targets.
   std::optional<Tensor> scale_copy, smooth_copy, zero_copy;
   const Tensor* scale_in = scale.has_value() ? &dense(*scale, scale_copy) : nullptr;
@@ -218,6 +239,7 @@ void quantize_to(const Tensor& x, const Rows& r, QuantDtype dtype, QuantGranular
   const Tensor* zero_in = asym.enabled && asym.zero_point.has_value() ? &dense(*asym.zero_point, zero_copy) : nullptr;
 
   QuantizeParams p = quantize_params(x, r, dtype, granularity);
+  p.rotate = rotate;
   p.q = t.q;
   p.q_stride_row = t.q_stride_row;
   p.scale_out = t.scale_out;
@@ -247,7 +269,7 @@ struct QuantizeResult {
 // (validated) or null.
 QuantizeResult quantize_impl(const Tensor& x, const Rows& r, QuantDtype dtype, QuantGranularity granularity,
                              const std::optional<Tensor>& scale, const Tensor* smooth, bool overlap,
-                             const AsymmetricArgs& asym = {}) {
+                             const AsymmetricArgs& asym = {}, bool rotate = false) {
   const int64_t m = r.m, k = r.k;
   Tensor q = empty({m, k}, ScalarType::Char, x);
   // Static: the op returns a copy of the given scales (an output may not alias an input under
@@ -277,22 +299,24 @@ QuantizeResult quantize_impl(const Tensor& x, const Rows& r, QuantDtype dtype, Q
   t.scale_out = data<float>(scale_out);
   t.zero_out = zero_out ? data<int32_t>(*zero_out) : nullptr;
   t.by_kernel = by_kernel;
-  quantize_to(x, r, dtype, granularity, scale, smooth, overlap, asym, t);
+  quantize_to(x, r, dtype, granularity, scale, smooth, overlap, asym, t, rotate);
   return {std::move(q), std::move(scale_out), std::move(zero_out)};
 }
 
 }  // namespace
 
 std::tuple<Tensor, Tensor> quantize(const Tensor& x, std::string_view granularity_arg,
-                                    const std::optional<Tensor>& scale, const std::optional<Tensor>& smooth) {
+                                    const std::optional<Tensor>& scale, const std::optional<Tensor>& smooth,
+                                    bool rotate) {
   const QuantDtype dtype = check_x(kOp, x);
   const QuantGranularity granularity = parse_granularity(granularity_arg);
   if (scale.has_value()) check_scale(kOp, *scale, "scale", ScalarType::Float, x, granularity);
   if (smooth.has_value()) check_smooth(kOp, *smooth, x);
+  if (rotate) check_rotate(kOp, x, granularity, scale.has_value(), smooth.has_value(), false);
   TCGEMM_CHECK_VALUE(is_cpu(x) || is_cuda(x), kOp, ": argument 'x' must be a CPU or CUDA tensor, got ", device_str(x));
   if (scale.has_value() && is_cpu(x)) check_static_scale_values(kOp, "scale", *scale);
   QuantizeResult r = quantize_impl(x, *rows_of(x), dtype, granularity, scale, smooth.has_value() ? &*smooth : nullptr,
-                                   /*overlap=*/false);
+                                   /*overlap=*/false, AsymmetricArgs{}, rotate);
   return {std::move(r.q), std::move(r.scale)};
 }
 
@@ -330,8 +354,9 @@ namespace {
 
 // The registered kernels, in the types the stable ABI unboxes to.
 std::tuple<Tensor, Tensor> quantize_kernel(const Tensor& x, const std::string& granularity,
-                                           const std::optional<Tensor>& scale, const std::optional<Tensor>& smooth) {
-  return quantize(x, granularity, scale, smooth);
+                                           const std::optional<Tensor>& scale, const std::optional<Tensor>& smooth,
+                                           bool rotate) {
+  return quantize(x, granularity, scale, smooth, rotate);
 }
 
 std::tuple<Tensor, Tensor, Tensor> quantize_asym_kernel(const Tensor& x, const std::string& granularity,

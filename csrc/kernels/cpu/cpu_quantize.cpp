@@ -50,6 +50,14 @@ const float* row_of(const QuantizeParams& p, int64_t row, std::vector<float>& bu
   return buf.data();
 }
 
+// The K values at x with each block of kScaleBlock values rotated (QuantizeParams::rotate), in
+// `out` (K a multiple of the block).
+const float* rotated(const float* x, int64_t k, std::vector<float>& out) {
+  out.assign(x, x + k);
+  for (int64_t b = 0; b + kScaleBlock <= k; b += kScaleBlock) hadamard_block(out.data() + b);
+  return out.data();
+}
+
 float amax_of(const float* x, int64_t n) {
   float m = 0.f;
   for (int64_t i = 0; i < n; ++i) m = amax_fold(m, x[i]);
@@ -115,10 +123,11 @@ bool quantize_rows(const QuantizeParams& p, int64_t m_begin, int64_t m_end, floa
   if (p.asymmetric) return quantize_rows_asymmetric(p, m_begin, m_end);
   const bool is_static = p.scale_in != nullptr;
   const int64_t groups = p.groups();
-  std::vector<float> buf;
+  std::vector<float> buf, rot;
   float tensor_mark = 0.f;  // static per tensor: NaN once a row was bad
   for (int64_t row = m_begin; row < m_end; ++row) {
     const float* x_row = row_of(p, row, buf);
+    if (p.rotate) x_row = rotated(x_row, p.k, rot);
     int8_t* q_row = p.q + row * p.q_stride_row;
     switch (p.granularity) {
       case QuantGranularity::kTensor:

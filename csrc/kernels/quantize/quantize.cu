@@ -28,6 +28,9 @@
 // (griddep_wait) before its first access to memory, and then lets the GEMM after it start
 // (griddep_launch_dependents), which streams its weights while this kernel runs.
 //
+// Rotated (QuantizeParams::rotate, ROT): each 128-value block of a row is rotated (hadamard128)
+// by the lanes that hold it before the amax and the quantization, per token or per group.
+//
 // Asymmetric (ASYM, a template flag so that the symmetric kernels are unchanged): the token kernel
 // reduces max x and max -x instead of max |x| (QuantRange) and writes a zero point beside each
 // scale; the static kernel adds the given zero point. The per-group and dynamic per-tensor
@@ -43,6 +46,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 #include <type_traits>
 
 #include <cuda_bf16.h>
@@ -142,9 +146,16 @@ __device__ __forceinline__ QuantRange<ASYM> block_range(QuantRange<ASYM> r, floa
 // Needs K % VEC == 0 when VEC > 1 (checked by the launcher).
 // With channel multipliers (MUL) a block team gets twice the registers: their loads and
 // products spill at the 64-register budget of 4 blocks per SM.
-template <typename T, int VEC, int CACHE, bool WARP_TEAM, bool MUL, bool ASYM>
+// ROT (QuantizeParams::rotate; VEC > 1, K a multiple of kScaleBlock): the 128 / VEC lanes that
+// hold a block's vectors (vector i of the row is held by lane i mod team, and the team is a whole
+// number of warps) rotate it after the loads; a cached row is kept rotated, as floats (a block team
+// gets twice the registers for them, as with MUL: at 64 registers the rotation's values spilled
+// and the kernel took 3x the time of the plain one), and rows swept twice are rotated again in the
+// second sweep. Every lane takes part in the rotations, those past the row with zeros.
+template <typename T, int VEC, int CACHE, bool WARP_TEAM, bool MUL, bool ASYM, bool ROT = false>
 __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : team_threads<T, VEC, CACHE>(),
-                                  WARP_TEAM ? 1 : std::max(1, team_blocks_per_sm<T, VEC, CACHE>() / (MUL ? 2 : 1)))
+                                  WARP_TEAM ? 1
+                                            : std::max(1, team_blocks_per_sm<T, VEC, CACHE>() / (MUL || ROT ? 2 : 1)))
     quantize_token_kernel(const QuantizeParams p) {
   start_after_previous_kernel();
   __shared__ float partials[kWarp];  // block teams only
@@ -161,6 +172,7 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : team_threads<T, VE
     int8_t* q_row = p.q + row * p.q_stride_row;
     QuantRange<ASYM> range;
     RawVec<T, VEC> cached[CACHE > 0 ? CACHE : 1];
+    float rotated[ROT && CACHE > 0 ? CACHE : 1][VEC];  // ROT: the cached vectors rotated
     // 32-bit offsets (K < 2^31) where they save registers (the vectorized rows), 64-bit ones
     // where the compiler folds them better (the scalar layouts).
     using Index = std::conditional_t<VEC == 1, int64_t, int>;
@@ -183,19 +195,36 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : team_threads<T, VE
           }
           walk += walk_step;
         } else {
-          if (i < nvec) cached[c] = load_raw<T, VEC>(x_row + i * VEC);
+          if (i < nvec) {
+            cached[c] = load_raw<T, VEC>(x_row + i * VEC);
+          } else if constexpr (ROT) {
+            cached[c].set(make_uint4(0u, 0u, 0u, 0u));
+          }
         }
       }
       if constexpr (VEC > 1) {
 #pragma unroll
         for (int c = 0; c < CACHE; ++c) {
-          if (c * team + lane < nvec) {
+          const bool in_row = c * team + lane < nvec;
+          if constexpr (ROT) {
+            to_floats(cached[c], rotated[c]);
+            hadamard128(rotated[c]);
+            if (in_row) fold_all(range, rotated[c]);
+          } else if (in_row) {
             float v[VEC];
             to_floats(cached[c], v);
             apply_channel_mul<MUL>(v, p, (int64_t{c} * team + lane) * VEC);
             fold_all(range, v);
           }
         }
+      }
+    } else if constexpr (ROT) {
+      for (int64_t at = 0; at < nvec; at += team) {  // team-uniform: every lane rotates
+        const int64_t i = at + lane;
+        float v[VEC] = {};
+        if (i < nvec) load_vec<T, VEC>(x_row + i * VEC, v);
+        hadamard128(v);
+        if (i < nvec) fold_all(range, v);
       }
     } else {
       for (int64_t i = lane; i < nvec; i += team) {
@@ -224,12 +253,22 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : team_threads<T, VE
 #pragma unroll
       for (int c = 0; c < CACHE; ++c) {
         const Index i = Index{c} * team + lane;
-        if (i < nvec) {
+        if constexpr (ROT) {
+          if (i < nvec) store_quantized<VEC>(q_row + i * VEC, rotated[c], qz);
+        } else if (i < nvec) {
           float v[VEC];
           to_floats(cached[c], v);
           apply_channel_mul<MUL>(v, p, int64_t{i} * VEC);
           store_quantized<VEC>(q_row + i * VEC, v, qz);
         }
+      }
+    } else if constexpr (ROT) {
+      for (int64_t at = 0; at < nvec; at += team) {  // the second sweep, rotated again
+        const int64_t i = at + lane;
+        float v[VEC] = {};
+        if (i < nvec) load_vec<T, VEC>(x_row + i * VEC, v);
+        hadamard128(v);
+        if (i < nvec) store_quantized<VEC>(q_row + i * VEC, v, qz);
       }
     } else {
       for (int64_t i = lane; i < nvec; i += team) {
@@ -244,8 +283,9 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : team_threads<T, VE
 
 // One 128-wide group per LANES lanes. With 16-byte loads each lane holds one vector of its
 // group; the scalar path (VEC == 1) has 32 lanes per group and 4 coalesced values per lane.
-// The last group of a row may be short. Needs K % VEC == 0 when VEC > 1.
-template <typename T, int VEC, bool MUL>
+// The last group of a row may be short. Needs K % VEC == 0 when VEC > 1. ROT: the group's lanes
+// rotate it (hadamard128; VEC > 1, K a multiple of kScaleBlock) before the amax.
+template <typename T, int VEC, bool MUL, bool ROT = false>
 __global__ void __launch_bounds__(kBlockThreads) quantize_group_kernel(const QuantizeParams p) {
   start_after_previous_kernel();
   constexpr int LANES = VEC == 1 ? kWarp : kScaleBlock / VEC;
@@ -269,13 +309,22 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_group_kernel(const Qua
     const T* x_row = x + row * p.x_stride_row;
     float v[PER_LANE][VEC];
     float amax = 0.f;
+    if constexpr (ROT) {
+      static_assert(PER_LANE == 1, "a rotated group is one vector per lane");
 #pragma unroll
-    for (int j = 0; j < PER_LANE; ++j) {
-      const int64_t col = col0 + (int64_t{j} * LANES + sub) * VEC;
-      if (valid && col < p.k) {
-        load_vec<T, VEC>(x_at<VEC>(x_row, col, p.x_stride_col), v[j]);
-        apply_channel_mul<MUL>(v[j], p, col);
-        amax = abs_max(amax, v[j]);
+      for (int e = 0; e < VEC; ++e) v[0][e] = 0.f;
+      if (valid) load_vec<T, VEC>(x_row + col0 + sub * VEC, v[0]);
+      hadamard128(v[0]);  // every lane: the shuffles
+      amax = abs_max(amax, v[0]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < PER_LANE; ++j) {
+        const int64_t col = col0 + (int64_t{j} * LANES + sub) * VEC;
+        if (valid && col < p.k) {
+          load_vec<T, VEC>(x_at<VEC>(x_row, col, p.x_stride_col), v[j]);
+          apply_channel_mul<MUL>(v[j], p, col);
+          amax = abs_max(amax, v[j]);
+        }
       }
     }
     amax = warp_max<LANES>(amax);
@@ -389,7 +438,7 @@ dim3 elementwise_grid(int64_t m, int64_t nvec) {
   return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
 }
 
-template <typename T, int VEC, bool MUL, bool ASYM>
+template <typename T, int VEC, bool MUL, bool ASYM, bool ROT = false>
 void launch_token(const QuantizeParams& p) {
   constexpr int kWarpCache = kCacheElems / VEC;
   using Team = TeamShape<T, VEC>;
@@ -397,7 +446,7 @@ void launch_token(const QuantizeParams& p) {
   if (nvec <= int64_t{kWarp} * kWarpCache) {
     constexpr int64_t rows_per_block = kBlockThreads / kWarp;
     const int64_t blocks = std::min(ceil_div(p.m, rows_per_block), kMaxBlocks);
-    launch_kernel(quantize_token_kernel<T, VEC, kWarpCache, true, MUL, ASYM>, dim3(static_cast<unsigned>(blocks)),
+    launch_kernel(quantize_token_kernel<T, VEC, kWarpCache, true, MUL, ASYM, ROT>, dim3(static_cast<unsigned>(blocks)),
                   kBlockThreads, 0, p.stream, p.pdl, p);
     return;
   }
@@ -406,7 +455,7 @@ void launch_token(const QuantizeParams& p) {
   // Scalar rows with multipliers and zero points spill when cached: they are swept twice.
   if constexpr (!(VEC == 1 && MUL && ASYM)) {
     if (threads <= Team::kThreads) {
-      launch_kernel(quantize_token_kernel<T, VEC, Team::kCache, false, MUL, ASYM>, blocks,
+      launch_kernel(quantize_token_kernel<T, VEC, Team::kCache, false, MUL, ASYM, ROT>, blocks,
                     static_cast<unsigned>(threads), 0, p.stream, p.pdl, p);
       return;
     }
@@ -414,20 +463,20 @@ void launch_token(const QuantizeParams& p) {
   if constexpr (Team::kLongCache > 0) {
     const int64_t long_threads = round_up<int64_t>(ceil_div<int64_t>(nvec, Team::kLongCache), kWarp);
     if (long_threads <= Team::kLongThreads) {
-      launch_kernel(quantize_token_kernel<T, VEC, Team::kLongCache, false, MUL, ASYM>, blocks,
+      launch_kernel(quantize_token_kernel<T, VEC, Team::kLongCache, false, MUL, ASYM, ROT>, blocks,
                     static_cast<unsigned>(long_threads), 0, p.stream, p.pdl, p);
       return;
     }
   }
-  launch_kernel(quantize_token_kernel<T, VEC, 0, false, MUL, ASYM>, blocks, kMaxTeamThreads, 0, p.stream, p.pdl, p);
+  launch_kernel(quantize_token_kernel<T, VEC, 0, false, MUL, ASYM, ROT>, blocks, kMaxTeamThreads, 0, p.stream, p.pdl, p);
 }
 
-template <typename T, int VEC, bool MUL>
+template <typename T, int VEC, bool MUL, bool ROT = false>
 void launch_group(const QuantizeParams& p) {
   constexpr int64_t lanes = VEC == 1 ? kWarp : kScaleBlock / VEC;
   constexpr int64_t groups_per_block = kBlockThreads / kWarp * (kWarp / lanes);
   const int64_t blocks = std::min(ceil_div(p.m * p.groups(), groups_per_block), kMaxBlocks);
-  launch_kernel(quantize_group_kernel<T, VEC, MUL>, dim3(static_cast<unsigned>(blocks)), kBlockThreads, 0, p.stream, p.pdl,
+  launch_kernel(quantize_group_kernel<T, VEC, MUL, ROT>, dim3(static_cast<unsigned>(blocks)), kBlockThreads, 0, p.stream, p.pdl,
                 p);
 }
 
@@ -444,8 +493,22 @@ void launch_asymmetric(const QuantizeParams& p) {
   launch_token<T, VEC, MUL, true>(p);
 }
 
+// Rotated: dynamic symmetric per token or per group, x as 16-byte vectors, no multipliers (the
+// op layer's checks and copy).
+template <typename T, int VEC>
+void launch_rotated(const QuantizeParams& p) {
+  if constexpr (VEC > 1) {
+    if (p.k % kScaleBlock == 0 && !p.asymmetric && p.scale_in == nullptr && p.channel_mul == nullptr) {
+      if (p.granularity == QuantGranularity::kToken) return launch_token<T, VEC, false, false, true>(p);
+      if (p.granularity == QuantGranularity::kGroup) return launch_group<T, VEC, false, true>(p);
+    }
+  }
+  throw std::logic_error("tcgemm: the rotated quantization takes dynamic symmetric rows of whole blocks, as vectors");
+}
+
 template <typename T, int VEC, bool MUL>
 void launch(const QuantizeParams& p) {
+  if (p.rotate) return launch_rotated<T, VEC>(p);
   if (p.asymmetric) return launch_asymmetric<T, VEC, MUL>(p);
   if (p.scale_in != nullptr) return launch_scaled<T, VEC, MUL, false>(p, p.pdl);
   switch (p.granularity) {
@@ -467,9 +530,8 @@ void launch(const QuantizeParams& p) {
 template <typename T>
 void launch_typed(const QuantizeParams& p) {
   constexpr int kVec = 16 / sizeof(T);
-  const bool vectorized = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_stride_row % kVec == 0 &&
-                          p.x_stride_col == 1 && p.k % kVec == 0 && reinterpret_cast<uintptr_t>(p.q) % kVec == 0 &&
-                          p.q_stride_row % kVec == 0;
+  const bool vectorized =
+      p.x_as_vectors() && reinterpret_cast<uintptr_t>(p.q) % kVec == 0 && p.q_stride_row % kVec == 0;
   const bool mul = p.channel_mul != nullptr;
   if (vectorized) return mul ? launch<T, kVec, true>(p) : launch<T, kVec, false>(p);
   mul ? launch<T, 1, true>(p) : launch<T, 1, false>(p);

@@ -159,6 +159,35 @@ __device__ __forceinline__ float abs_max(float m, const float (&v)[VEC]) {
   return m;
 }
 
+// hadamard_block (common/quantize_params.h) of a block of kScaleBlock values held by 128 / VEC
+// consecutive lanes, VEC consecutive values each (lane l holds the block's vector l mod
+// 128 / VEC): the butterflies of strides below VEC in registers, those of strides VEC .. 64
+// between lanes (lane l with l ^ (stride / VEC), the lower lane keeping the sum), in the same
+// order, then each value times kHadamardNorm: the same bits. Every lane of the warp must call it.
+template <int VEC>
+__device__ __forceinline__ void hadamard128(float (&v)[VEC]) {
+  static_assert(VEC > 1 && kScaleBlock % VEC == 0 && kScaleBlock / VEC <= kWarp, "a block spans at most a warp");
+  const int lane = threadIdx.x % kWarp;
+#pragma unroll
+  for (int h = 1; h < VEC; h *= 2) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      if ((i & h) == 0) hadamard_pair(v[i], v[i + h]);
+    }
+  }
+#pragma unroll
+  for (int m = 1; m < kScaleBlock / VEC; m *= 2) {
+    const bool upper = (lane & m) != 0;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      const float other = __shfl_xor_sync(0xffffffffu, v[i], m);
+      v[i] = upper ? __fsub_rn(other, v[i]) : __fadd_rn(v[i], other);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) v[i] = __fmul_rn(v[i], kHadamardNorm);
+}
+
 // Max over aligned groups of WIDTH lanes (xor offsets below WIDTH never leave the group), NaN
 // propagating. Every lane of the warp must call it.
 template <int WIDTH = kWarp>
