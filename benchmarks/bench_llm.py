@@ -347,7 +347,8 @@ FOUR_BIT = {
     "tcgemm-w4a8": "`quantize_model(scheme=\"w4a8\")`, 4-bit weights with an fp32 scale per channel and int8 scales "
                    "per 128 inputs, int8 activations per token",
     "tcgemm-w4a8-group": "`scheme=\"w4a8-group\"`, 4-bit weights with fp32 scales per 128 inputs",
-    "tcgemm-w4a8-rot": "`W4A8` with rotated inputs (`rotate=True`: an fp32 Hadamard product of x per call per layer)",
+    "tcgemm-w4a8-rot": "`W4A8` with rotated inputs (`rotate=True`: x rotated per 128 features inside the activation "
+    "quantization)",
     "torch-int4": "`torch.ops.aten._weight_int4pack_mm` (tinygemm) on bf16 activations, the weights as torchao's "
                   "`Int4WeightOnlyConfig` packs them (groups of 128, bf16 scales and zero points)",
 }
