@@ -13,7 +13,7 @@ activations per token: the one op ``tcgemm.quant_linear``); the same layer as tw
 (``tcgemm.quantize`` then ``tcgemm.scaled_gemm``, the path before the one op);
 ``QuantLinear(weight="block", activation="block")``; ``QuantLinear(scheme="w4a8")`` (4-bit
 weights with an fp32 scale per channel and int8 scales per 128 inputs), the same with rotated inputs
-(``rotate=True``: an fp32 Hadamard product of x per call before the op); and its peer, torch's int4
+(``rotate=True``: x rotated per 128 features inside its quantization); and its peer, torch's int4
 weight-only kernel (``torch.ops.aten._weight_int4pack_mm``, tinygemm) on bf16 activations with
 weights packed as torchao's ``Int4WeightOnlyConfig`` packs them. Each method's output on the first
 copy is compared with bf16's, so that no figure is of a layer computing nothing. A method that

@@ -101,6 +101,17 @@ def test_quantize_rotated_layouts_and_bad_data(granularity, device):
     assert (q[1] == 0).all() if granularity == "token" else (q[1, :128] == 0).all()
 
 
+def test_rotated_ops_opcheck(device):
+    gen = torch.Generator().manual_seed(12)
+    x = torch.randn(3, 256, generator=gen).to(device=device, dtype=torch.bfloat16)
+    for granularity in ("token", "group"):
+        torch.library.opcheck(torch.ops.tcgemm.quantize.default, (x, granularity, None, None, True))
+    q = QuantLinear.from_linear(_linear(gen, 256, 64, device), scheme=ROTATED["w4a8"])
+    torch.library.opcheck(torch.ops.tcgemm.quant_linear.default,
+                          (x, q.weight, q.weight_scale, q.bias, "token", None, None, "auto", False, None, None,
+                           q.weight_group_scale, True))
+
+
 def test_quantize_rotated_refused(device):
     x = torch.randn(2, 256, device=device)
     with pytest.raises(ValueError, match="rotate=True needs K a multiple of 128"):

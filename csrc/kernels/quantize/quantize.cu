@@ -21,7 +21,8 @@
 // Loads are 16 bytes wide (8 bf16/fp16 or 4 fp32 values) when x's base address, its row stride
 // and K allow them and its K stride is 1 (K also keeps the int8 stores of q aligned); other
 // layouts, any K stride included (0 for an expand-ed row), take the scalar path in place, which
-// is slower but gives the same bits. Every quotient is the correctly rounded one (QuantDivisor:
+// is slower but gives the same bits (rotated rows excepted: the op copies them into vectors
+// first). Every quotient is the correctly rounded one (QuantDivisor:
 // the reciprocal once per scale, then FMA steps per element).
 //
 // Overlap (QuantizeParams::pdl, tcgemm.quant_linear): every kernel waits for the kernel before it
