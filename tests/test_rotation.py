@@ -124,6 +124,19 @@ def test_quantize_rotated_refused(device):
         tcgemm.quantize(x, "tensor", rotate=True)
     with pytest.raises(TypeError, match="argument 'rotate' must be a bool"):
         tcgemm.quantize(x, rotate=1)
+    # the layer op: the same checks, and its own message for a rotate that is not a bool
+    w, sw = torch.ones(8, 256, dtype=torch.int8, device=device), torch.ones(8, device=device)
+    with pytest.raises(TypeError, match="tcgemm.quant_linear: argument 'rotate' must be a bool, got int"):
+        tcgemm.quant_linear(x, w, sw, rotate=1)
+    with pytest.raises(ValueError, match="tcgemm.quant_linear: rotate=True needs dynamic symmetric scales and no "
+                                         "'smooth'"):
+        tcgemm.quant_linear(x, w, sw, activation="static", input_scale=torch.ones((), device=device), rotate=True)
+    with pytest.raises(ValueError, match=r"tcgemm.quant_linear: rotate=True needs K a multiple of 128 \(one Hadamard "
+                                         r"block\), got 'x' of shape \[2, 200\]"):
+        tcgemm.quant_linear(torch.randn(2, 200, device=device), w[:, :200], sw, rotate=True)
+    # the reference refuses what the op refuses
+    with pytest.raises(ValueError, match="rotate=True needs dynamic scales per token or group"):
+        quantize_reference(x, "tensor", rotate=True)
 
 
 def test_rotate_hessian_is_that_of_the_rotated_input():
