@@ -12,6 +12,8 @@
 //   Epi::kHasFinish            whether a second, row-wise pass may be due (epi.needs_finish()):
 //                              epi.finish(applied, m, n) after apply()
 //   epi.row(m), epi.col(n)     what one row / column contributes, loaded once and reused
+//   epi.prefetch_col(n)        (device code) col(n)'s cache lines into L2, where a kernel knows
+//                              them well before it calls col(n)
 //   epi.apply(acc, row, col)   the stored value (its finish pass aside)
 //   epi.full(acc, row, col, m, n)  the whole epilogue of one element
 //   epi.with_a_scales(ptr)     (scaled epilogues only) a copy reading A's scales at ptr, for a

@@ -41,6 +41,7 @@ struct Int32Epilogue {
   struct Col {};
   TCGEMM_HD Row row(int64_t) const { return {}; }
   TCGEMM_HD Col col(int64_t) const { return {}; }
+  TCGEMM_HD void prefetch_col(int64_t) const {}
   TCGEMM_HD int32_t apply(int32_t acc, Row, Col) const { return partial(acc); }
   TCGEMM_HD bool needs_finish() const { return p.row_offset != nullptr || p.col_offset != nullptr || p.beta != 0; }
   // The whole epilogue of one element (apply, then finish).

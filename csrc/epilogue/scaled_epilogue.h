@@ -27,6 +27,9 @@
 #include "common/problem.h"
 #include "common/scale_layout.h"
 #include "epilogue/block_scales.h"
+#if defined(__CUDACC__)
+#include "ptx/prefetch.cuh"
+#endif
 
 namespace tcgemm {
 
@@ -146,6 +149,13 @@ struct ScaledEpilogue {
     } else {
       return Row{scale};
     }
+  }
+  TCGEMM_HD void prefetch_col(int64_t n) const {
+#if defined(__CUDA_ARCH__)
+    if (!(PerBlock && p.b.per_block())) ptx::prefetch_l2(p.b.row_ptr(n));
+    if (p.bias != nullptr) ptx::prefetch_l2(p.bias + n);
+    if constexpr (Asymmetric) ptx::prefetch_l2(p.b_colsum + n);
+#endif
   }
   TCGEMM_HD Col col(int64_t n) const {
     const bool in_main_loop = PerBlock && p.b.per_block();

@@ -278,6 +278,22 @@ struct WarpWork {
     return w;
   }
   __device__ bool has(const Tile& t) const { return t.row < rows; }
+  // The int8 group scales (p.b_group_scale) that the block's K blocks of tile t read, into L2, by
+  // the block's first warp: lane l takes weight row l of the tile's tile_cols, a prefetch per
+  // 128-byte line. TileSums loads them one K block at a time, right before they are needed:
+  // without the prefetch the first K block of each tile waited for a trip to memory. (Into L1
+  // instead: the same timings, and a cluster-scope acquire invalidates L1.)
+  __device__ void prefetch_group_scales(const GemmProblem& p, const Tile& t, int tile_cols) const {
+    const int lane = threadIdx.x % 32, full_blocks = p.k / kBK;
+    const int k_block_first = k_first - threadIdx.x / 32;  // the block's first warp's
+    if (threadIdx.x >= tile_cols || p.b_group_scale == nullptr || !has(t) || k_block_first >= full_blocks) return;
+    const int n = min(t.col * tile_cols + lane, p.n - 1);
+    const int8_t* row = p.b_group_scale + static_cast<int64_t>(n) * p.b_group_scale_stride;
+    constexpr uintptr_t kLine = 128;
+    const uintptr_t last = reinterpret_cast<uintptr_t>(row + full_blocks - 1);
+    for (uintptr_t at = reinterpret_cast<uintptr_t>(row + k_block_first) & ~(kLine - 1); at <= last; at += kLine)
+      ptx::prefetch_l2(reinterpret_cast<const void*>(at));
+  }
   __device__ void next(Tile& t) const {
     t.row += step_rows;
     t.col += step_cols;
@@ -528,6 +544,15 @@ struct TileSums {
     }
   }
 
+  // Where element idx of a tile at (m0, n0) lies in D: register idx / 32 of lane idx % 32 of
+  // every warp (the mma's fragment layout, or its transpose with kWeightRows).
+  __device__ __forceinline__ static void position(int idx, int m0, int n0, int& row, int& col) {
+    const int i = idx / 32, l = idx % 32;
+    const int mt = i / (ColTiles * 4), nt = (i / 4) % ColTiles, j = i % 4;
+    row = kWeightRows ? m0 + 2 * (l % 4) + j % 2 : m0 + 16 * mt + l / 4 + 8 * (j / 2);
+    col = kWeightRows ? n0 + 16 * nt + l / 4 + 8 * (j / 2) : n0 + 8 * nt + 2 * (l % 4) + j % 2;
+  }
+
   // The block's warps' sums meet in shared memory (buffer `buffer` of Buffers); its threads add
   // them (int32 wraps, so the total is exact in any order; fp32 in a fixed warp order) and apply
   // the epilogue, one element per thread. Ends with the threads reading the shared sums: a block
@@ -536,6 +561,9 @@ struct TileSums {
   // of the block's, then block r of the cluster finishes elements r, r + C, ... (in units of the
   // block's threads), adding the sums of every block's warps in rank order through distributed
   // shared memory (the barrier before the next tile but one keeps them until all have read).
+  // Each thread's elements' row and column terms (epi.row, epi.col: scales and bias, from global
+  // memory) are loaded before the barrier, so that their trips to memory overlap the wait for the
+  // other warps instead of following it.
   template <int Buffers = 1>
   __device__ __forceinline__ void store(const GemmProblem& p, const Epi& epi, int m0, int n0, int buffer = 0) const {
     __shared__ Acc buffers[Buffers][kWarps][kRegs][32];
@@ -551,9 +579,37 @@ struct TileSums {
     });
     const int split = BInt4 ? cluster_split(p) : 1;
     const int rank = BInt4 && split > 1 ? static_cast<int>(ptx::cluster_ctarank()) : 0;
+    // Element e of this thread: idx = threadIdx.x + kThreads * (rank + split * e) of the tile's
+    // kStoredRegs * 32, at (row, col) of D; stored where it lies inside the tile and D.
+    constexpr int kMost = ceil_div(kStoredRegs * 32, kThreads);
+    auto element = [&](int e, int& idx, int& row, int& col) {
+      idx = threadIdx.x + kThreads * (rank + split * e);
+      position(idx, m0, n0, row, col);
+      return idx < kStoredRegs * 32 && row < p.m && col < p.n;
+    };
+    // The row and column terms, loaded while the warps meet (with per-block promotion, after:
+    // those kernels are at the register cap, and holding the terms across the barrier spilled).
+    // A cluster's barrier arrives first: its release would wait for the loads to complete.
+    typename Epi::Row row_terms[kMost];
+    typename Epi::Col col_terms[kMost];
+    auto load_terms = [&] {
+      if constexpr (!kPerBlock) {
+#pragma unroll
+        for (int e = 0; e < kMost; ++e) {
+          int idx, row, col;
+          if (element(e, idx, row, col)) {
+            row_terms[e] = epi.row(row);
+            col_terms[e] = epi.col(col);
+          }
+        }
+      }
+    };
     if (BInt4 && split > 1) {
-      ptx::cluster_sync();
+      ptx::cluster_arrive_release();
+      load_terms();
+      ptx::cluster_wait_acquire();
     } else {
+      load_terms();
       __syncthreads();
     }
 
@@ -566,12 +622,10 @@ struct TileSums {
     };
     using Out = typename Epi::OutT;
     Out* d = static_cast<Out*>(p.d.ptr);
-    for (int idx = threadIdx.x + kThreads * rank; idx < kStoredRegs * 32; idx += kThreads * split) {
+    // Element idx at (row, col): the warps' sums (every block's with a cluster split), then the
+    // epilogue with its terms.
+    auto finish = [&](int idx, int row, int col, const typename Epi::Row& row_term, const typename Epi::Col& col_term) {
       const int i = idx / 32, l = idx % 32;
-      const int mt = i / (ColTiles * 4), nt = (i / 4) % ColTiles, j = i % 4;
-      const int row = kWeightRows ? m0 + 2 * (l % 4) + j % 2 : m0 + 16 * mt + l / 4 + 8 * (j / 2);
-      const int col = kWeightRows ? n0 + 16 * nt + l / 4 + 8 * (j / 2) : n0 + 8 * nt + 2 * (l % 4) + j % 2;
-      if (row >= p.m || col >= p.n) continue;
       Acc sum = partial[0][i][l];
       if (!BInt4 || split == 1) {
 #pragma unroll
@@ -591,10 +645,34 @@ struct TileSums {
           }
         }
       }
-      d[static_cast<int64_t>(row) * p.d.ld + col] = epi.full(sum, epi.row(row), epi.col(col), row, col);
+      d[static_cast<int64_t>(row) * p.d.ld + col] = epi.full(sum, row_term, col_term, row, col);
+    };
+    if constexpr (kPerBlock) {
+      for (int idx = threadIdx.x + kThreads * rank; idx < kStoredRegs * 32; idx += kThreads * split) {
+        int row, col;
+        position(idx, m0, n0, row, col);
+        if (row < p.m && col < p.n) finish(idx, row, col, epi.row(row), epi.col(col));
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < kMost; ++e) {
+        int idx, row, col;
+        if (element(e, idx, row, col)) finish(idx, row, col, row_terms[e], col_terms[e]);
+      }
     }
   }
 };
+
+// The epilogue's terms of a tile's columns n0 .. n0 + Cols - 1 into L2 (Epi::prefetch_col), one
+// column per thread of the block's first threads, where the tile's K loop begins: the epilogue
+// then finds them there instead of waiting for memory after the warps' sums meet. Not with
+// per-block promotion: those kernels are at the register cap (the prefetch spilled).
+template <int Cols, class Epi>
+__device__ __forceinline__ void prefetch_cols(const GemmProblem& p, const Epi& epi, int n0) {
+  static_assert(Cols <= kThreads, "a column per thread");
+  if constexpr (!Epi::kPromotes)
+    if (threadIdx.x < Cols) epi.prefetch_col(min(n0 + static_cast<int>(threadIdx.x), p.n - 1));
+}
 
 // Tile `tile` of D against int8 B, after griddep_wait: A's rows lie at a_base, a_stride bytes
 // apart, in global memory (ASrc == From::kCached) or in shared memory (From::kShared, quantized
@@ -612,6 +690,7 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int col_blocks = ceil_div(p.n, Cfg::kCols);
   const int m0 = tile / col_blocks * Cfg::kRows, n0 = tile % col_blocks * Cfg::kCols;
+  prefetch_cols<Cfg::kCols>(p, epi, n0);
   Sums sums;
   sums.start(p, a_base, a_stride, m0, g);
   const uint8_t* b_row[ColTiles];
@@ -689,6 +768,8 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
   for (int parity = 0; work.has(tile); parity ^= 1) {
     const int m0 = tile.row * Cfg::kRows, n0 = tile.col * Cfg::kCols;
     work.next(tile);  // from here on, the block's next tile
+    if constexpr (!Epi::kPromotes) work.prefetch_group_scales(p, tile, Cfg::kCols);
+    prefetch_cols<Cfg::kCols>(p, epi, n0);
     Sums sums;
     sums.start(p, a_base, a_stride, m0, g);
     typename Sums::GroupRows group_rows;
@@ -775,15 +856,25 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     const QuantizedA layout = kQuantizes ? QuantizedA::layout(p.m, p.k, xq.granularity) : QuantizedA{0, 0, 0};
     Int4Stream<Cfg> b{smem + (kQuantizes ? b_smem_at(layout.bytes) : 0),
                       WarpWork::of_block(p, Cfg::kRows, Cfg::kCols)};
+    // With the rings' first copies, the first tile's group scales (skinny_tiles_int4 prefetches
+    // each next tile's as it starts one); an int8 A given, after griddep_wait.
+    auto prefetch_group_scales = [&] {
+      if constexpr (!Epi::kPromotes) b.work.prefetch_group_scales(p, b.work.first, Cfg::kCols);
+    };
+    auto start_b = [&] {
+      b.start(p);
+      prefetch_group_scales();
+    };
     if constexpr (!kQuantizes) {
       b.start(p);
       ptx::griddep_wait();  // A, its scales and D belong to the kernels before this one
+      prefetch_group_scales();
       skinny_tiles_int4<RowTiles, ColTiles, From::kCached, Epi, FewRows != 0, FewRows == 1>(
           p, epi, static_cast<const uint8_t*>(p.a.ptr), p.a.stride_row, b);
     } else {
       ptx::griddep_wait();  // x and D belong to the kernels before this one
       const XShare share = XT::kInParts ? XShare{static_cast<int>(ptx::cluster_ctarank()), cluster_split(p)} : XShare{};
-      quantize_a_to_shared<XT>(xq, smem, layout, share, [&] { b.start(p); });
+      quantize_a_to_shared<XT>(xq, smem, layout, share, start_b);
       const Epi in_block = epi.with_a_scales(reinterpret_cast<const float*>(smem + layout.scales_at));
       skinny_tiles_int4<RowTiles, ColTiles, From::kShared, Epi, RowTiles == 1, XT::kOneToken>(p, in_block, smem,
                                                                                             layout.row_stride, b);
