@@ -74,11 +74,15 @@ struct QuantizeParams {
 
   TCGEMM_HD int64_t groups() const { return scale_blocks(k); }
 
-  // Whether the GPU kernels can read x as 16-byte vectors (8 bf16/fp16 or 4 fp32 values): an
-  // aligned base and row stride, a unit K stride, K a multiple of the vector.
-  bool x_as_vectors() const {
-    const int64_t vec = dtype == QuantDtype::kFloat32 ? 4 : 8;
-    return reinterpret_cast<uintptr_t>(x) % 16 == 0 && x_stride_row % vec == 0 && x_stride_col == 1 && k % vec == 0;
+  // Values of x per 16-byte vector: 8 bf16/fp16 or 4 fp32.
+  int x_vec() const { return dtype == QuantDtype::kFloat32 ? 4 : 8; }
+  // Whether the GPU kernels can read x as 16-byte vectors: an aligned base and row stride, a unit
+  // K stride, K a multiple of the vector. rows_strided false: a kernel that reads one row only,
+  // whose row stride does not count.
+  bool x_as_vectors(bool rows_strided = true) const {
+    const int64_t vec = x_vec();
+    return reinterpret_cast<uintptr_t>(x) % 16 == 0 && (!rows_strided || x_stride_row % vec == 0) &&
+           x_stride_col == 1 && k % vec == 0;
   }
 };
 

@@ -40,11 +40,9 @@ inline bool one_token(const QuantizeParams& xq) {
 // k_split: the cluster blocks that share each tile's K (GemmProblem::cluster_k_split); one row
 // quantized per token is then quantized a part per block (XShare), so K may be longer.
 inline bool quantizes_in_kernel(const QuantizeParams& xq, int k_split = 1) {
-  const int vec = xq.dtype == QuantDtype::kFloat32 ? 4 : 8;
+  const int vec = xq.x_vec();
   if (xq.asymmetric || xq.m < 1 || xq.m > kQuantizeRows || xq.k < 1) return false;
-  if (reinterpret_cast<uintptr_t>(xq.x) % 16 != 0 || xq.x_stride_col != 1 || xq.k % vec != 0 ||
-      (xq.m > 1 && xq.x_stride_row % vec != 0))
-    return false;
+  if (!xq.x_as_vectors(/*rows_strided=*/xq.m > 1)) return false;
   const int64_t row_vectors = XShare::most(xq.k / vec, vec, one_token(xq) ? k_split : 1);
   const bool rows_fit = (row_vectors + kThreads - 1) / kThreads <= kQuantizeVecs / xq.m;
   if (xq.scale_in != nullptr) return xq.granularity == QuantGranularity::kTensor && rows_fit;
