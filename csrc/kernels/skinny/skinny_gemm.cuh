@@ -647,11 +647,13 @@ struct TileSums {
       }
       d[static_cast<int64_t>(row) * p.d.ld + col] = epi.full(sum, row_term, col_term, row, col);
     };
-    if constexpr (kPerBlock) {
-      for (int idx = threadIdx.x + kThreads * rank; idx < kStoredRegs * 32; idx += kThreads * split) {
-        int row, col;
-        position(idx, m0, n0, row, col);
-        if (row < p.m && col < p.n) finish(idx, row, col, epi.row(row), epi.col(col));
+    if constexpr (kPerBlock) {  // a loop, not unrolled (the register cap), with the terms loaded here
+#pragma unroll 1
+      for (int e = 0;; ++e) {
+        int idx, row, col;
+        const bool in_d = element(e, idx, row, col);
+        if (idx >= kStoredRegs * 32) break;
+        if (in_d) finish(idx, row, col, epi.row(row), epi.col(col));
       }
     } else {
 #pragma unroll
