@@ -150,16 +150,17 @@ struct ScaledEpilogue {
       return Row{scale};
     }
   }
+  // Whether the main loop applies B's scales (per-block promotion): col() then carries 1.
+  TCGEMM_HD bool b_scale_in_main_loop() const { return PerBlock && p.b.per_block(); }
   TCGEMM_HD void prefetch_col(int64_t n) const {
 #if defined(__CUDA_ARCH__)
-    if (!(PerBlock && p.b.per_block())) ptx::prefetch_l2(p.b.row_ptr(n));
+    if (!b_scale_in_main_loop()) ptx::prefetch_l2(p.b.row_ptr(n));
     if (p.bias != nullptr) ptx::prefetch_l2(p.bias + n);
     if constexpr (Asymmetric) ptx::prefetch_l2(p.b_colsum + n);
 #endif
   }
   TCGEMM_HD Col col(int64_t n) const {
-    const bool in_main_loop = PerBlock && p.b.per_block();
-    const float scale = in_main_loop ? 1.0f : p.b.at(n, 0);
+    const float scale = b_scale_in_main_loop() ? 1.0f : p.b.at(n, 0);
     const float bias = p.bias != nullptr ? p.bias[n] : 0.0f;
     if constexpr (Asymmetric) {
       return Col{scale, bias, p.b_colsum[n]};
