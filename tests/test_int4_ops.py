@@ -144,8 +144,10 @@ def test_int4_k_split_between_the_blocks_of_a_cluster(m, n, k, rng):
 # More rows than the few-rows kernel takes. On sm90 the tiled kernel reads the packed weight and
 # unpacks it in shared memory (kernels/sm90/sm90_unpack.cuh) at up to 512 rows where its 256x128
 # tiles fill the SMs and K is a multiple of 32 (TMA's 16-byte rows): the first four shapes on an
-# H100/H200, with partial tiles in M and N, a K tail and K shorter than one K block. The others go
-# through the unpacked int8 weight: K not a multiple of 32, more rows, and too few tiles.
+# H100/H200, with partial tiles in M and N, a K tail and K shorter than one K block. 2048 x 512 x
+# 256: the int8 kernel, whose producer warps unpack the weight as it runs (prefill rows,
+# kernels/sm90/sm90_unpack_ahead.cuh). The others go through a separate unpacking pass: K not a
+# multiple of 32, too few tiles.
 SM90_SHAPES = [(17, 13576, 2048 + 32), (300, 12840, 160), (256, 12928, 128), (500, 7000, 96), (64, 13000, 130),
                (2048, 512, 256), (33, 4096, 4096)]
 
@@ -188,6 +190,61 @@ def test_sm90_reads_the_packed_weight_in_place(m, n, k, out_dtype, rng):
     fscale = (torch.rand(n, (k + 127) // 128, generator=rng) * 0.01 + 1e-3).cuda()
     names = _kernel_names(lambda: tcgemm.quant_linear(x, packed, fscale))
     assert any("unpack_int4" in name for name in names), names
+
+
+# The int8 sm90 kernel unpacking the weight as it runs (prefill: 2048 to 3071 rows, or more with
+# K >= 8192, dispatch/plan.cpp). Partial column tiles and tile rows, K ending inside a segment of
+# 1024 values and inside a K block, one segment, long K (9 segments, bands of 6 column tiles), few
+# column tiles (one band) and many.
+IN_GEMM_SHAPES = [(2048, 5000, 4096 + 96), (2100, 300, 2080), (3100, 1000, 8192 + 32), (2048, 512, 256),
+                  (2500, 13000, 1024)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", IN_GEMM_SHAPES)
+@pytest.mark.parametrize("scaled", [False, True])
+def test_sm90_unpacks_the_weight_inside_the_gemm(m, n, k, scaled, rng):
+    if "sm90" not in tcgemm.available_backends():
+        pytest.skip("the sm90 kernel needs an sm_90 GPU and a build with sm_90a code")
+    a, q, gs, w8 = int4_case(m, n, k, scaled, rng)
+    a, packed, w8 = a.cuda(), pack(q).cuda(), w8.cuda()
+    gs = None if gs is None else gs.cuda()
+    names = _kernel_names(lambda: tcgemm.int4_gemm(a, packed, gs))
+    assert not any("unpack_int4" in name for name in names), names
+    assert any("sm90_gemm_kernel" in name for name in names), names
+    # bit for bit the int8 GEMM of the unpacked weight, which test_gemm checks against int64
+    expected = tcgemm.int8_gemm(a, w8.t())
+    for _ in range(2):  # the flags start from zero on every call
+        assert torch.equal(tcgemm.int4_gemm(a, packed, gs), expected)
+    if m * n * k <= 2**31:
+        assert torch.equal(expected.cpu(), gemm_reference(a.cpu(), w8.t().cpu()))
+    x = torch.randn(m, k, generator=rng).to(torch.bfloat16).cuda()
+    scale = (torch.rand(n, generator=rng) * 0.01 + 1e-3).cuda()
+    y4 = tcgemm.quant_linear(x, packed, scale, weight_group_scale=gs)
+    assert torch.equal(y4, tcgemm.quant_linear(x, w8, scale))
+
+
+@pytest.mark.gpu
+def test_sm90_unpacking_gemm_in_a_cuda_graph(rng):
+    """Replays reset the flags (a fill in the graph) and write the weight again."""
+    if "sm90" not in tcgemm.available_backends():
+        pytest.skip("the sm90 kernel needs an sm_90 GPU and a build with sm_90a code")
+    m, n, k = 2048, 2048 + 96, 2048
+    _, q, gs, w8 = int4_case(m, n, k, True, rng)
+    packed, gs, w8 = pack(q).cuda(), gs.cuda(), w8.cuda()
+    x = torch.randn(m, k, generator=rng).to(torch.bfloat16).cuda()
+    scale = (torch.rand(n, generator=rng) * 0.01 + 1e-3).cuda()
+    expected = tcgemm.quant_linear(x, w8, scale)
+    tcgemm.quant_linear(x, packed, scale, weight_group_scale=gs)  # warm-up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = tcgemm.quant_linear(x, packed, scale, weight_group_scale=gs)
+    for _ in range(3):
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, expected)
 
 
 @pytest.mark.gpu

@@ -34,6 +34,20 @@ struct Output {
   OutType type = OutType::kInt32;
 };
 
+// A packed 4-bit weight (common/int4.h) that the sm90 kernel unpacks itself into the int8 B it
+// reads (dispatch/launch.h: unpacks_in_gemm): warps of the producer warpgroups, which issue no
+// copies, write b (int8 [N, K], K-major) from these rows times their int8 group scales while the
+// tiles are computed, and flag each piece done; a tile's loads of B wait for its pieces
+// (kernels/sm90/sm90_unpack_ahead.cuh). flags: zeroed before the launch, in_gemm_unpack_flag_words.
+struct InGemmUnpack {
+  const uint8_t* packed = nullptr;  // [N, K / 2], rows packed_stride bytes apart; null: B is given as int8
+  int64_t packed_stride = 0;
+  const int8_t* group_scale = nullptr;  // [N, ceil(K / 128)], rows group_scale_stride apart; or null
+  int64_t group_scale_stride = 0;
+  uint32_t* flags = nullptr;
+  int64_t flag_words = 0;
+};
+
 struct GemmProblem {
   int m = 0, n = 0, k = 0;
   Operand a;  // [M, K]
@@ -55,6 +69,9 @@ struct GemmProblem {
   // this many, whose int32 sums meet in distributed shared memory before the epilogue, so that a
   // layer of few tiles still keeps every SM busy.
   int cluster_k_split = 1;
+  // B's int8 weight written by the sm90 kernel from a packed one as it runs (set by the binding
+  // layer where unpacks_in_gemm allows; b then describes the int8 buffer it fills).
+  InGemmUnpack b_unpack;
   // Programmatic dependent launch (sm_90+; set by tcgemm.quant_linear for the skinny kernel, the
   // only one that honours it): the kernel may start while the kernel before it on the stream (the
   // activations' quantize) runs. It streams B before ptx::griddep_wait and reads A, the scales and

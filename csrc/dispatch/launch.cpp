@@ -13,6 +13,7 @@
 #include "kernels/sm90/configs.h"
 #include "kernels/sm90/sm90_gemm.h"
 #include "kernels/sm90/sm90_tensor_map.h"
+#include "kernels/sm90/sm90_unpack_ahead.h"
 #include "kernels/wmma/configs.h"
 #include "kernels/wmma/wmma_gemm.h"
 
@@ -60,7 +61,8 @@ void run_sm90(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev
   if (use_skinny(p.m, p.n, p.k, dev.sm_count, /*vs_sm90=*/true, p.b_int4)) return run_skinny(p, epilogue, dev);
   const auto* scaled = std::get_if<ScaledEpilogueParams>(&epilogue);
   const bool column_scales = scaled != nullptr && scaled->b.per_row_block();
-  const Sm90Plan plan = plan_sm90(p.m, p.n, p.k, epilogue_family_of(epilogue), column_scales, dev.sm_count, p.b_int4);
+  const Sm90Plan plan = plan_sm90(p.m, p.n, p.k, epilogue_family_of(epilogue), column_scales, dev.sm_count, p.b_int4,
+                                  p.b_unpack.packed != nullptr);
   p.split_k = plan.split_k;
   prefill_for_split(p, epilogue);
   with_epilogue(epilogue, p.d.type, [&](const auto& epi) {
@@ -126,6 +128,15 @@ bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool
   // The sm90 kernel unpacks B in shared memory where the int32 sums run over all of K.
   return b == Backend::kSm90 && !per_block && use_sm90_int4(p.m, p.n, dev.sm_count) &&
          sm90::tma_describable(p.a, p.m, p.k) && sm90::packed_tma_describable(p.b, p.n, p.k);
+}
+
+bool unpacks_in_gemm(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block) {
+  if (!p.b_int4 || b != Backend::kSm90 || per_block || runs_on_skinny(b, p.m, p.n, p.k, dev, /*b_int4=*/true) ||
+      reads_packed_b(b, p, dev, per_block))
+    return false;
+  const int64_t packed_stride = p.n == 1 ? p.k / 2 : p.b.stride_row;
+  return use_sm90_unpack_ahead(p.m, p.n, p.k, dev.sm_count) && p.b.k_major() &&
+         sm90::in_gemm_unpackable(p.b.ptr, packed_stride, p.k);
 }
 
 void run_skinny_quantizing(const GemmProblem& given, const ScaledEpilogueParams& e, const QuantizeParams& xq,

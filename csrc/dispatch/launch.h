@@ -27,6 +27,13 @@ bool runs_on_skinny(Backend b, int m, int n, int k, const DeviceInfo& dev, bool 
 // backend runs the int8 weight.
 bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block);
 
+// Whether resolved GPU backend b, where it does not read p's packed 4-bit B as it is
+// (reads_packed_b), unpacks it inside the GEMM instead of after a separate pass: the sm90 kernel
+// off the skinny route, the sums over all of K (not per_block), and rows it can load 16 bytes at a
+// time (kernels/sm90/sm90_unpack_ahead.h). The caller then gives p.b_unpack, and p.b the int8
+// buffer the kernel fills.
+bool unpacks_in_gemm(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block);
+
 // The blocks of a cluster that share each tile's K for a packed 4-bit B on the skinny kernel
 // (GemmProblem::cluster_k_split): plan.h's plan_skinny_int4_split where the device and this
 // build's kernels have clusters (the skinny kernels carry sm_90a code wherever the sm90 ones do),

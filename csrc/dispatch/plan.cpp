@@ -133,9 +133,29 @@ void sm90_consider(Sm90Config config, double per_mac, int m, int n, int k, int s
 
 }  // namespace
 
-Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, bool column_scales, int sm_count, bool b_int4) {
+// The int8 kernel unpacking B as it runs pays for the unpacking's stores in the GEMM's own time
+// (its loads and arithmetic cost nothing measurable, its 1 byte written per weight about 10 us of
+// 170 at 2048 x 14336 x 4096), so it beats the separate pass only where the GEMM is long and its
+// first wave need not wait long for its column tiles. H100, 2026-11-27, us against the pass then
+// the int8 kernel (bench_int4_tiled, docs/design/int4.md): 8B up (K = 4096) at M = 1024 / 1536 /
+// 2048 / 3072 / 4096 139.6 / 167.2 / 202.0 / 310.4 / 399.3 against 131.1 / 173.6 / 212.2 / 299.2 /
+// 387.8; 8B qkv 73.3 / 90.5 / 95.9 / 146.1 / 175.7 against 60.2 / 86.7 / 103.1 / 137.9 / 178.9;
+// 8B down (K = 14336) 138.7 / 193.5 / 199.6 / 292.4 / 395.1 against 125.1 / 186.7 / 222.6 / 316.9
+// / 424.0; at 512 rows, where 8B down and qkv have too few tiles for every SM's unpacking warps,
+// 2-3x slower.
+bool use_sm90_unpack_ahead(int m, int n, int k, int sm_count) {
+  (void)n, (void)sm_count;
+  return m >= 2048 && (m < 3072 || k >= 8192);
+}
+
+Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, bool column_scales, int sm_count, bool b_int4,
+                   bool b_unpacks) {
   Sm90Plan best;
   double best_cost = 1e300;
+  // A packed 4-bit B unpacked by the producer warps as the tiles run: the config measured with it
+  // (H100: ping-pong 128x128 tiles walked a column tile at a time, as the unpacking needs, lost
+  // 20% against their usual order at 2048 x 14336 x 4096; Large did not).
+  if (b_unpacks) return Sm90Plan{Sm90Config::kLarge, 1};
   // A packed 4-bit B: the one config that unpacks it (use_sm90_int4 takes it only where its
   // tiles fill the SMs, so never split).
   if (b_int4) return Sm90Plan{Sm90Config::kInt4, 1};

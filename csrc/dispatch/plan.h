@@ -36,7 +36,12 @@ struct Sm90Plan {
 };
 // column_scales: per-block weight scales with one value per column and K block ([N, ceil(K/128)]).
 // b_int4: B is a packed 4-bit weight, read as it is (the Int4 config, unsplit; never per-block).
+// b_unpacks: B is unpacked by the kernel as it runs (GemmProblem::b_unpack: Large, unsplit).
 Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, bool column_scales, int sm_count,
-                   bool b_int4 = false);
+                   bool b_int4 = false, bool b_unpacks = false);
+
+// Whether a packed 4-bit B that the sm90 kernel does not read as it is (use_sm90_int4) is unpacked
+// by the int8 kernel as it runs (kernels/sm90/sm90_unpack_ahead.cuh) rather than by a pass before it.
+bool use_sm90_unpack_ahead(int m, int n, int k, int sm_count);
 
 }  // namespace tcgemm

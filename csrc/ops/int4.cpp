@@ -13,6 +13,7 @@
 #include "dispatch/backends.h"
 #include "dispatch/launch.h"
 #include "kernels/int4/unpack_int4.h"
+#include "kernels/sm90/sm90_unpack_ahead.h"
 #include "ops/cpu_parallel.h"
 #include "ops/ops.h"
 #include "ops/tensor_args.h"
@@ -82,6 +83,24 @@ Tensor unpack_int4_to_int8(const Tensor& packed, const Tensor* group_scale, int6
   return out;
 }
 
+std::pair<Tensor, Tensor> unpack_in_gemm(GemmProblem& p, const Tensor& packed) {
+  Tensor buf = empty({p.n, p.k}, ScalarType::Char, packed);  // K % 32 == 0: rows 16-byte aligned
+  Tensor flags = empty({sm90::in_gemm_unpack_flag_words(p.n, p.k)}, ScalarType::Int, packed);
+  zero(flags);
+  InGemmUnpack& u = p.b_unpack;
+  u.packed = static_cast<const uint8_t*>(p.b.ptr);
+  u.packed_stride = p.n == 1 ? p.k / kInt4PerByte : p.b.stride_row;
+  u.group_scale = p.b_group_scale;
+  u.group_scale_stride = p.b_group_scale_stride;
+  u.flags = reinterpret_cast<uint32_t*>(data<int32_t>(flags));
+  u.flag_words = flags.size(0);
+  p.b = describe(buf, false);
+  p.b_int4 = false;
+  p.b_group_scale = nullptr;
+  p.b_group_scale_stride = 0;
+  return {buf, flags};
+}
+
 namespace {
 
 constexpr const char* kUnpackOp = "tcgemm.unpack_int4";
@@ -136,7 +155,10 @@ Tensor gemm_int4(const Tensor& a, const Tensor& b, const std::optional<Tensor>& 
   const Tensor* gs_c = gs != nullptr ? &dense(*gs, gs_copy) : nullptr;
   p.b_group_scale = gs_c ? const_data<int8_t>(*gs_c) : nullptr;
   p.b_group_scale_stride = gs_c ? gs_c->size(1) : 0;
-  if (!reads_packed_b(backend, p, dev, /*per_block=*/false)) {  // the int8 GEMM of the unpacked weight
+  std::optional<std::pair<Tensor, Tensor>> in_gemm;  // the int8 buffer and flags of an unpacking GEMM
+  if (unpacks_in_gemm(backend, p, dev, /*per_block=*/false)) {
+    in_gemm = unpack_in_gemm(p, b);
+  } else if (!reads_packed_b(backend, p, dev, /*per_block=*/false)) {  // the int8 GEMM of the unpacked weight
     return gemm(a, transposed(unpack_int4_to_int8(b, gs, k)), std::nullopt, 1, 0, backend_arg);
   }
   std::optional<Tensor> a_copy;  // the skinny kernel reads A K-major, 16-byte aligned

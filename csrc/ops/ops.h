@@ -7,7 +7,9 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 
+#include "common/problem.h"
 #include "common/quantize_params.h"
 #include "dispatch/backends.h"
 #include "epilogue/scaled_epilogue.h"
@@ -35,6 +37,11 @@ void check_group_scale(const char* op, const Tensor& s, const char* name, int64_
 // The int8 [N, K] weight of a checked packed one, times its group scales where given (rows padded
 // to 16 bytes: every GPU backend reads it in place), on its device and stream.
 Tensor unpack_int4_to_int8(const Tensor& packed, const Tensor* group_scale, int64_t k);
+// p's packed B (p.b_int4, its group scales in p) handed to the GEMM kernel to unpack as it runs
+// (dispatch/launch.h: unpacks_in_gemm): p.b becomes an int8 [N, K] buffer on the device of
+// `packed` and p.b_unpack its source and flags. Returns the buffer and the zeroed flags, which must
+// outlive the launch.
+std::pair<Tensor, Tensor> unpack_in_gemm(GemmProblem& p, const Tensor& packed);
 
 // Static scales must be positive finite numbers: checked on CPU tensors (quantize.cpp).
 void check_static_scale_values(const char* op, const char* name, const Tensor& s);

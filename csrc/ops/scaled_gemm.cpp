@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 #include "common/math.h"
 #include "common/scale_layout.h"
@@ -96,11 +97,18 @@ void run_cuda(const char* op, Backend requested, const Tensor& a, const Tensor& 
   const std::string why_not = resolve_gpu_backend(requested, dev, e, &backend);
   TCGEMM_CHECK_VALUE(why_not.empty(), op, ": ", why_not, " (argument 'backend')");
   const bool native_int4 = p.b_int4 && reads_packed_b(backend, p, dev, e.per_block());
-  const std::optional<Tensor> unpacked =
-      p.b_int4 && !native_int4 ? std::optional<Tensor>(unpack_b(p, b, call)) : std::nullopt;
+  // A packed B the kernel does not read as it is: unpacked by the GEMM kernel as it runs (into a
+  // buffer it fills, with flags), or by a pass before it.
+  std::optional<Tensor> unpacked, in_gemm_flags;
+  if (p.b_int4 && !native_int4 && unpacks_in_gemm(backend, p, dev, e.per_block())) {
+    std::tie(unpacked, in_gemm_flags) = unpack_in_gemm(p, b);
+  } else if (p.b_int4 && !native_int4) {
+    unpacked = unpack_b(p, b, call);
+  }
   // alive until the launch is enqueued; a packed B read as it is stays out of it
   const OperandCopies copies =
       native_int4 ? OperandCopies{} : fit_operands(backend, a, unpacked ? *unpacked : b, p, call.b_rows);
+  TCGEMM_CHECK_INTERNAL(!in_gemm_flags || !copies.b, "tcgemm: the buffer an unpacking GEMM fills was copied");
   p.stream = current_cuda_stream(a.get_device_index());
   // An operand copy (or the unpacking) is a kernel between the quantize and the GEMM that writes
   // what the GEMM reads before its griddep_wait: no overlap then.

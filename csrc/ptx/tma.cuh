@@ -94,6 +94,14 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 #endif
 }
 
+// Orders this thread's generic-proxy global-memory accesses with its async-proxy (TMA) accesses:
+// writers of data that TMA will read, and the reader between acquiring their flag and the copy.
+__device__ __forceinline__ void fence_proxy_async_global() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
+
 // Pulls the descriptor into the TMA unit's cache ahead of the first copy.
 __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

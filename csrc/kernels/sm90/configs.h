@@ -84,10 +84,19 @@ struct TileConfig {
   // registers, so a split beyond it hangs the consumers. The producer needs few (with per-block
   // scales its factor warps, kernels/sm90/sm90_factors.cuh, spilled 192 bytes at 24; with column
   // factors they spill 80 bytes at 40), the consumers hold the accumulators (the per-block
-  // config's three sets of 64 fit 232 since the factors come from shared memory).
+  // config's three sets of 64 fit 232 since the factors come from shared memory). Kernels whose
+  // producer warps may unpack a packed B (sm90_unpack_ahead.cuh: any epilogue that does not
+  // promote, in a config without kBInt4) give the producer 56: the unpacking loop spilled 36
+  // bytes at 40.
   static constexpr int kLaunchRegs = (65536 / kThreads < 255 ? 65536 / kThreads : 255) / 8 * 8;
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = kConsumerWarpgroups == 1 ? 240 : 232;
+  static constexpr bool producer_unpacks(bool promotes) { return !promotes && !BInt4; }
+  static constexpr int producer_regs(bool promotes) { return producer_unpacks(promotes) ? 56 : 40; }
+  static constexpr int consumer_regs(bool promotes) {
+    return kConsumerWarpgroups == 1 ? 240 : producer_unpacks(promotes) ? 224 : 232;
+  }
+  static constexpr bool regs_fit(bool promotes) {
+    return 128 * producer_regs(promotes) + 128 * kConsumerWarpgroups * consumer_regs(promotes) <= kThreads * kLaunchRegs;
+  }
 
   static_assert(!PingPong || (WgM == 1 && WgN == 1), "ping-pong warpgroups take whole tiles");
   static_assert(kWgRows % 64 == 0 && kWgRows * WgM == BM && kWN * WgN == BN, "tile split");
@@ -97,8 +106,7 @@ struct TileConfig {
   static_assert(kATileBytes % 1024 == 0 && kBTileBytes % 1024 == 0, "tiles must keep 1024-byte alignment");
   static_assert(kWN * 2 % kEpiRowBytes == 0, "the epilogue stores whole 128-byte chunks of a warp's rows");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an H100/H200 block can have");
-  static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= kThreads * kLaunchRegs,
-                "the setmaxnreg split exceeds the registers the block holds");
+  static_assert(regs_fit(false) && regs_fit(true), "the setmaxnreg split exceeds the registers the block holds");
   static_assert(!(Epilogues & kEpiPerBlock) || kSupportsPerBlock, "config cannot promote per-block scales");
   static_assert(!ColumnFactors || Epilogues == kEpiPerBlock, "column factors serve per-block scales only");
   static_assert(!ColumnFactors || kWgN == 1, "the column factors are read at the tile's columns");

@@ -2,6 +2,8 @@
 // memory, warp specialization and a persistent tile loop. The kernel composes its pieces:
 //   sm90_scheduler.cuh  which work units (tile x K range) a block takes, and the ring position;
 //   sm90_producer.cuh   warpgroup 0: one thread issues the TMA loads of every K block;
+//   sm90_unpack_ahead.cuh  a packed 4-bit B that warps 1-3 unpack into B's int8 buffer as the
+//                       tiles are computed, which the loads of B wait for;
 //   sm90_factors.cuh    with per-block scales, warps 1-3 stage the K blocks' promotion factors;
 //   sm90_unpack.cuh     with a packed 4-bit B, how the consumers unpack a K block's B into int8;
 //   sm90_mainloop.cuh   warpgroups 1..: wgmma per K block, per-block promotion when the
@@ -85,16 +87,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (threadIdx.x / 128 == 0) {
     // The producer warpgroup gives back registers; one thread issues the loads, and with
     // per-block scales warps 1-3 stage the promotion factors.
-    ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+    ptx::setmaxnreg_dec<Cfg::producer_regs(Epi::kPromotes)>();
     if (threadIdx.x == 0) produce<Cfg>(args, &map_a, &map_b, a_tiles, b_tiles, full, empty);
     if constexpr (Epi::kPromotes) {
       const int warp = threadIdx.x / 32;
       if (warp >= 1 && warp <= Cfg::kFactorSlots)
         stage_factors<Cfg>(args, epi, ptx::smem_addr(factors), full, empty, warp - 1, threadIdx.x % 32);
+    } else if constexpr (Cfg::producer_unpacks(Epi::kPromotes)) {
+      if (args.unpack.active() && threadIdx.x >= 32) unpack_ahead<Cfg>(args.unpack, args.sched.tiles_n, threadIdx.x % 32);
     }
     return;
   }
-  ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
+  ptx::setmaxnreg_inc<Cfg::consumer_regs(Epi::kPromotes)>();
   Consumer<Cfg, Mma, Epi> consumer(args, epi, &map_d, a_tiles, Cfg::kBInt4 ? b_int8 : b_tiles, epi_buffers, full,
                                    empty);
   if constexpr (Epi::kPromotes) {
@@ -107,6 +111,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // The shared-memory sources of the last stores must stay valid until TMA has read them.
   if (args.d_tma && consumer.lane == 0) ptx::bulk_wait_group<0>();
 #endif
+}
+
+// A packed B unpacked by the kernel (p.b_unpack; p.b is the int8 buffer it fills): the tiles go
+// every tile row of a column tile before the next, and the chunks by bands of the column tiles
+// the first wave of `grid` blocks takes (sm90_unpack_ahead.cuh).
+template <class Cfg, class Epi>
+UnpackAhead unpack_ahead_args(const GemmProblem& p, TileScheduler& s, int grid) {
+  if (Cfg::kBInt4 || Epi::kPromotes || p.b_int4 || !p.b.k_major())
+    throw std::logic_error("tcgemm: this sm90 config cannot unpack B as it runs");
+  UnpackAhead u;
+  u.src = p.b_unpack;
+  u.out = static_cast<int8_t*>(const_cast<void*>(p.b.ptr));
+  u.out_stride = p.b.stride_row;
+  u.n = p.n;
+  u.k = p.k;
+  u.segments = ceil_div(p.k, kUnpackSegmentK);
+  if (1 + int64_t{s.tiles_n} * u.segments > p.b_unpack.flag_words)
+    throw std::logic_error("tcgemm: too few flags for the sm90 kernel's unpacking");
+  s.group_m = s.tiles_m;
+  u.band_cols = std::max(1, ceil_div(grid, s.tiles_m));
+  return u;
 }
 
 template <class Cfg, class Epi, bool ASigned, bool BSigned>
@@ -122,6 +147,7 @@ void launch_kernel(const GemmProblem& p, const Epi& epi, int sm_count) {
   s.split_k = ceil_div(s.k_blocks, s.k_blocks_split);  // no empty split
   s.tiles_m = ceil_div(p.m, Cfg::kBM);
   s.tiles_n = ceil_div(p.n, Cfg::kBN);
+  s.group_m = Cfg::kGroupM;
   args.a_box_rows = std::min(Cfg::kBM, round_up(p.m, 8));
   args.d = p.d.ptr;
   args.ldd = p.d.ld;
@@ -143,6 +169,7 @@ void launch_kernel(const GemmProblem& p, const Epi& epi, int sm_count) {
   allow_dynamic_smem<kernel, Cfg::kSmemBytes>();
   const int64_t units = static_cast<int64_t>(s.tiles_m) * s.tiles_n * s.split_k;
   const int grid = static_cast<int>(std::min<int64_t>(units, sm_count));
+  if (p.b_unpack.packed != nullptr) args.unpack = unpack_ahead_args<Cfg, Epi>(p, s, grid);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(map_a, map_b, map_d, args, epi);
   TCGEMM_CHECK_LAUNCH();
 }

@@ -1,7 +1,8 @@
 // The sm90 kernel's producer: one thread walks the block's work units and, for every 128-byte K
 // block, waits until the ring slot is free ("empty" mbarrier), then has TMA copy the A and B
 // boxes into it, landing on the slot's "full" mbarrier. A packed 4-bit B (Cfg::kBInt4) lands in
-// the slot's packed tile, 64 bytes per row and K block, which the consumers unpack.
+// the slot's packed tile, 64 bytes per row and K block, which the consumers unpack. A B that the
+// kernel unpacks itself (args.unpack, sm90_unpack_ahead.cuh) is loaded once its piece is written.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <cuda.h>
 
 #include "kernels/sm90/sm90_params.cuh"
+#include "kernels/sm90/sm90_unpack_ahead.cuh"
 #include "ptx/cache_policy.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/tma.cuh"
@@ -30,10 +32,12 @@ __device__ __forceinline__ void produce(const Params& args, const CUtensorMap* m
   RingPosition<Cfg::kStages> ring;
   const int units = args.sched.units();
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
-    const WorkUnit w = args.sched.unit<Cfg::kGroupM>(unit);
+    const WorkUnit w = args.sched.unit(unit);
     for (int kb = w.kb_begin; kb < w.kb_end; ++kb, ring.advance()) {
       const int slot = ring.slot;
       ptx::mbarrier_wait(&empty[slot], ring.phase ^ 1);
+      if (args.unpack.active() && (kb == w.kb_begin || kb * Cfg::kBK % kUnpackSegmentK == 0))
+        wait_unpacked<Cfg>(args.unpack, w.tile_n, kb);
       ptx::mbarrier_arrive_expect_tx(&full[slot], stage_bytes);
       ptx::tma_load_2d(a_tiles + slot * Cfg::kATileBytes, map_a, &full[slot], kb * Cfg::kBK, w.tile_m * Cfg::kBM, policy_a);
       ptx::tma_load_2d(b_tiles + slot * Cfg::kBTmaTileBytes, map_b, &full[slot], kb * kBBoxK, w.tile_n * Cfg::kBN, policy_b);
