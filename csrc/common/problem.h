@@ -69,15 +69,16 @@ struct GemmProblem {
   // this many, whose int32 sums meet in distributed shared memory before the epilogue, so that a
   // layer of few tiles still keeps every SM busy.
   int cluster_k_split = 1;
-  // B's int8 weight written by the sm90 kernel from a packed one as it runs (set by the binding
-  // layer where unpacks_in_gemm allows; b then describes the int8 buffer it fills).
-  InGemmUnpack b_unpack;
   // Programmatic dependent launch (sm_90+; set by tcgemm.quant_linear for the skinny kernel, the
   // only one that honours it): the kernel may start while the kernel before it on the stream (the
   // activations' quantize) runs. It streams B before ptx::griddep_wait and reads A, the scales and
   // bias and writes D after it, so B must not be written by that kernel.
   bool pdl = false;
   cudaStream_t stream = nullptr;
+  // B's int8 weight written by the sm90 kernel from a packed one as it runs (set by the binding
+  // layer where unpacks_in_gemm allows; b then describes the int8 buffer it fills), or null. Last,
+  // and a pointer, so that the kernels that take the problem whole (skinny) keep their layout.
+  const InGemmUnpack* b_unpack = nullptr;
 };
 
 }  // namespace tcgemm

@@ -62,7 +62,7 @@ void run_sm90(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev
   const auto* scaled = std::get_if<ScaledEpilogueParams>(&epilogue);
   const bool column_scales = scaled != nullptr && scaled->b.per_row_block();
   const Sm90Plan plan = plan_sm90(p.m, p.n, p.k, epilogue_family_of(epilogue), column_scales, dev.sm_count, p.b_int4,
-                                  p.b_unpack.packed != nullptr);
+                                  p.b_unpack != nullptr);
   p.split_k = plan.split_k;
   prefill_for_split(p, epilogue);
   with_epilogue(epilogue, p.d.type, [&](const auto& epi) {

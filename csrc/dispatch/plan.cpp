@@ -152,9 +152,7 @@ Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, bool column_sc
                    bool b_unpacks) {
   Sm90Plan best;
   double best_cost = 1e300;
-  // A packed 4-bit B unpacked by the producer warps as the tiles run: the config measured with it
-  // (H100: ping-pong 128x128 tiles walked a column tile at a time, as the unpacking needs, lost
-  // 20% against their usual order at 2048 x 14336 x 4096; Large did not).
+  // A packed 4-bit B unpacked by the producer warps as the tiles run: the config measured with it.
   if (b_unpacks) return Sm90Plan{Sm90Config::kLarge, 1};
   // A packed 4-bit B: the one config that unpacks it (use_sm90_int4 takes it only where its
   // tiles fill the SMs, so never split).

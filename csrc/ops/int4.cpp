@@ -83,22 +83,21 @@ Tensor unpack_int4_to_int8(const Tensor& packed, const Tensor* group_scale, int6
   return out;
 }
 
-std::pair<Tensor, Tensor> unpack_in_gemm(GemmProblem& p, const Tensor& packed) {
-  Tensor buf = empty({p.n, p.k}, ScalarType::Char, packed);  // K % 32 == 0: rows 16-byte aligned
-  Tensor flags = empty({sm90::in_gemm_unpack_flag_words(p.n, p.k)}, ScalarType::Int, packed);
-  zero(flags);
-  InGemmUnpack& u = p.b_unpack;
-  u.packed = static_cast<const uint8_t*>(p.b.ptr);
-  u.packed_stride = p.n == 1 ? p.k / kInt4PerByte : p.b.stride_row;
-  u.group_scale = p.b_group_scale;
-  u.group_scale_stride = p.b_group_scale_stride;
-  u.flags = reinterpret_cast<uint32_t*>(data<int32_t>(flags));
-  u.flag_words = flags.size(0);
-  p.b = describe(buf, false);
+void unpack_in_gemm(GemmProblem& p, const Tensor& packed, InGemmUnpacking& u) {
+  u.buffer = empty({p.n, p.k}, ScalarType::Char, packed);  // K % 32 == 0: rows 16-byte aligned
+  u.flags = empty({sm90::in_gemm_unpack_flag_words(p.n, p.k)}, ScalarType::Int, packed);
+  zero(u.flags);
+  u.source.packed = static_cast<const uint8_t*>(p.b.ptr);
+  u.source.packed_stride = p.n == 1 ? p.k / kInt4PerByte : p.b.stride_row;
+  u.source.group_scale = p.b_group_scale;
+  u.source.group_scale_stride = p.b_group_scale_stride;
+  u.source.flags = reinterpret_cast<uint32_t*>(data<int32_t>(u.flags));
+  u.source.flag_words = u.flags.size(0);
+  p.b = describe(u.buffer, false);
   p.b_int4 = false;
   p.b_group_scale = nullptr;
   p.b_group_scale_stride = 0;
-  return {buf, flags};
+  p.b_unpack = &u.source;
 }
 
 namespace {
@@ -155,9 +154,9 @@ Tensor gemm_int4(const Tensor& a, const Tensor& b, const std::optional<Tensor>& 
   const Tensor* gs_c = gs != nullptr ? &dense(*gs, gs_copy) : nullptr;
   p.b_group_scale = gs_c ? const_data<int8_t>(*gs_c) : nullptr;
   p.b_group_scale_stride = gs_c ? gs_c->size(1) : 0;
-  std::optional<std::pair<Tensor, Tensor>> in_gemm;  // the int8 buffer and flags of an unpacking GEMM
+  std::optional<InGemmUnpacking> in_gemm;  // the int8 buffer, flags and source of an unpacking GEMM
   if (unpacks_in_gemm(backend, p, dev, /*per_block=*/false)) {
-    in_gemm = unpack_in_gemm(p, b);
+    unpack_in_gemm(p, b, in_gemm.emplace());
   } else if (!reads_packed_b(backend, p, dev, /*per_block=*/false)) {  // the int8 GEMM of the unpacked weight
     return gemm(a, transposed(unpack_int4_to_int8(b, gs, k)), std::nullopt, 1, 0, backend_arg);
   }

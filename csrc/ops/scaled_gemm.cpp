@@ -4,7 +4,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <tuple>
 
 #include "common/math.h"
 #include "common/scale_layout.h"
@@ -99,16 +98,18 @@ void run_cuda(const char* op, Backend requested, const Tensor& a, const Tensor& 
   const bool native_int4 = p.b_int4 && reads_packed_b(backend, p, dev, e.per_block());
   // A packed B the kernel does not read as it is: unpacked by the GEMM kernel as it runs (into a
   // buffer it fills, with flags), or by a pass before it.
-  std::optional<Tensor> unpacked, in_gemm_flags;
+  std::optional<Tensor> unpacked;
+  std::optional<InGemmUnpacking> in_gemm;
   if (p.b_int4 && !native_int4 && unpacks_in_gemm(backend, p, dev, e.per_block())) {
-    std::tie(unpacked, in_gemm_flags) = unpack_in_gemm(p, b);
+    unpack_in_gemm(p, b, in_gemm.emplace());
+    unpacked = in_gemm->buffer;
   } else if (p.b_int4 && !native_int4) {
     unpacked = unpack_b(p, b, call);
   }
   // alive until the launch is enqueued; a packed B read as it is stays out of it
   const OperandCopies copies =
       native_int4 ? OperandCopies{} : fit_operands(backend, a, unpacked ? *unpacked : b, p, call.b_rows);
-  TCGEMM_CHECK_INTERNAL(!in_gemm_flags || !copies.b, "tcgemm: the buffer an unpacking GEMM fills was copied");
+  TCGEMM_CHECK_INTERNAL(!in_gemm || !copies.b, "tcgemm: the buffer an unpacking GEMM fills was copied");
   p.stream = current_cuda_stream(a.get_device_index());
   // An operand copy (or the unpacking) is a kernel between the quantize and the GEMM that writes
   // what the GEMM reads before its griddep_wait: no overlap then.

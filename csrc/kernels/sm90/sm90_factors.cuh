@@ -64,7 +64,7 @@ __device__ __forceinline__ void stage_factors(const Params& args, const Epi& epi
   const int64_t b_step = b0.stride_kb;
   const int units = args.sched.units();
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
-    const WorkUnit w = args.sched.unit(unit);
+    const WorkUnit w = args.sched.unit<Cfg::kGroupM>(unit);
     const int end = begin + (w.kb_end - w.kb_begin);
     if (next < end) {
       int kb = w.kb_begin + (next - begin);

@@ -31,6 +31,7 @@
 #include "kernels/sm90/sm90_producer.cuh"
 #include "kernels/sm90/sm90_tensor_map.h"
 #include "kernels/sm90/sm90_unpack.cuh"
+#include "kernels/sm90/sm90_unpack_ahead.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/tma.cuh"
 #include "ptx/warpgroup.cuh"
@@ -41,7 +42,8 @@ namespace tcgemm::sm90 {
 template <class Cfg, bool ASigned, bool BSigned, class Epi>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                     const __grid_constant__ CUtensorMap map_d, const Params args, const Epi epi) {
+                     const __grid_constant__ CUtensorMap map_d, const Params args, const Epi epi,
+                     const UnpackAhead unpack) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mma = ptx::WgmmaInt8<Cfg::kWN, ASigned, BSigned>;
   constexpr int kStages = Cfg::kStages;
@@ -88,13 +90,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // The producer warpgroup gives back registers; one thread issues the loads, and with
     // per-block scales warps 1-3 stage the promotion factors.
     ptx::setmaxnreg_dec<Cfg::producer_regs(Epi::kPromotes)>();
-    if (threadIdx.x == 0) produce<Cfg>(args, &map_a, &map_b, a_tiles, b_tiles, full, empty);
+    if (threadIdx.x == 0)
+      produce<Cfg, Cfg::producer_unpacks(Epi::kPromotes)>(args, unpack, &map_a, &map_b, a_tiles, b_tiles, full, empty);
     if constexpr (Epi::kPromotes) {
       const int warp = threadIdx.x / 32;
       if (warp >= 1 && warp <= Cfg::kFactorSlots)
         stage_factors<Cfg>(args, epi, ptx::smem_addr(factors), full, empty, warp - 1, threadIdx.x % 32);
     } else if constexpr (Cfg::producer_unpacks(Epi::kPromotes)) {
-      if (args.unpack.active() && threadIdx.x >= 32) unpack_ahead<Cfg>(args.unpack, args.sched.tiles_n, threadIdx.x % 32);
+      if (unpack.active() && threadIdx.x >= 32) unpack_ahead<Cfg>(unpack, args.sched.tiles_n, threadIdx.x % 32);
     }
     return;
   }
@@ -113,24 +116,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #endif
 }
 
-// A packed B unpacked by the kernel (p.b_unpack; p.b is the int8 buffer it fills): the tiles go
-// every tile row of a column tile before the next, and the chunks by bands of the column tiles
-// the first wave of `grid` blocks takes (sm90_unpack_ahead.cuh).
+// A packed B unpacked by the kernel (p.b_unpack; p.b is the int8 buffer it fills): the chunks go
+// by bands of the column tiles the first wave of `grid` blocks takes (sm90_unpack_ahead.cuh).
 template <class Cfg, class Epi>
-UnpackAhead unpack_ahead_args(const GemmProblem& p, TileScheduler& s, int grid) {
+UnpackAhead unpack_ahead_args(const GemmProblem& p, const TileScheduler& s, int grid) {
   if (Cfg::kBInt4 || Epi::kPromotes || p.b_int4 || !p.b.k_major())
     throw std::logic_error("tcgemm: this sm90 config cannot unpack B as it runs");
   UnpackAhead u;
-  u.src = p.b_unpack;
+  u.src = *p.b_unpack;
   u.out = static_cast<int8_t*>(const_cast<void*>(p.b.ptr));
   u.out_stride = p.b.stride_row;
   u.n = p.n;
   u.k = p.k;
   u.segments = ceil_div(p.k, kUnpackSegmentK);
-  if (1 + int64_t{s.tiles_n} * u.segments > p.b_unpack.flag_words)
+  if (1 + int64_t{s.tiles_n} * u.segments > p.b_unpack->flag_words)
     throw std::logic_error("tcgemm: too few flags for the sm90 kernel's unpacking");
-  s.group_m = s.tiles_m;
-  u.band_cols = std::max(1, ceil_div(grid, s.tiles_m));
+  u.band_cols = std::max(1, ceil_div(grid, std::min(s.tiles_m, Cfg::kGroupM)));
   return u;
 }
 
@@ -147,7 +148,6 @@ void launch_kernel(const GemmProblem& p, const Epi& epi, int sm_count) {
   s.split_k = ceil_div(s.k_blocks, s.k_blocks_split);  // no empty split
   s.tiles_m = ceil_div(p.m, Cfg::kBM);
   s.tiles_n = ceil_div(p.n, Cfg::kBN);
-  s.group_m = Cfg::kGroupM;
   args.a_box_rows = std::min(Cfg::kBM, round_up(p.m, 8));
   args.d = p.d.ptr;
   args.ldd = p.d.ld;
@@ -169,8 +169,8 @@ void launch_kernel(const GemmProblem& p, const Epi& epi, int sm_count) {
   allow_dynamic_smem<kernel, Cfg::kSmemBytes>();
   const int64_t units = static_cast<int64_t>(s.tiles_m) * s.tiles_n * s.split_k;
   const int grid = static_cast<int>(std::min<int64_t>(units, sm_count));
-  if (p.b_unpack.packed != nullptr) args.unpack = unpack_ahead_args<Cfg, Epi>(p, s, grid);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(map_a, map_b, map_d, args, epi);
+  const UnpackAhead unpack = p.b_unpack != nullptr ? unpack_ahead_args<Cfg, Epi>(p, s, grid) : UnpackAhead{};
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(map_a, map_b, map_d, args, epi, unpack);
   TCGEMM_CHECK_LAUNCH();
 }
 

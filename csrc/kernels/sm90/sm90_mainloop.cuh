@@ -111,7 +111,7 @@ __device__ __forceinline__ void consume_tiles(Consumer<Cfg, Mma, Epi>& c) {
   int32_t acc[Cfg::kMmaM][Cfg::kAccRegs];
   const int my_units = c.args.sched.block_units();
   for (int nth = 0; nth < my_units; ++nth) {
-    const WorkUnit w = c.args.sched.block_unit(nth);
+    const WorkUnit w = c.args.sched.template block_unit<Cfg::kGroupM>(nth);
     if (Cfg::kPingPong && nth % 2 != c.consumer) {
       c.ring.advance(w.kb_end - w.kb_begin);  // the other warpgroup's tile
       continue;
@@ -156,7 +156,7 @@ __device__ __forceinline__ void consume_tiles_promoting(Consumer<Cfg, Mma, Epi>&
   int nth = 0, kb = 0;  // the current block's unit and K block
 
   auto begin_tile = [&]() {
-    w = c.args.sched.block_unit(nth);
+    w = c.args.sched.template block_unit<Cfg::kGroupM>(nth);
 #pragma unroll
     for (int mi = 0; mi < Cfg::kMmaM; ++mi)
 #pragma unroll
@@ -258,7 +258,7 @@ __device__ __forceinline__ void consume_tiles_unpacking(Consumer<Cfg, Mma, Epi>&
   if (my_units == 0) return;
   // The K block to unpack next: unit nth, K block kb, ring position at.
   int next_nth = 0;
-  WorkUnit next_w = c.args.sched.block_unit(0);
+  WorkUnit next_w = c.args.sched.template block_unit<Cfg::kGroupM>(0);
   int next_kb = next_w.kb_begin;
   RingPosition<Cfg::kStages> next_at;
   // Unpacks the next K block, then loads the group scales of the one after, which arrive while
@@ -269,7 +269,7 @@ __device__ __forceinline__ void consume_tiles_unpacking(Consumer<Cfg, Mma, Epi>&
     ptx::named_barrier_sync(kUnpackBarrier, 128 * Cfg::kConsumerWarpgroups);  // both parts written
     next_at.advance();
     if (++next_kb == next_w.kb_end && ++next_nth < my_units) {
-      next_w = c.args.sched.block_unit(next_nth);
+      next_w = c.args.sched.template block_unit<Cfg::kGroupM>(next_nth);
       next_kb = next_w.kb_begin;
     }
     if (next_nth < my_units) unpacker.load_scales(next_w.tile_n, next_kb);
@@ -277,7 +277,7 @@ __device__ __forceinline__ void consume_tiles_unpacking(Consumer<Cfg, Mma, Epi>&
   unpacker.load_scales(next_w.tile_n, next_kb);
   unpack_next();
   for (int nth = 0; nth < my_units; ++nth) {
-    const WorkUnit w = c.args.sched.block_unit(nth);
+    const WorkUnit w = c.args.sched.template block_unit<Cfg::kGroupM>(nth);
     int prev_slot = -1;
     for (int kb = w.kb_begin; kb < w.kb_end; ++kb, c.ring.advance()) {
       const int slot = c.ring.slot;

@@ -4,7 +4,6 @@
 #include <cstdint>
 
 #include "kernels/sm90/sm90_scheduler.cuh"
-#include "kernels/sm90/sm90_unpack_ahead.h"
 
 namespace tcgemm::sm90 {
 
@@ -20,8 +19,6 @@ struct Params {
   // b_group_scale[n * b_group_scale_stride + kb], or none (every scale 1).
   const int8_t* b_group_scale;
   int64_t b_group_scale_stride;
-  // B's int8 weight unpacked by the kernel as it runs (sm90_unpack_ahead.cuh), or inactive.
-  UnpackAhead unpack;
 };
 
 }  // namespace tcgemm::sm90

@@ -2,7 +2,7 @@
 // block, waits until the ring slot is free ("empty" mbarrier), then has TMA copy the A and B
 // boxes into it, landing on the slot's "full" mbarrier. A packed 4-bit B (Cfg::kBInt4) lands in
 // the slot's packed tile, 64 bytes per row and K block, which the consumers unpack. A B that the
-// kernel unpacks itself (args.unpack, sm90_unpack_ahead.cuh) is loaded once its piece is written.
+// kernel unpacks itself (`unpack`, sm90_unpack_ahead.cuh) is loaded once its piece is written.
 #pragma once
 
 #include <cstdint>
@@ -17,9 +17,11 @@
 
 namespace tcgemm::sm90 {
 
-template <class Cfg>
-__device__ __forceinline__ void produce(const Params& args, const CUtensorMap* map_a, const CUtensorMap* map_b,
-                                        uint8_t* a_tiles, uint8_t* b_tiles, uint64_t* full, uint64_t* empty) {
+// MayUnpack: the kernel's producer warps may unpack B (TileConfig::producer_unpacks).
+template <class Cfg, bool MayUnpack>
+__device__ __forceinline__ void produce(const Params& args, const UnpackAhead& unpack, const CUtensorMap* map_a,
+                                        const CUtensorMap* map_b, uint8_t* a_tiles, uint8_t* b_tiles, uint64_t* full,
+                                        uint64_t* empty) {
   // An operand box that other tiles read again (A along its tile row, B along its tile
   // column) stays in L2 (evict_last); one read by a single tile (B when M fits one tile row)
   // is streamed (evict_first). Measured: 64x8192x8192 381 -> 404 TOPS, 16x28672x8192 +5%.
@@ -32,12 +34,12 @@ __device__ __forceinline__ void produce(const Params& args, const CUtensorMap* m
   RingPosition<Cfg::kStages> ring;
   const int units = args.sched.units();
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
-    const WorkUnit w = args.sched.unit(unit);
+    const WorkUnit w = args.sched.unit<Cfg::kGroupM>(unit);
     for (int kb = w.kb_begin; kb < w.kb_end; ++kb, ring.advance()) {
       const int slot = ring.slot;
       ptx::mbarrier_wait(&empty[slot], ring.phase ^ 1);
-      if (args.unpack.active() && (kb == w.kb_begin || kb * Cfg::kBK % kUnpackSegmentK == 0))
-        wait_unpacked<Cfg>(args.unpack, w.tile_n, kb);
+      if (MayUnpack && unpack.active() && (kb == w.kb_begin || kb * Cfg::kBK % kUnpackSegmentK == 0))
+        wait_unpacked<Cfg>(unpack, w.tile_n, kb);
       ptx::mbarrier_arrive_expect_tx(&full[slot], stage_bytes);
       ptx::tma_load_2d(a_tiles + slot * Cfg::kATileBytes, map_a, &full[slot], kb * Cfg::kBK, w.tile_m * Cfg::kBM, policy_a);
       ptx::tma_load_2d(b_tiles + slot * Cfg::kBTmaTileBytes, map_b, &full[slot], kb * kBBoxK, w.tile_n * Cfg::kBN, policy_b);

@@ -1,5 +1,5 @@
 // The persistent tile scheduler of the sm90 kernel: work units are output tiles in grouped order
-// (group_m tile rows per group, for L2 reuse of B) times split_k ranges of K blocks. Units go
+// (GroupM tile rows per group, for L2 reuse of B) times split_k ranges of K blocks. Units go
 // round-robin to the gridDim.x <= #SMs resident blocks, and every role of a block walks the same
 // sequence, so the ring's counters stay in step.
 #pragma once
@@ -19,18 +19,18 @@ struct TileScheduler {
   int k_blocks;        // ceil(K / 128)
   int k_blocks_split;  // K blocks per split (the last split may have fewer; none is empty)
   int split_k;
-  int group_m;  // tile rows per group: the config's kGroupM, or every row (sm90_unpack_ahead.cuh)
 
   __device__ __forceinline__ int units() const { return tiles_m * tiles_n * split_k; }
 
+  template <int GroupM>
   __device__ __forceinline__ WorkUnit unit(int u) const {
     const int tiles = tiles_m * tiles_n;
     const int split = u / tiles;  // concurrent blocks share a K range: their A and B rows overlap in L2
     const int tile = u - split * tiles;
-    const int group_size = group_m * tiles_n;
+    const int group_size = GroupM * tiles_n;
     const int group = tile / group_size;
-    const int first_m = group * group_m;
-    const int rows_in_group = min(tiles_m - first_m, group_m);
+    const int first_m = group * GroupM;
+    const int rows_in_group = min(tiles_m - first_m, GroupM);
     const int in_group = tile - group * group_size;
     WorkUnit w;
     w.tile_m = first_m + in_group % rows_in_group;
@@ -44,8 +44,9 @@ struct TileScheduler {
   __device__ __forceinline__ int block_units() const {
     return (units() - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   }
+  template <int GroupM>
   __device__ __forceinline__ WorkUnit block_unit(int nth) const {
-    return unit(static_cast<int>(blockIdx.x) + nth * static_cast<int>(gridDim.x));
+    return unit<GroupM>(static_cast<int>(blockIdx.x) + nth * static_cast<int>(gridDim.x));
   }
 };
 
