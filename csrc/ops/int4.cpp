@@ -83,21 +83,21 @@ Tensor unpack_int4_to_int8(const Tensor& packed, const Tensor* group_scale, int6
   return out;
 }
 
-void unpack_in_gemm(GemmProblem& p, const Tensor& packed, InGemmUnpacking& u) {
-  u.buffer = empty({p.n, p.k}, ScalarType::Char, packed);  // K % 32 == 0: rows 16-byte aligned
-  u.flags = empty({sm90::in_gemm_unpack_flag_words(p.n, p.k)}, ScalarType::Int, packed);
-  zero(u.flags);
-  u.source.packed = static_cast<const uint8_t*>(p.b.ptr);
-  u.source.packed_stride = p.n == 1 ? p.k / kInt4PerByte : p.b.stride_row;
-  u.source.group_scale = p.b_group_scale;
-  u.source.group_scale_stride = p.b_group_scale_stride;
-  u.source.flags = reinterpret_cast<uint32_t*>(data<int32_t>(u.flags));
-  u.source.flag_words = u.flags.size(0);
-  p.b = describe(u.buffer, false);
+InGemmUnpacking::InGemmUnpacking(GemmProblem& p, const Tensor& packed)
+    : buffer(empty({p.n, p.k}, ScalarType::Char, packed)),  // K % 32 == 0: rows 16-byte aligned
+      flags(empty({sm90::in_gemm_unpack_flag_words(p.n, p.k)}, ScalarType::Int, packed)) {
+  zero(flags);
+  source.packed = static_cast<const uint8_t*>(p.b.ptr);
+  source.packed_stride = p.n == 1 ? p.k / kInt4PerByte : p.b.stride_row;
+  source.group_scale = p.b_group_scale;
+  source.group_scale_stride = p.b_group_scale_stride;
+  source.flags = reinterpret_cast<uint32_t*>(data<int32_t>(flags));
+  source.flag_words = flags.size(0);
+  p.b = describe(buffer, false);
   p.b_int4 = false;
   p.b_group_scale = nullptr;
   p.b_group_scale_stride = 0;
-  p.b_unpack = &u.source;
+  p.b_unpack = &source;
 }
 
 namespace {
@@ -156,7 +156,7 @@ Tensor gemm_int4(const Tensor& a, const Tensor& b, const std::optional<Tensor>& 
   p.b_group_scale_stride = gs_c ? gs_c->size(1) : 0;
   std::optional<InGemmUnpacking> in_gemm;  // the int8 buffer, flags and source of an unpacking GEMM
   if (unpacks_in_gemm(backend, p, dev, /*per_block=*/false)) {
-    unpack_in_gemm(p, b, in_gemm.emplace());
+    in_gemm.emplace(p, b);
   } else if (!reads_packed_b(backend, p, dev, /*per_block=*/false)) {  // the int8 GEMM of the unpacked weight
     return gemm(a, transposed(unpack_int4_to_int8(b, gs, k)), std::nullopt, 1, 0, backend_arg);
   }

@@ -38,13 +38,16 @@ void check_group_scale(const char* op, const Tensor& s, const char* name, int64_
 Tensor unpack_int4_to_int8(const Tensor& packed, const Tensor* group_scale, int64_t k);
 // p's packed B (p.b_int4, its group scales in p) handed to the GEMM kernel to unpack as it runs
 // (dispatch/launch.h: unpacks_in_gemm): p.b becomes an int8 [N, K] buffer on the device of
-// `packed`, and p.b_unpack points to its source and zeroed flags. The buffers and the source must
-// outlive the launch.
+// `packed`, and p.b_unpack points to the source and zeroed flags held here, which must outlive
+// the launch (hence neither copied nor moved).
 struct InGemmUnpacking {
-  InGemmUnpack source;
   Tensor buffer, flags;
+  InGemmUnpack source;
+
+  InGemmUnpacking(GemmProblem& p, const Tensor& packed);
+  InGemmUnpacking(const InGemmUnpacking&) = delete;
+  InGemmUnpacking& operator=(const InGemmUnpacking&) = delete;
 };
-void unpack_in_gemm(GemmProblem& p, const Tensor& packed, InGemmUnpacking& u);
 
 // Static scales must be positive finite numbers: checked on CPU tensors (quantize.cpp).
 void check_static_scale_values(const char* op, const char* name, const Tensor& s);

@@ -101,8 +101,7 @@ void run_cuda(const char* op, Backend requested, const Tensor& a, const Tensor& 
   std::optional<Tensor> unpacked;
   std::optional<InGemmUnpacking> in_gemm;
   if (p.b_int4 && !native_int4 && unpacks_in_gemm(backend, p, dev, e.per_block())) {
-    unpack_in_gemm(p, b, in_gemm.emplace());
-    unpacked = in_gemm->buffer;
+    unpacked = in_gemm.emplace(p, b).buffer;
   } else if (p.b_int4 && !native_int4) {
     unpacked = unpack_b(p, b, call);
   }
