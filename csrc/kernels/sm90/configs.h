@@ -86,11 +86,16 @@ struct TileConfig {
   // factors they spill 80 bytes at 40), the consumers hold the accumulators (the per-block
   // config's three sets of 64 fit 232 since the factors come from shared memory). Kernels whose
   // producer warps may unpack a packed B (sm90_unpack_ahead.cuh: any epilogue that does not
-  // promote, in a config without kBInt4) give the producer 56: the unpacking loop spilled 36
-  // bytes at 40.
+  // promote, in a config without kBInt4) give the producer 56 (72 beside one consumer
+  // warpgroup): the unpacking loop spilled 36 bytes at 40, and Tiny's 4 at 56.
   static constexpr int kLaunchRegs = (65536 / kThreads < 255 ? 65536 / kThreads : 255) / 8 * 8;
   static constexpr bool producer_unpacks(bool promotes) { return !promotes && !BInt4; }
-  static constexpr int producer_regs(bool promotes) { return producer_unpacks(promotes) ? 56 : 40; }
+  static constexpr int producer_regs(bool promotes) {
+    return producer_unpacks(promotes) ? (kConsumerWarpgroups == 1 ? 72 : 56) : 40;
+  }
+  // The scheduler's tile-row group as the kernel reads it: at run time where the producer warps may
+  // unpack B (the unpacking walks every tile row of a column tile before the next), else kGroupM.
+  static constexpr int sched_group_m(bool promotes) { return producer_unpacks(promotes) ? 0 : GroupM; }
   static constexpr int consumer_regs(bool promotes) {
     return kConsumerWarpgroups == 1 ? 240 : producer_unpacks(promotes) ? 224 : 232;
   }

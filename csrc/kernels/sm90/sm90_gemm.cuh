@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   } else if constexpr (Cfg::kBInt4) {
     consume_tiles_unpacking(consumer, BUnpacker<Cfg>(args, b_tiles, b_int8, threadIdx.x - 128));
   } else {
-    consume_tiles(consumer);
+    consume_tiles(consumer, unpack.group_m);
   }
   // The shared-memory sources of the last stores must stay valid until TMA has read them.
   if (args.d_tma && consumer.lane == 0) ptx::bulk_wait_group<0>();
@@ -131,7 +131,8 @@ UnpackAhead unpack_ahead_args(const GemmProblem& p, const TileScheduler& s, int 
   u.segments = ceil_div(p.k, kUnpackSegmentK);
   if (1 + int64_t{s.tiles_n} * u.segments > p.b_unpack->flag_words)
     throw std::logic_error("tcgemm: too few flags for the sm90 kernel's unpacking");
-  u.band_cols = std::max(1, ceil_div(grid, std::min(s.tiles_m, Cfg::kGroupM)));
+  u.group_m = s.tiles_m;
+  u.band_cols = std::max(1, ceil_div(grid, s.tiles_m));
   return u;
 }
 
@@ -169,7 +170,8 @@ void launch_kernel(const GemmProblem& p, const Epi& epi, int sm_count) {
   allow_dynamic_smem<kernel, Cfg::kSmemBytes>();
   const int64_t units = static_cast<int64_t>(s.tiles_m) * s.tiles_n * s.split_k;
   const int grid = static_cast<int>(std::min<int64_t>(units, sm_count));
-  const UnpackAhead unpack = p.b_unpack != nullptr ? unpack_ahead_args<Cfg, Epi>(p, s, grid) : UnpackAhead{};
+  UnpackAhead unpack = p.b_unpack != nullptr ? unpack_ahead_args<Cfg, Epi>(p, s, grid) : UnpackAhead{};
+  if (!unpack.active()) unpack.group_m = Cfg::kGroupM;
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(map_a, map_b, map_d, args, epi, unpack);
   TCGEMM_CHECK_LAUNCH();
 }

@@ -34,7 +34,7 @@ __device__ __forceinline__ void produce(const Params& args, const UnpackAhead& u
   RingPosition<Cfg::kStages> ring;
   const int units = args.sched.units();
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
-    const WorkUnit w = args.sched.unit<Cfg::kGroupM>(unit);
+    const WorkUnit w = args.sched.unit<MayUnpack ? 0 : Cfg::kGroupM>(unit, unpack.group_m);
     for (int kb = w.kb_begin; kb < w.kb_end; ++kb, ring.advance()) {
       const int slot = ring.slot;
       ptx::mbarrier_wait(&empty[slot], ring.phase ^ 1);

@@ -25,6 +25,10 @@ struct UnpackAhead {
   int segments = 0;   // ceil(K / kUnpackSegmentK)
   int band_cols = 0;  // column tiles unpacked segment by segment before the next band's
 
+  // Tile rows per scheduler group in kernels that may unpack (TileConfig::sched_group_m): the
+  // config's kGroupM, or every tile row while unpacking (a column tile at a time).
+  int group_m = 0;
+
   TCGEMM_HD bool active() const { return src.packed != nullptr; }
 };
 
