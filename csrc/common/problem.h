@@ -40,7 +40,7 @@ struct Output {
 // tiles are computed, and flag each piece done; a tile's loads of B wait for its pieces
 // (kernels/sm90/sm90_unpack_ahead.cuh). flags: zeroed before the launch, in_gemm_unpack_flag_words.
 struct InGemmUnpack {
-  const uint8_t* packed = nullptr;  // [N, K / 2], rows packed_stride bytes apart; null: B is given as int8
+  const uint8_t* packed = nullptr;  // [N, K / 2], rows packed_stride bytes apart
   int64_t packed_stride = 0;
   const int8_t* group_scale = nullptr;  // [N, ceil(K / 128)], rows group_scale_stride apart; or null
   int64_t group_scale_stride = 0;

@@ -153,7 +153,7 @@ Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, bool column_sc
   Sm90Plan best;
   double best_cost = 1e300;
   // A packed 4-bit B unpacked by the producer warps as the tiles run: the config measured with it.
-  if (b_unpacks) return Sm90Plan{Sm90Config::kLarge, 1};
+  if (b_unpacks) return Sm90Plan{Sm90Config::kLargeUnpacking, 1};
   // A packed 4-bit B: the one config that unpacks it (use_sm90_int4 takes it only where its
   // tiles fill the SMs, so never split).
   if (b_int4) return Sm90Plan{Sm90Config::kInt4, 1};

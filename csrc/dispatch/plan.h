@@ -29,14 +29,14 @@ struct Sm80Plan {
 // epilogue_family: the kEpi* family of the epilogue (epilogue/epilogues.h).
 Sm80Plan plan_sm80(int m, int n, int k, unsigned epilogue_family, int sm_count, int smem_optin);
 
-enum class Sm90Config { kLarge, kPingPong, kSmall, kTiny, kBlock, kBlockColumns, kInt4 };
+enum class Sm90Config { kLarge, kPingPong, kSmall, kTiny, kBlock, kBlockColumns, kInt4, kLargeUnpacking };
 struct Sm90Plan {
   Sm90Config config = Sm90Config::kLarge;
   int split_k = 1;
 };
 // column_scales: per-block weight scales with one value per column and K block ([N, ceil(K/128)]).
 // b_int4: B is a packed 4-bit weight, read as it is (the Int4 config, unsplit; never per-block).
-// b_unpacks: B is unpacked by the kernel as it runs (GemmProblem::b_unpack: Large, unsplit).
+// b_unpacks: B is unpacked by the kernel as it runs (GemmProblem::b_unpack: LargeUnpacking, unsplit).
 Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, bool column_scales, int sm_count,
                    bool b_int4 = false, bool b_unpacks = false);
 

@@ -22,8 +22,12 @@ namespace tcgemm::sm90 {
 // stage's B packed, [BN][64] bytes unswizzled, and the consumer warpgroups unpack the next K
 // block's, times its int8 group scales, into one of two swizzled int8 B tiles while the current
 // block's wgmma run (kernels/sm90/sm90_unpack.cuh).
+// BUnpacks: B's int8 weight is written from a packed one by the producer warpgroup's warps 1-3 as
+// the tiles run (GemmProblem::b_unpack, kernels/sm90/sm90_unpack_ahead.cuh); the loads of B wait
+// for their pieces. A config of its own, so that the kernels of given int8 weights keep their code.
+// GroupM: tile rows per scheduler group, or 0 for all of them (a column tile at a time).
 template <int BM, int BN, int WgM, int WgN, int Stages, bool PingPong, unsigned Epilogues, int GroupM = 8,
-          bool ColumnFactors = false, bool BInt4 = false>
+          bool ColumnFactors = false, bool BInt4 = false, bool BUnpacks = false>
 struct TileConfig {
   static constexpr unsigned kEpilogues = Epilogues;
   static constexpr bool kPingPong = PingPong;
@@ -38,7 +42,7 @@ struct TileConfig {
   static constexpr int kBK = 128;
   static constexpr int kMmaK = 32;
   static constexpr int kStages = Stages;
-  static constexpr int kGroupM = GroupM;  // rasterization: tile rows per group (L2 reuse of B)
+  static constexpr int kGroupM = GroupM;  // rasterization: tile rows per group (L2 reuse of B); 0: all
   static constexpr int kAccRegs = kWN / 2;  // per m64 piece
   // Per-block scaled GEMM (epilogue/block_scales.h): two int32 sets and an fp32 set of
   // accumulators; a tile's columns must lie in one 128-column block of the weight scales, and a
@@ -58,6 +62,7 @@ struct TileConfig {
   static constexpr int kATileBytes = kBM * kBK;
   static constexpr int kBTileBytes = kBN * kBK;
   static constexpr bool kBInt4 = BInt4;
+  static constexpr bool kBUnpacks = BUnpacks;
   static constexpr int kBPackedTileBytes = BInt4 ? kBN * kBK / 2 : 0;
   // A stage holds what TMA brings: A, and B as int8 or packed. A packed B's K block in ring slot
   // s is unpacked into int8 tile s % kBInt8Tiles (kStages a multiple of it).
@@ -84,24 +89,11 @@ struct TileConfig {
   // registers, so a split beyond it hangs the consumers. The producer needs few (with per-block
   // scales its factor warps, kernels/sm90/sm90_factors.cuh, spilled 192 bytes at 24; with column
   // factors they spill 80 bytes at 40), the consumers hold the accumulators (the per-block
-  // config's three sets of 64 fit 232 since the factors come from shared memory). Kernels whose
-  // producer warps may unpack a packed B (sm90_unpack_ahead.cuh: any epilogue that does not
-  // promote, in a config without kBInt4) give the producer 56 (72 beside one consumer
-  // warpgroup): the unpacking loop spilled 36 bytes at 40, and Tiny's 4 at 56.
+  // config's three sets of 64 fit 232 since the factors come from shared memory). With BUnpacks
+  // the producer's unpacking warps take 56 (their loop spilled 36 bytes at 40).
   static constexpr int kLaunchRegs = (65536 / kThreads < 255 ? 65536 / kThreads : 255) / 8 * 8;
-  static constexpr bool producer_unpacks(bool promotes) { return !promotes && !BInt4; }
-  static constexpr int producer_regs(bool promotes) {
-    return producer_unpacks(promotes) ? (kConsumerWarpgroups == 1 ? 72 : 56) : 40;
-  }
-  // The scheduler's tile-row group as the kernel reads it: at run time where the producer warps may
-  // unpack B (the unpacking walks every tile row of a column tile before the next), else kGroupM.
-  static constexpr int sched_group_m(bool promotes) { return producer_unpacks(promotes) ? 0 : GroupM; }
-  static constexpr int consumer_regs(bool promotes) {
-    return kConsumerWarpgroups == 1 ? 240 : producer_unpacks(promotes) ? 224 : 232;
-  }
-  static constexpr bool regs_fit(bool promotes) {
-    return 128 * producer_regs(promotes) + 128 * kConsumerWarpgroups * consumer_regs(promotes) <= kThreads * kLaunchRegs;
-  }
+  static constexpr int kProducerRegs = BUnpacks ? 56 : 40;
+  static constexpr int kConsumerRegs = kConsumerWarpgroups == 1 ? 240 : BUnpacks ? 224 : 232;
 
   static_assert(!PingPong || (WgM == 1 && WgN == 1), "ping-pong warpgroups take whole tiles");
   static_assert(kWgRows % 64 == 0 && kWgRows * WgM == BM && kWN * WgN == BN, "tile split");
@@ -111,7 +103,8 @@ struct TileConfig {
   static_assert(kATileBytes % 1024 == 0 && kBTileBytes % 1024 == 0, "tiles must keep 1024-byte alignment");
   static_assert(kWN * 2 % kEpiRowBytes == 0, "the epilogue stores whole 128-byte chunks of a warp's rows");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an H100/H200 block can have");
-  static_assert(regs_fit(false) && regs_fit(true), "the setmaxnreg split exceeds the registers the block holds");
+  static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= kThreads * kLaunchRegs,
+                "the setmaxnreg split exceeds the registers the block holds");
   static_assert(!(Epilogues & kEpiPerBlock) || kSupportsPerBlock, "config cannot promote per-block scales");
   static_assert(!ColumnFactors || Epilogues == kEpiPerBlock, "column factors serve per-block scales only");
   static_assert(!ColumnFactors || kWgN == 1, "the column factors are read at the tile's columns");
@@ -119,6 +112,8 @@ struct TileConfig {
                 "4-bit B: the int32 sums run over all of K (no promotion), cooperative warpgroups");
   static_assert(kBPackedTileBytes % 1024 == 0, "tiles must keep 1024-byte alignment");
   static_assert(kStages % (BInt4 ? kBInt8Tiles : 1) == 0, "ring slot s unpacks into int8 tile s % kBInt8Tiles");
+  static_assert(!BUnpacks || (!BInt4 && !(Epilogues & kEpiPerBlock) && GroupM == 0),
+                "B unpacked ahead: an int8 B, sums over all of K, a column tile at a time");
 };
 
 constexpr unsigned kAnyScaling = kEpiInt32 | kEpiScaled;
@@ -148,5 +143,10 @@ using BlockColumns = TileConfig<128, 128, 2, 1, 5, false, kEpiPerBlock, 8, true>
 // unpacking moves 8 KiB in and 16 KiB out of shared memory, half what a 128x256 tile's would for
 // the same MACs.
 using Int4 = TileConfig<256, 128, 2, 1, 4, false, kAnyScaling, 8, false, true>;
+// Large with a packed 4-bit B unpacked by the producer warps as the tiles run (BUnpacks), the
+// tiles a column tile at a time: the first wave of blocks then needs about grid / tiles_m column
+// tiles unpacked (in groups of 8 tile rows it needs 17 at 2048 rows, and waits for them: H100,
+// 8B up 226.5 us against 214.2 unpacked first, docs/design/int4.md).
+using LargeUnpacking = TileConfig<128, 256, 2, 1, 4, false, kAnyScaling, 0, false, false, true>;
 
 }  // namespace tcgemm::sm90

@@ -43,7 +43,7 @@ template <class Cfg, bool ASigned, bool BSigned, class Epi>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                      const __grid_constant__ CUtensorMap map_d, const Params args, const Epi epi,
-                     const UnpackAhead unpack) {
+                     const UnpackAheadArg<Cfg> unpack) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mma = ptx::WgmmaInt8<Cfg::kWN, ASigned, BSigned>;
   constexpr int kStages = Cfg::kStages;
@@ -88,20 +88,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   if (threadIdx.x / 128 == 0) {
     // The producer warpgroup gives back registers; one thread issues the loads, and with
-    // per-block scales warps 1-3 stage the promotion factors.
-    ptx::setmaxnreg_dec<Cfg::producer_regs(Epi::kPromotes)>();
-    if (threadIdx.x == 0)
-      produce<Cfg, Cfg::producer_unpacks(Epi::kPromotes)>(args, unpack, &map_a, &map_b, a_tiles, b_tiles, full, empty);
+    // per-block scales warps 1-3 stage the promotion factors, or unpack B (Cfg::kBUnpacks).
+    ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+    if (threadIdx.x == 0) produce<Cfg>(args, unpack, &map_a, &map_b, a_tiles, b_tiles, full, empty);
     if constexpr (Epi::kPromotes) {
       const int warp = threadIdx.x / 32;
       if (warp >= 1 && warp <= Cfg::kFactorSlots)
         stage_factors<Cfg>(args, epi, ptx::smem_addr(factors), full, empty, warp - 1, threadIdx.x % 32);
-    } else if constexpr (Cfg::producer_unpacks(Epi::kPromotes)) {
-      if (unpack.active() && threadIdx.x >= 32) unpack_ahead<Cfg>(unpack, args.sched.tiles_n, threadIdx.x % 32);
+    } else if constexpr (Cfg::kBUnpacks) {
+      if (threadIdx.x >= 32) unpack_ahead<Cfg>(unpack, args.sched.tiles_n, threadIdx.x % 32);
     }
     return;
   }
-  ptx::setmaxnreg_inc<Cfg::consumer_regs(Epi::kPromotes)>();
+  ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
   Consumer<Cfg, Mma, Epi> consumer(args, epi, &map_d, a_tiles, Cfg::kBInt4 ? b_int8 : b_tiles, epi_buffers, full,
                                    empty);
   if constexpr (Epi::kPromotes) {
@@ -109,30 +108,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   } else if constexpr (Cfg::kBInt4) {
     consume_tiles_unpacking(consumer, BUnpacker<Cfg>(args, b_tiles, b_int8, threadIdx.x - 128));
   } else {
-    consume_tiles(consumer, unpack.group_m);
+    consume_tiles(consumer);
   }
   // The shared-memory sources of the last stores must stay valid until TMA has read them.
   if (args.d_tma && consumer.lane == 0) ptx::bulk_wait_group<0>();
 #endif
 }
 
-// A packed B unpacked by the kernel (p.b_unpack; p.b is the int8 buffer it fills): the chunks go
-// by bands of the column tiles the first wave of `grid` blocks takes (sm90_unpack_ahead.cuh).
-template <class Cfg, class Epi>
-UnpackAhead unpack_ahead_args(const GemmProblem& p, const TileScheduler& s, int grid) {
-  if (Cfg::kBInt4 || Epi::kPromotes || p.b_int4 || !p.b.k_major())
-    throw std::logic_error("tcgemm: this sm90 config cannot unpack B as it runs");
-  UnpackAhead u;
-  u.src = *p.b_unpack;
-  u.out = static_cast<int8_t*>(const_cast<void*>(p.b.ptr));
-  u.out_stride = p.b.stride_row;
-  u.n = p.n;
-  u.k = p.k;
-  u.segments = ceil_div(p.k, kUnpackSegmentK);
-  if (1 + int64_t{s.tiles_n} * u.segments > p.b_unpack->flag_words)
-    throw std::logic_error("tcgemm: too few flags for the sm90 kernel's unpacking");
-  u.group_m = s.tiles_m;
-  u.band_cols = std::max(1, ceil_div(grid, s.tiles_m));
+// What a kernel with Cfg::kBUnpacks reads to unpack p's B (p.b_unpack; p.b is the int8 buffer it
+// fills): the chunks go by bands of the column tiles the first wave of `grid` blocks takes
+// (sm90_unpack_ahead.cuh). Other configs take nothing.
+template <class Cfg>
+UnpackAheadArg<Cfg> unpack_ahead_args(const GemmProblem& p, const TileScheduler& s, int grid) {
+  if ((p.b_unpack != nullptr) != Cfg::kBUnpacks)
+    throw std::logic_error("tcgemm: sm90 config and B's unpacking in the kernel disagree");
+  UnpackAheadArg<Cfg> u{};
+  if constexpr (Cfg::kBUnpacks) {
+    if (p.b_int4 || !p.b.k_major()) throw std::logic_error("tcgemm: the sm90 kernel unpacks into a K-major int8 B");
+    u.src = *p.b_unpack;
+    u.out = static_cast<int8_t*>(const_cast<void*>(p.b.ptr));
+    u.out_stride = p.b.stride_row;
+    u.n = p.n;
+    u.k = p.k;
+    u.segments = ceil_div(p.k, kUnpackSegmentK);
+    if (1 + int64_t{s.tiles_n} * u.segments > p.b_unpack->flag_words)
+      throw std::logic_error("tcgemm: too few flags for the sm90 kernel's unpacking");
+    u.band_cols = std::max(1, ceil_div(grid, s.tiles_m));
+  }
   return u;
 }
 
@@ -170,8 +172,7 @@ void launch_kernel(const GemmProblem& p, const Epi& epi, int sm_count) {
   allow_dynamic_smem<kernel, Cfg::kSmemBytes>();
   const int64_t units = static_cast<int64_t>(s.tiles_m) * s.tiles_n * s.split_k;
   const int grid = static_cast<int>(std::min<int64_t>(units, sm_count));
-  UnpackAhead unpack = p.b_unpack != nullptr ? unpack_ahead_args<Cfg, Epi>(p, s, grid) : UnpackAhead{};
-  if (!unpack.active()) unpack.group_m = Cfg::kGroupM;
+  const UnpackAheadArg<Cfg> unpack = unpack_ahead_args<Cfg>(p, s, grid);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, p.stream>>>(map_a, map_b, map_d, args, epi, unpack);
   TCGEMM_CHECK_LAUNCH();
 }

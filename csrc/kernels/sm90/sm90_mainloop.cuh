@@ -106,13 +106,12 @@ struct Consumer {
 // apart, this keeps a warpgroup from waiting on a ring slot two phases ahead of the barrier (the
 // other warpgroup has waited on every K block before this tile's). Units never have an empty K
 // range (the launcher makes every split non-empty).
-// run_group_m: the scheduler's group where the kernel reads it at run time (sched_group_m).
 template <class Cfg, class Mma, class Epi>
-__device__ __forceinline__ void consume_tiles(Consumer<Cfg, Mma, Epi>& c, int run_group_m) {
+__device__ __forceinline__ void consume_tiles(Consumer<Cfg, Mma, Epi>& c) {
   int32_t acc[Cfg::kMmaM][Cfg::kAccRegs];
   const int my_units = c.args.sched.block_units();
   for (int nth = 0; nth < my_units; ++nth) {
-    const WorkUnit w = c.args.sched.template block_unit<Cfg::sched_group_m(Epi::kPromotes)>(nth, run_group_m);
+    const WorkUnit w = c.args.sched.template block_unit<Cfg::kGroupM>(nth);
     if (Cfg::kPingPong && nth % 2 != c.consumer) {
       c.ring.advance(w.kb_end - w.kb_begin);  // the other warpgroup's tile
       continue;

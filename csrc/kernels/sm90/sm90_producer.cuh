@@ -17,9 +17,9 @@
 
 namespace tcgemm::sm90 {
 
-// MayUnpack: the kernel's producer warps may unpack B (TileConfig::producer_unpacks).
-template <class Cfg, bool MayUnpack>
-__device__ __forceinline__ void produce(const Params& args, const UnpackAhead& unpack, const CUtensorMap* map_a,
+// unpack: where Cfg::kBUnpacks, B's pieces to wait for (sm90_unpack_ahead.cuh).
+template <class Cfg>
+__device__ __forceinline__ void produce(const Params& args, const UnpackAheadArg<Cfg>& unpack, const CUtensorMap* map_a,
                                         const CUtensorMap* map_b, uint8_t* a_tiles, uint8_t* b_tiles, uint64_t* full,
                                         uint64_t* empty) {
   // An operand box that other tiles read again (A along its tile row, B along its tile
@@ -34,12 +34,13 @@ __device__ __forceinline__ void produce(const Params& args, const UnpackAhead& u
   RingPosition<Cfg::kStages> ring;
   const int units = args.sched.units();
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
-    const WorkUnit w = args.sched.unit<MayUnpack ? 0 : Cfg::kGroupM>(unit, unpack.group_m);
+    const WorkUnit w = args.sched.unit<Cfg::kGroupM>(unit);
     for (int kb = w.kb_begin; kb < w.kb_end; ++kb, ring.advance()) {
       const int slot = ring.slot;
       ptx::mbarrier_wait(&empty[slot], ring.phase ^ 1);
-      if (MayUnpack && unpack.active() && (kb == w.kb_begin || kb * Cfg::kBK % kUnpackSegmentK == 0))
-        wait_unpacked<Cfg>(unpack, w.tile_n, kb);
+      if constexpr (Cfg::kBUnpacks) {
+        if (kb == w.kb_begin || kb * Cfg::kBK % kUnpackSegmentK == 0) wait_unpacked<Cfg>(unpack, w.tile_n, kb);
+      }
       ptx::mbarrier_arrive_expect_tx(&full[slot], stage_bytes);
       ptx::tma_load_2d(a_tiles + slot * Cfg::kATileBytes, map_a, &full[slot], kb * Cfg::kBK, w.tile_m * Cfg::kBM, policy_a);
       ptx::tma_load_2d(b_tiles + slot * Cfg::kBTmaTileBytes, map_b, &full[slot], kb * kBBoxK, w.tile_n * Cfg::kBN, policy_b);

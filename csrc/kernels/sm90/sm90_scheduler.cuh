@@ -1,6 +1,6 @@
 // The persistent tile scheduler of the sm90 kernel: work units are output tiles in grouped order
-// (GroupM tile rows per group, for L2 reuse of B) times split_k ranges of K blocks. Units go
-// round-robin to the gridDim.x <= #SMs resident blocks, and every role of a block walks the same
+// (GroupM tile rows per group, for L2 reuse of B; 0: all of them, a column tile at a time) times
+// split_k ranges of K blocks. Units go round-robin to the gridDim.x <= #SMs resident blocks, and every role of a block walks the same
 // sequence, so the ring's counters stay in step.
 #pragma once
 
@@ -22,18 +22,16 @@ struct TileScheduler {
 
   __device__ __forceinline__ int units() const { return tiles_m * tiles_n * split_k; }
 
-  // GroupM: tile rows per group, or 0 for run_group_m, given at run time (kernels whose producer
-  // warps may unpack B, sm90_unpack_ahead.cuh: a constant keeps the other kernels' code).
   template <int GroupM>
-  __device__ __forceinline__ WorkUnit unit(int u, int run_group_m = 0) const {
-    const int gm = GroupM > 0 ? GroupM : run_group_m;
+  __device__ __forceinline__ WorkUnit unit(int u) const {
     const int tiles = tiles_m * tiles_n;
     const int split = u / tiles;  // concurrent blocks share a K range: their A and B rows overlap in L2
     const int tile = u - split * tiles;
-    const int group_size = gm * tiles_n;
+    const int group_m = GroupM > 0 ? GroupM : tiles_m;  // 0: every tile row of a column tile
+    const int group_size = group_m * tiles_n;
     const int group = tile / group_size;
-    const int first_m = group * gm;
-    const int rows_in_group = min(tiles_m - first_m, gm);
+    const int first_m = group * group_m;
+    const int rows_in_group = min(tiles_m - first_m, group_m);
     const int in_group = tile - group * group_size;
     WorkUnit w;
     w.tile_m = first_m + in_group % rows_in_group;
@@ -48,8 +46,8 @@ struct TileScheduler {
     return (units() - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   }
   template <int GroupM>
-  __device__ __forceinline__ WorkUnit block_unit(int nth, int run_group_m = 0) const {
-    return unit<GroupM>(static_cast<int>(blockIdx.x) + nth * static_cast<int>(gridDim.x), run_group_m);
+  __device__ __forceinline__ WorkUnit block_unit(int nth) const {
+    return unit<GroupM>(static_cast<int>(blockIdx.x) + nth * static_cast<int>(gridDim.x));
   }
 };
 

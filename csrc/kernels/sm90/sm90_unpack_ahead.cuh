@@ -10,12 +10,9 @@
 //     Grabbing rather than a fixed share keeps any resident warp able to finish any chunk: no
 //     block waits on another block's being resident. The next chunk is grabbed as one starts.
 //   Order: the tiles go column tile by column tile, every tile row of one before the next
-//     (UnpackAhead::group_m, read at run time by these kernels only), so the first wave of
-//     blocks needs about grid / tiles_m column tiles (in the scheduler's groups of 8 tile rows it
-//     needs 17 at 2048 rows, and waits for them: H100, 8B up 226.5 us against 214.2 unpacked
-//     first, docs/design/int4.md); chunks go by bands of
-//     that many column tiles, segment by segment, so every block of the first wave gets its first
-//     K segment early, then the next.
+//     (configs.h: LargeUnpacking), so the first wave of blocks needs about grid / tiles_m column
+//     tiles; chunks go by bands of that many column tiles, segment by segment, so every block of
+//     the first wave gets its first K segment early, then the next.
 //   Flags: after a chunk, each lane fences its stores (the async proxy will read them, at GPU
 //     scope), the warp meets, and lane 0 adds 1 to the piece's flag with release semantics. The
 //     producer thread, before the loads of a K block that starts a segment (or a unit), polls the

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/problem.h"
 
@@ -18,19 +19,19 @@ constexpr int kUnpackMinTileCols = 64;  // the narrowest config's kBN: bounds th
 // What the kernel reads besides the source. The flags: [0] the next chunk to grab;
 // [1 + column tile * segments + segment] the chunks of that piece written.
 struct UnpackAhead {
-  InGemmUnpack src;  // src.packed null: B is an int8 weight given as it is
+  InGemmUnpack src;
   int8_t* out = nullptr;  // B's int8 [N, K], rows out_stride bytes apart
   int64_t out_stride = 0;
   int n = 0, k = 0;
   int segments = 0;   // ceil(K / kUnpackSegmentK)
   int band_cols = 0;  // column tiles unpacked segment by segment before the next band's
-
-  // Tile rows per scheduler group in kernels that may unpack (TileConfig::sched_group_m): the
-  // config's kGroupM, or every tile row while unpacking (a column tile at a time).
-  int group_m = 0;
-
-  TCGEMM_HD bool active() const { return src.packed != nullptr; }
 };
+
+// The kernel's last parameter: UnpackAhead in configs that unpack B (TileConfig::kBUnpacks), an
+// empty struct in the others.
+struct NoUnpackAhead {};
+template <class Cfg>
+using UnpackAheadArg = std::conditional_t<Cfg::kBUnpacks, UnpackAhead, NoUnpackAhead>;
 
 // The flags (uint32 words, zeroed) a launch on an N x K packed weight needs with any config.
 inline int64_t in_gemm_unpack_flag_words(int64_t n, int64_t k) {
