@@ -248,6 +248,26 @@ def test_sm90_unpacking_gemm_in_a_cuda_graph(rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("row0, col0", [(0, 0), (3, 0), (5, 8)])
+def test_sm90_unpacking_gemm_reads_views(row0, col0, rng):
+    """Prefill rows on a packed weight that is a slice of a larger one: rows from an offset, and K
+    shorter than the parent's (rows further apart than K/2 bytes). A base that is not 16-byte
+    aligned (col0 = 8 bytes) takes the separate unpacking pass; the others are unpacked in the GEMM."""
+    if "sm90" not in tcgemm.available_backends():
+        pytest.skip("the sm90 kernel needs an sm_90 GPU and a build with sm_90a code")
+    m, n, k = 2048, 600, 1024
+    parent = random_q4(n + 8, 2 * k, rng)
+    q = parent[row0:row0 + n, 2 * col0:2 * col0 + k]
+    packed = pack(parent).cuda()[row0:row0 + n, col0:col0 + k // 2]
+    gs = random_group_scale(n, k, rng)
+    a = torch.randint(-128, 128, (m, k), generator=rng, dtype=I8)
+    names = _kernel_names(lambda: tcgemm.int4_gemm(a.cuda(), packed, gs.cuda()))
+    assert any("unpack_int4" in name for name in names) == (col0 % 16 != 0), names
+    got = tcgemm.int4_gemm(a.cuda(), packed, gs.cuda())
+    assert torch.equal(got.cpu(), gemm_reference(a, unpacked(q, gs).t()))
+
+
+@pytest.mark.gpu
 def test_int4_gemm_gpu_reads_views_and_offsets(rng):
     # A packed weight that is a row slice of a larger one (base 16-byte aligned or not).
     k = 1024
