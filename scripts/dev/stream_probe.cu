@@ -28,6 +28,7 @@
 #include "ptx/mbarrier.cuh"
 #include "ptx/smem.cuh"
 #include "ptx/tma.cuh"
+#include "graph_time.cuh"  // scripts/dev
 
 namespace ptx = tcgemm::ptx;
 
@@ -163,32 +164,7 @@ int main() {
       {"28672x4096", 28672LL * 4096},   {"8192x8192", 8192LL * 8192},   {"10240x8192", 10240LL * 8192},
       {"8192x28672", 8192LL * 28672}};
   constexpr int kReads = 24, kReplays = 7;
-  cudaEvent_t e0, e1;
-  TCGEMM_CUDA_CHECK(cudaEventCreate(&e0));
-  TCGEMM_CUDA_CHECK(cudaEventCreate(&e1));
-
-  auto time_graph = [&](const std::function<void(int)>& one) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    TCGEMM_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    for (int i = 0; i < kReads; ++i) one(i);
-    TCGEMM_CUDA_CHECK(cudaStreamEndCapture(st, &g));
-    TCGEMM_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-    std::vector<float> us;
-    for (int r = 0; r < kReplays + 2; ++r) {
-      TCGEMM_CUDA_CHECK(cudaEventRecord(e0, st));
-      TCGEMM_CUDA_CHECK(cudaGraphLaunch(ge, st));
-      TCGEMM_CUDA_CHECK(cudaEventRecord(e1, st));
-      TCGEMM_CUDA_CHECK(cudaEventSynchronize(e1));
-      float ms = 0;
-      TCGEMM_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      if (r >= 2) us.push_back(ms * 1000.0f / kReads);
-    }
-    TCGEMM_CUDA_CHECK(cudaGraphExecDestroy(ge));
-    TCGEMM_CUDA_CHECK(cudaGraphDestroy(g));
-    std::sort(us.begin(), us.end());
-    return us[us.size() / 2];
-  };
+  auto time_graph = [&](const std::function<void(int)>& one) { return graph_us_per_launch(st, kReads, one, kReplays); };
 
   std::printf("GPU %s, %d SMs, L2 %d MB; us per read of the buffer (TB/s)\n", prop.name, sms, l2 >> 20);
   std::printf("empty kernel in a graph: %.2f us\n", time_graph([&](int) {

@@ -33,6 +33,7 @@
 #include "ptx/smem.cuh"
 #include "ptx/tma.cuh"
 #include "ptx/wgmma.cuh"
+#include "graph_time.cuh"  // scripts/dev
 
 namespace {
 
@@ -280,42 +281,21 @@ int main() {
       TCGEMM_CUDA_CHECK(cudaMemcpy(hd.data(), d, hd.size() * 4, cudaMemcpyDeviceToHost));
       const bool exact = hd == href;
       // A CUDA graph of kLaunches launches on rotated weight copies (each after zeroing D where
-      // the split adds into it), replayed 7 times: the median replay over kLaunches.
+      // the split adds into it): the median of 7 replays over kLaunches.
       constexpr int kLaunches = 24;
       cudaStream_t stream;
       TCGEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      TCGEMM_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      for (int it = 0; it < kLaunches; ++it) {
+      const float us = graph_us_per_launch(stream, kLaunches, [&](int it) {
         a.w = w + (it % copies) * wbytes;
         if (split != 1) TCGEMM_CUDA_CHECK(cudaMemsetAsync(d, 0, sizeof(int32_t) * kRows * L.n, stream));
         kernel<<<sms, kThreads, smem, stream>>>(a);
-      }
-      TCGEMM_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-      TCGEMM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      cudaEvent_t e0, e1;
-      TCGEMM_CUDA_CHECK(cudaEventCreate(&e0));
-      TCGEMM_CUDA_CHECK(cudaEventCreate(&e1));
-      std::vector<float> times;
-      for (int rep = 0; rep < 1 + 7; ++rep) {
-        TCGEMM_CUDA_CHECK(cudaEventRecord(e0, stream));
-        TCGEMM_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-        TCGEMM_CUDA_CHECK(cudaEventRecord(e1, stream));
-        TCGEMM_CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms = 0;
-        TCGEMM_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        if (rep > 0) times.push_back(ms * 1000 / kLaunches);
-      }
-      std::sort(times.begin(), times.end());
-      const float us = times[times.size() / 2];
-      printf("| %s | %d->%d | %s | %s | %.1f | %.0f | %s |\n", L.name, L.k, L.n, variant == 0 ? "nc" : variant == 1 ? "L2::256B" : "L2::256B, no wgmma",
-             split == 0 ? "stream-K" : std::to_string(split).c_str(), us, wbytes / (us * 1e3), variant == 2 ? "-" : exact ? "yes" : "NO");
-      TCGEMM_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      TCGEMM_CUDA_CHECK(cudaGraphDestroy(graph));
+        TCGEMM_CHECK_LAUNCH();
+      });
       TCGEMM_CUDA_CHECK(cudaStreamDestroy(stream));
-      TCGEMM_CUDA_CHECK(cudaEventDestroy(e0));
-      TCGEMM_CUDA_CHECK(cudaEventDestroy(e1));
+      const char* loads = variant == 0 ? "nc" : variant == 1 ? "L2::256B" : "L2::256B, no wgmma";
+      const std::string how = split == 0 ? "stream-K" : std::to_string(split);
+      printf("| %s | %d->%d | %s | %s | %.1f | %.0f | %s |\n", L.name, L.k, L.n, loads, how.c_str(), us,
+             wbytes / (us * 1e3), variant == 2 ? "-" : exact ? "yes" : "NO");
       a.w = w;
     }
     TCGEMM_CUDA_CHECK(cudaFree(x));
