@@ -14,7 +14,8 @@ namespace tcgemm::sm90 {
 // lane of a warp), written in chunks of 8 rows, one chunk per grab of a warp.
 constexpr int kUnpackSegmentK = 1024;
 constexpr int kUnpackChunkRows = 8;
-constexpr int kUnpackMinTileCols = 64;  // the narrowest config's kBN: bounds the flags the caller allocates
+// At most the kBN of a config that unpacks (LargeUnpacking's is 256): bounds the flags allocated.
+constexpr int kUnpackMinTileCols = 64;
 
 // What the kernel reads besides the source. The flags: [0] the next chunk to grab;
 // [1 + column tile * segments + segment] the chunks of that piece written.
