@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/int4.h"
 #include "dispatch/plan.h"
 #include "epilogue/int32_epilogue_fill.h"
 #include "kernels/cpu/cpu_gemm.h"
@@ -135,10 +136,11 @@ bool unpacks_in_gemm(Backend b, const GemmProblem& p, const DeviceInfo& dev, boo
   if (!p.b_int4 || b != Backend::kSm90 || per_block || runs_on_skinny(b, p.m, p.n, p.k, dev, /*b_int4=*/true) ||
       reads_packed_b(b, p, dev, per_block))
     return false;
-  const int64_t packed_stride = p.n == 1 ? p.k / 2 : p.b.stride_row;
-  return use_sm90_unpack_ahead(p.m, p.n, p.k, dev.sm_count) && p.b.k_major() &&
-         sm90::in_gemm_unpackable(p.b.ptr, packed_stride, p.k);
+  return use_sm90_unpack_ahead(p.m, p.k) && p.b.k_major() &&
+         sm90::in_gemm_unpackable(p.b.ptr, packed_b_row_stride(p), p.k);
 }
+
+int64_t packed_b_row_stride(const GemmProblem& p) { return p.n == 1 ? p.k / kInt4PerByte : p.b.stride_row; }
 
 void run_skinny_quantizing(const GemmProblem& given, const ScaledEpilogueParams& e, const QuantizeParams& xq,
                            const DeviceInfo& dev) {

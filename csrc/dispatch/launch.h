@@ -33,6 +33,8 @@ bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool
 // time (kernels/sm90/sm90_unpack_ahead.h). The caller then gives p.b_unpack, and p.b the int8
 // buffer the kernel fills.
 bool unpacks_in_gemm(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block);
+// The bytes between rows of p's packed B (a single row's stride is free: K / 2 then).
+int64_t packed_b_row_stride(const GemmProblem& p);
 
 // The blocks of a cluster that share each tile's K for a packed 4-bit B on the skinny kernel
 // (GemmProblem::cluster_k_split): plan.h's plan_skinny_int4_split where the device and this

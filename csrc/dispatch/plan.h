@@ -42,6 +42,6 @@ Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, bool column_sc
 
 // Whether a packed 4-bit B that the sm90 kernel does not read as it is (use_sm90_int4) is unpacked
 // by the int8 kernel as it runs (kernels/sm90/sm90_unpack_ahead.cuh) rather than by a pass before it.
-bool use_sm90_unpack_ahead(int m, int n, int k, int sm_count);
+bool use_sm90_unpack_ahead(int m, int k);
 
 }  // namespace tcgemm

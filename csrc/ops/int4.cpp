@@ -88,7 +88,7 @@ InGemmUnpacking::InGemmUnpacking(GemmProblem& p, const Tensor& packed)
       flags(empty({sm90::in_gemm_unpack_flag_words(p.n, p.k)}, ScalarType::Int, packed)) {
   zero(flags);
   source.packed = static_cast<const uint8_t*>(p.b.ptr);
-  source.packed_stride = p.n == 1 ? p.k / kInt4PerByte : p.b.stride_row;
+  source.packed_stride = packed_b_row_stride(p);
   source.group_scale = p.b_group_scale;
   source.group_scale_stride = p.b_group_scale_stride;
   source.flags = reinterpret_cast<uint32_t*>(data<int32_t>(flags));
