@@ -29,6 +29,7 @@
 
 #include "common/cuda_check.h"
 #include "common/int4.h"
+#include "ptx/cp_async.cuh"
 #include "ptx/ld_global.cuh"
 #include "ptx/smem.cuh"
 #include "ptx/tma.cuh"
@@ -92,7 +93,8 @@ __global__ void __launch_bounds__(kThreads, 1) rows16_kernel(const Args args) {
     const uint32_t dst = ptx::smem_addr(xs) + n * 128 + (((p / 16) ^ (n % 8)) * 16) + p % 16;
     for (int kb = 0; kb < k_blocks; ++kb)
       asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst + kb * 2048), "l"(src + kb * 128) : "memory");
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<0>();
   }
   ptx::fence_proxy_async_shared();
   __syncthreads();
@@ -153,7 +155,7 @@ __global__ void __launch_bounds__(kThreads, 1) rows16_kernel(const Args args) {
     load(issue, wv[i], sc[i]);
     issue = next(issue);
   }
-  int32_t acc[8];
+  int32_t acc[1][8];  // one m64n16 piece
   bool fresh = true;
   while (valid(cur)) {
 #pragma unroll
@@ -173,15 +175,15 @@ __global__ void __launch_bounds__(kThreads, 1) rows16_kernel(const Args args) {
 #pragma unroll
         for (int s = 0; s < 4; ++s)
 #pragma unroll
-          for (int r = 0; r < 8; ++r) acc[r] = (fresh && s == 0 ? 0 : acc[r]) ^ static_cast<int32_t>(a[s][r % 4]);
+          for (int r = 0; r < 8; ++r) acc[0][r] = (fresh && s == 0 ? 0 : acc[0][r]) ^ static_cast<int32_t>(a[s][r % 4]);
       } else {
         ptx::wgmma_fence();
 #pragma unroll
         for (int s = 0; s < 4; ++s)
-          wgmma_m64n16k32_rs(acc, a[s], ptx::wgmma_desc_advance(desc0, cur.i % k_blocks * 2048 + 32 * s),
+          wgmma_m64n16k32_rs(acc[0], a[s], ptx::wgmma_desc_advance(desc0, cur.i % k_blocks * 2048 + 32 * s),
                              !fresh || s > 0);
         ptx::wgmma_commit_group();
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        ptx::wgmma_wait_group<0>(acc);
       }
       fresh = false;
       if ((cur.i + 1) % k_blocks == 0 || cur.i + 1 == cur.end) {
@@ -194,9 +196,9 @@ __global__ void __launch_bounds__(kThreads, 1) rows16_kernel(const Args args) {
           int32_t* out = args.d + static_cast<int64_t>(8 * j + 2 * t + e) * args.n + row;
           if (row < args.n) {
             if (args.split == 1) {
-              *out = acc[r];
+              *out = acc[0][r];
             } else {
-              red_add(out, acc[r]);
+              red_add(out, acc[0][r]);
             }
           }
         }
