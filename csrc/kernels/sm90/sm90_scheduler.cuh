@@ -1,7 +1,7 @@
 // The persistent tile scheduler of the sm90 kernel: work units are output tiles in grouped order
 // (GroupM tile rows per group, for L2 reuse of B; 0: all of them, a column tile at a time) times
-// split_k ranges of K blocks. Units go round-robin to the gridDim.x <= #SMs resident blocks, and every role of a block walks the same
-// sequence, so the ring's counters stay in step.
+// split_k ranges of K blocks. Units go round-robin to the gridDim.x <= #SMs resident blocks, and
+// every role of a block walks the same sequence, so the ring's counters stay in step.
 #pragma once
 
 #include <cstdint>
