@@ -248,6 +248,26 @@ def test_sm90_unpacking_gemm_in_a_cuda_graph(rng):
 
 
 @pytest.mark.gpu
+def test_sm90_unpacking_gemm_back_to_back(rng):
+    """quant_linear at prefill rows, layers back to back on fresh inputs (each call's buffer and
+    flags against the last's), the group scales contiguous and as a column-major view: each equal
+    to the int8 layer of the unpacked weight."""
+    if "sm90" not in tcgemm.available_backends():
+        pytest.skip("the sm90 kernel needs an sm_90 GPU and a build with sm_90a code")
+    m, n, k = 2048, 1000 + 24, 2048 + 64
+    _, q, gs, w8 = int4_case(m, n, k, True, rng)
+    packed, w8 = pack(q).cuda(), w8.cuda()
+    group_scales = [gs.cuda(), gs.t().contiguous().cuda().t()]
+    assert not group_scales[1].is_contiguous()
+    scale = (torch.rand(n, generator=rng) * 0.01 + 1e-3).cuda()
+    xs = [torch.randn(m, k, generator=rng).to(torch.bfloat16).cuda() for _ in range(3)]
+    expected = [tcgemm.quant_linear(x, w8, scale) for x in xs]
+    got = [tcgemm.quant_linear(x, packed, scale, weight_group_scale=g) for g in group_scales for x in xs]
+    for i, y in enumerate(got):
+        assert torch.equal(y, expected[i % len(xs)]), i
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("row0, col0", [(0, 0), (3, 0), (5, 8)])
 def test_sm90_unpacking_gemm_reads_views(row0, col0, rng):
     """Prefill rows on a packed weight that is a slice of a larger one: rows from an offset, and K
