@@ -136,13 +136,13 @@ void sm90_consider(Sm90Config config, double per_mac, int m, int n, int k, int s
 // The int8 kernel unpacking B as it runs pays for the unpacking in the GEMM's own time (about 20
 // us of 178 at 2048 x 14336 x 4096: its stores of 1 byte per weight, and its first wave's wait for
 // the first segments of its column tiles, docs/design/int4.md), so it beats the separate pass only
-// where the GEMM is long and its first wave need not wait long for its column tiles. H100, 2026-11-27, us against the pass then
-// the int8 kernel (bench_int4_tiled, docs/design/int4.md): 8B up (K = 4096) at M = 1024 / 1536 /
-// 2048 / 3072 / 4096 139.6 / 167.2 / 202.0 / 310.4 / 399.3 against 131.1 / 173.6 / 212.2 / 299.2 /
-// 387.8; 8B qkv 73.3 / 90.5 / 95.9 / 146.1 / 175.7 against 60.2 / 86.7 / 103.1 / 137.9 / 178.9;
-// 8B down (K = 14336) 138.7 / 193.5 / 199.6 / 292.4 / 395.1 against 125.1 / 186.7 / 222.6 / 316.9
-// / 424.0; at 512 rows, where 8B down and qkv have too few tiles for every SM's unpacking warps,
-// 2-3x slower.
+// where the GEMM is long and its first wave need not wait long for its column tiles. H100,
+// 2026-11-27, us against the pass then the int8 kernel (bench_int4_tiled, docs/design/int4.md):
+// 8B up (K = 4096) at M = 1024 / 1536 / 2048 / 3072 / 4096 139.6 / 167.2 / 202.0 / 310.4 / 399.3
+// against 131.1 / 173.6 / 212.2 / 299.2 / 387.8; 8B qkv 73.3 / 90.5 / 95.9 / 146.1 / 175.7 against
+// 60.2 / 86.7 / 103.1 / 137.9 / 178.9; 8B down (K = 14336) 138.7 / 193.5 / 199.6 / 292.4 / 395.1
+// against 125.1 / 186.7 / 222.6 / 316.9 / 424.0; at 512 rows, where 8B down and qkv have too few
+// tiles for every SM's unpacking warps, 2-3x slower.
 bool use_sm90_unpack_ahead(int m, int k) {
   return m >= 2048 && (m < 3072 || k >= 8192);
 }

@@ -76,7 +76,8 @@ __device__ __forceinline__ void unpack_ahead(const UnpackAhead& u, int tiles_n, 
       const int scale_stride = static_cast<int>(u.src.group_scale_stride);
       const uint8_t* src = u.src.packed + row0 * u.src.packed_stride + k0 / 2;
       int8_t* dst = u.out + row0 * u.out_stride + k0;
-      const int8_t* scale = u.src.group_scale == nullptr ? nullptr : u.src.group_scale + row0 * u.src.group_scale_stride + k0 / 128;
+      const int8_t* scale =
+          u.src.group_scale == nullptr ? nullptr : u.src.group_scale + row0 * u.src.group_scale_stride + k0 / 128;
 #pragma unroll 1
       for (int r0 = 0; r0 < kUnpackChunkRows; r0 += kRowsInFlight) {
         uint4 packed[kRowsInFlight];
