@@ -5,8 +5,6 @@ values; a quantization group holding one gets a NaN scale, and every output comp
 NaN. CPU tests run in CI; GPU tests skip without a CUDA device."""
 
 import math
-import os
-import time
 
 import pytest
 import torch
@@ -429,11 +427,12 @@ def test_quantlinear_without_grad_takes_the_plain_path():
 
 @pytest.mark.parametrize("op", ("int8_gemm", "scaled_gemm", "quantize"))
 def test_cpu_path_runs_on_every_thread(op):
-    """With torch.set_num_threads(2) the CPU path keeps two cores busy: the process's CPU time is
-    about twice the wall time (robust on a shared machine, where wall-clock speed-ups are noisy;
-    the speed-up itself is in docs/performance.md). Results do not depend on the thread count."""
-    if (os.cpu_count() or 1) < 2:
-        pytest.skip("needs 2 CPU cores")
+    """With torch.set_num_threads(2) the CPU path splits its work over two threads, and on one
+    thread keeps it on the caller: the library reports how many distinct threads ran the latest
+    call's work (counted, not timed, so a busy machine cannot change the verdict; the speed-up is
+    a benchmark's business). Results do not depend on the thread count."""
+    from tcgemm import _C
+
     g = torch.Generator().manual_seed(0)
     a = torch.randint(-127, 128, (1024, 1024), generator=g, dtype=torch.int8)
     b = torch.randint(-127, 128, (1024, 1024), generator=g, dtype=torch.int8)
@@ -448,18 +447,16 @@ def test_cpu_path_runs_on_every_thread(op):
     try:
         torch.set_num_threads(1)
         serial = call()
-        torch.set_num_threads(2)
-        call()
-        wall0, cpu0 = time.perf_counter(), time.process_time()
-        for _ in range(3):
+        assert _C.cpu_threads_of_last_call() == 1
+        for threads in (2, 3):
+            torch.set_num_threads(threads)
             parallel = call()
-        ratio = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+            assert _C.cpu_threads_of_last_call() == threads, f"{threads} threads allowed"
+            for got, expected in zip(parallel if isinstance(parallel, tuple) else (parallel,),
+                                     serial if isinstance(serial, tuple) else (serial,)):
+                assert torch.equal(got, expected)
     finally:
         torch.set_num_threads(saved)
-    for got, expected in zip(parallel if isinstance(parallel, tuple) else (parallel,),
-                             serial if isinstance(serial, tuple) else (serial,)):
-        assert torch.equal(got, expected)
-    assert ratio > 1.4, f"CPU time / wall time = {ratio:.2f} on 2 threads"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -506,9 +503,10 @@ def _argument_errors():
          "tcgemm.quantize: argument 'scale' must be a torch.Tensor or None, got float"),
         ("available_backends device", lambda: tcgemm.available_backends("tpu"), ValueError,
          "tcgemm.available_backends: argument 'device' must name a cpu or cuda device, got 'tpu'"),
+    ] + ([
         ("available_backends index", lambda: tcgemm.available_backends("cuda:97"), ValueError,
          r"tcgemm.available_backends: argument 'device' must name one of the \d+ visible CUDA devices, got index 97"),
-    ]
+    ] if torch.cuda.is_available() else [])  # without a GPU, every CUDA device answers [] (tests/test_api.py)
 
 
 @pytest.mark.parametrize("case", _argument_errors(), ids=lambda case: case[0])

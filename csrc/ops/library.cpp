@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dispatch/backends.h"
+#include "ops/cpu_parallel.h"
 #include "ops/tensor_args.h"
 #include "ops/torch_api.h"
 
@@ -91,10 +92,16 @@ PyObject* error_kind(PyObject* /*self*/, PyObject* message) {
   return read ? PyLong_FromLong(static_cast<long>(kind)) : nullptr;
 }
 
+PyObject* cpu_threads_of_last_call(PyObject* /*self*/, PyObject* /*unused*/) {
+  return PyLong_FromLongLong(static_cast<long long>(tcgemm::cpu_threads_of_last_call().load()));
+}
+
 PyMethodDef methods[] = {
     {"error_kind", error_kind, METH_O,
      "What a tcgemm op's error with this message means, if it is the last one raised on this thread: "
      "1 ValueError, 2 TypeError, 3 RuntimeError; 0 for any other message."},
+    {"cpu_threads_of_last_call", cpu_threads_of_last_call, METH_NOARGS,
+     "How many distinct threads ran the latest CPU-path op's work in this process (0 before the first)."},
     {nullptr, nullptr, 0, nullptr},
 };
 
