@@ -105,13 +105,17 @@ def decode_scale_b(shape: Sequence, n, k) -> Optional[str]:
 
 
 def decode_weight_scale(shape: Sequence, n, k) -> Optional[str]:
-    """The layout ``tcgemm.quant_linear`` reads the scales of a weight [N, K] of ``shape`` as, told
-    apart by rank (never ambiguous): [N] per channel; [ceil(N/128), ceil(K/128)] 128x128 blocks;
-    [N, ceil(K/128)] a channel's 1x128 blocks. None if it rejects the shape."""
+    """The layout ``tcgemm.quant_linear`` reads the scales of a weight [N, K] of ``shape`` as
+    (never ambiguous): [N] per channel; [ceil(N/128), ceil(K/128)] 128x128 blocks;
+    [N, ceil(K/128)] a channel's 1x128 blocks; else [N, 1] per channel (``tcgemm.quantize``'s
+    scales of the weight's rows). None if it rejects the shape."""
     shape = list(shape)
     if len(shape) == 1 and shape[0] == n:
         return PER_ROW
-    return next(_weight_block_matches(shape, n, scale_blocks(k)), None)
+    block = next(_weight_block_matches(shape, n, scale_blocks(k)), None)
+    if block is None and shape == [n, 1]:
+        return PER_ROW
+    return block
 
 
 # The shapes each decoder accepts, as the ops' error messages name them (csrc/common/scale_layout.h
@@ -130,7 +134,7 @@ def scale_b_shapes(n, kb) -> str:
 
 
 def weight_scale_shapes(n, kb) -> str:
-    return f"[N] = [{n}] (per-channel), {weight_block_shapes(n, kb)}"
+    return f"[N] = [{n}] or [N, 1] (per-channel), {weight_block_shapes(n, kb)}"
 
 
 def scale_b_is_ambiguous(shape: Sequence, n, k) -> bool:

@@ -108,8 +108,10 @@ inline std::optional<ScaleOperand> decode_scale_b(const ScaleTensor& s, int64_t 
 }
 
 // The scales of an nn.Linear-style weight [N, K] (tcgemm.quant_linear, QuantLinear.weight_scale),
-// told apart by rank and never ambiguous: [N] per channel; 2-D per block, with kb = ceil(K / 128)
-// columns and ceil(N / 128) rows (128x128 blocks) or N rows (a channel's 1x128 blocks).
+// never ambiguous: [N] per channel; 2-D per block, with kb = ceil(K / 128) columns and
+// ceil(N / 128) rows (128x128 blocks) or N rows (a channel's 1x128 blocks); else [N, 1] per channel
+// (what tcgemm.quantize returns for a weight's rows; with one K block it is that block's layout,
+// which means the same).
 inline std::optional<ScaleOperand> decode_weight_scale(const ScaleTensor& s, int64_t n, int64_t kb) {
   ScaleOperand op;
   op.ptr = s.ptr;
@@ -117,7 +119,12 @@ inline std::optional<ScaleOperand> decode_weight_scale(const ScaleTensor& s, int
     op.stride_row = s.strides[0];
     return op;
   }
-  return decode_scale_b_blocks(s, n, kb);
+  if (const std::optional<ScaleOperand> blocks = decode_scale_b_blocks(s, n, kb)) return blocks;
+  if (s.dim == 2 && s.sizes[0] == n && s.sizes[1] == 1) {
+    op.stride_row = s.strides[0];
+    return op;
+  }
+  return std::nullopt;
 }
 
 // The shapes each decoder above accepts, as the ops' error messages name them (m, n: the rows of
@@ -135,7 +142,7 @@ inline std::string scale_b_shapes(int64_t n, int64_t kb) {
          weight_block_shapes(n, kb);
 }
 inline std::string weight_scale_shapes(int64_t n, int64_t kb) {
-  return "[N] = [" + std::to_string(n) + "] (per-channel), " + weight_block_shapes(n, kb);
+  return "[N] = [" + std::to_string(n) + "] or [N, 1] (per-channel), " + weight_block_shapes(n, kb);
 }
 
 }  // namespace tcgemm
