@@ -23,7 +23,11 @@ from ._ops import (
 from ._quantize import quantize
 from . import reference, rotation
 from .int4 import pack_int4
-from .nn import GPTQ, QuantLinear, QuantizeReport, calibrate, quantize_model
+from .calibration import calibrate
+from .gptq import GPTQ
+from .layer import QuantLinear, register_linear_adapter
+from .model import QuantizeReport, quantize_model
+from . import nn  # noqa: E402  (tcgemm.nn: the layer and its recipes under one name)
 from .scheme import (
     PRESETS,
     W4A8,
@@ -74,6 +78,15 @@ __all__ = [
     "supports",
 ]
 __version__ = "0.1.0"
+
+
+@register_linear_adapter
+def _sharded_linear(linear, name):
+    # An nn.Linear sharded by torch's tensor-parallel styles (DTensor weights): tcgemm.parallel,
+    # imported only when such a layer is quantized.
+    from .parallel import adapt_sharded_linear
+
+    return adapt_sharded_linear(linear, name)
 
 
 def __getattr__(name):

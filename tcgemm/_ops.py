@@ -8,6 +8,7 @@ import torch
 
 from ._checks import check_args, require_int32, require_str, require_tensor
 from ._library import BACKEND_EPILOGUES, BACKENDS, typed_error  # noqa: F401  (tcgemm.BACKENDS)
+from .scheme import as_scheme
 
 _GEMM = "tcgemm.gemm"
 _SCALED = "tcgemm.scaled_gemm"
@@ -39,7 +40,9 @@ def gemm(
         b: int8 or uint8 [K, N]; the dtypes of ``a`` and ``b`` may differ.
         c: int32 [M, N], any strides (an ``expand``-ed row or column broadcasts); read only when
             ``beta != 0``.
-        alpha, beta: int32 scalars.
+        alpha: int32 scalar multiplying ``A @ B`` (a Python int; TypeError for another type,
+            ValueError outside int32).
+        beta: int32 scalar multiplying ``c``, like ``alpha``; nonzero needs ``c`` (ValueError).
         out: optional int32 [M, N] to write into (may be ``c`` itself); returned.
         backend: "auto", or force one: "cpu" (CPU tensors), "wmma", "wmma_simple", "sm80",
             "sm90" (Hopper, compute capability 9.0), "skinny" (the few-rows kernel that "sm80" and
@@ -104,10 +107,9 @@ def available_backends(device: torch.device | str | int | None = None) -> list[s
         return ["cpu"]
     if device.type != "cuda":
         raise ValueError(f"{op}: argument 'device' must be a cpu or cuda device, got {device}")
-    if device.index is not None:
-        index = device.index
-    else:
-        index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    if not torch.cuda.is_available():
+        return []  # no CUDA device visible: no GPU backend runs here
+    index = device.index if device.index is not None else torch.cuda.current_device()
     # The library checks the index (a ValueError naming the visible devices, also without a GPU).
     try:
         names = torch.ops.tcgemm.available_backends(index)
@@ -123,8 +125,8 @@ _OP_EPILOGUES = {"gemm": "int32", "int8_gemm": "int32", "int4_gemm": "int32", "s
 
 def supports(backend: str, op: str, scheme=None) -> bool:
     """Whether ``backend``'s kernels run ``op`` ("gemm", "int8_gemm", "int4_gemm", "scaled_gemm" or
-    "quant_linear") with the scales of ``scheme`` (a :class:`tcgemm.QuantScheme`; per-block
-    scales need the promoting kernels), whatever the device. Read from the library's dispatch
+    "quant_linear") with the scales of ``scheme`` (a :class:`tcgemm.QuantScheme` or a preset name
+    such as ``"w8a8-block"``; per-block scales need the promoting kernels), whatever the device. Read from the library's dispatch
     table, so a new backend needs no edit here.
 
     Example:
@@ -136,6 +138,8 @@ def supports(backend: str, op: str, scheme=None) -> bool:
                          f"got {op!r}")
     if backend not in BACKEND_EPILOGUES:
         raise ValueError(f"tcgemm.supports: argument 'backend' must be one of {', '.join(BACKENDS)}; got {backend!r}")
+    if scheme is not None:
+        scheme = as_scheme("tcgemm.supports", scheme)
     families = BACKEND_EPILOGUES[backend]
     needed = _OP_EPILOGUES[op]
     if needed == "scaled" and scheme is not None and scheme.per_block:
@@ -145,7 +149,7 @@ def supports(backend: str, op: str, scheme=None) -> bool:
 
 def backends_for(op: str, scheme=None, device: torch.device | str | int | None = None) -> list[str]:
     """The backends of :func:`available_backends` (``device``'s, best first) that run ``op`` with
-    ``scheme`` (see :func:`supports`): e.g. ``backends_for("scaled_gemm")`` is ["sm90", "sm80",
+    ``scheme`` (a :class:`tcgemm.QuantScheme` or a preset name; see :func:`supports`): e.g. ``backends_for("scaled_gemm")`` is ["sm90", "sm80",
     "skinny"] on an H100/H200, ``backends_for("gemm", device="cpu")`` is ["cpu"].
 
     Example:
@@ -273,7 +277,8 @@ def quant_linear(
             uint8 [N, K/2] (:func:`tcgemm.pack_int4`; K even), whose int8 weight is
             :func:`unpack_int4` ``(weight, weight_group_scale)``.
         weight_scale: fp32 ``[N]`` per channel, ``[ceil(N/128), ceil(K/128)]`` per 128x128 block,
-            or ``[N, ceil(K/128)]`` per channel and 1x128 block (told apart by rank).
+            or ``[N, ceil(K/128)]`` per channel and 1x128 block (told apart by rank); ``[N, 1]``
+            (what :func:`tcgemm.quantize` returns for a weight's rows) is per channel too.
         bias: optional [N], any float dtype (applied in fp32).
         activation: "token" (one scale per row of x), "block" (per row and 128-wide K block), or
             "static" (the calibrated per-tensor ``input_scale``: no amax pass); a
@@ -295,7 +300,7 @@ def quant_linear(
             in [1, 16], one per 1x128 group, with a per-channel ``weight_scale`` ``[N]``: the
             layer computes with the int8 weight ``q * weight_group_scale`` and accumulates over
             all of K in int32 (values outside [1, 16] raise ValueError for CPU tensors; CUDA
-            tensors are not read on the host).
+            tensors are not read on the host, and such a value gives an unspecified result).
         rotate: quantize ``x R`` instead of ``x`` (:mod:`tcgemm.rotation`: each block of 128
             input features times the orthonormal Hadamard matrix, in fp32 inside the quantize
             kernel), for a weight quantized as ``W R``: bit for bit ``tcgemm.quantize(x2d, g,
@@ -356,6 +361,10 @@ def unpack_int4(packed: torch.Tensor, group_scale: Optional[torch.Tensor] = None
     Args:
         packed: uint8 [N, K/2], contiguous along K, on the CPU or a CUDA device.
         group_scale: optional int8 ``[N, ceil(K/128)]`` two-level group scales in [1, 16].
+            Values outside [1, 16] raise ValueError for CPU tensors. CUDA tensors are not read on
+            the host (that would synchronise): there the result of such a value is unspecified
+            (it differs between kernels) but memory-safe; :class:`tcgemm.QuantLinear` refuses
+            such tables when they are assigned or loaded.
 
     Returns:
         int8 [N, K] on ``packed``'s device.
@@ -391,7 +400,10 @@ def int4_gemm(a: torch.Tensor, b: torch.Tensor, group_scale: Optional[torch.Tens
     Args:
         a: int8 [M, K]; any strides.
         b: packed 4-bit weight, uint8 [N, K/2] (``nn.Linear`` layout, two values per byte along K).
-        group_scale: optional int8 ``[N, ceil(K/128)]`` in [1, 16].
+        group_scale: optional int8 ``[N, ceil(K/128)]`` in [1, 16]. Values outside [1, 16] raise ValueError for CPU tensors. CUDA tensors are not read on
+            the host (that would synchronise): there the result of such a value is unspecified
+            (it differs between kernels) but memory-safe; :class:`tcgemm.QuantLinear` refuses
+            such tables when they are assigned or loaded.
         backend: as for :func:`gemm`.
 
     Returns:

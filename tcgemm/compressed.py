@@ -52,7 +52,7 @@ from torch import nn
 
 from ._scales import SCALE_BLOCK
 from .int4 import INT4_MAX, INT4_MIN, pack_int4
-from .nn import QuantLinear
+from .layer import QuantLinear
 from .scheme import ActivationArgs, QuantScheme, SchemeError
 
 _CONFIG = "config.json"
@@ -91,7 +91,13 @@ def _ct():
 @dataclass
 class CompressedReport:
     """What :func:`load_compressed` did: layers swapped to QuantLinear with their scheme, and
-    the state-dict keys of the checkpoint that no module took."""
+    the state-dict keys of the checkpoint that no module took.
+
+    Args:
+        loaded: qualified layer name -> its scheme, as ``str(QuantScheme)``
+            (``"weight=channel, activation=token"``).
+        unused_keys: the checkpoint's tensor names that no module of the model took.
+    """
 
     loaded: dict[str, str] = field(default_factory=dict)  # name -> "weight=..., activation=..."
     unused_keys: list[str] = field(default_factory=list)
@@ -203,6 +209,16 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
     checkpoint holds that tcgemm would not use (a covered module that is not an ``nn.Linear``, a
     quantized tensor no layer takes, a bias on one side only, transforms, a quantized KV cache)
     raises a ValueError before the model is changed.
+
+    Args:
+        model: the float model to load into, in place.
+        path: the checkpoint folder: ``config.json`` with a compressed-tensors
+            ``quantization_config`` and one or more ``*.safetensors`` files (ValueError without
+            them; a missing ``config.json`` raises FileNotFoundError).
+        device: where the new layers go (default: each replaced layer's weight's device).
+
+    Returns:
+        a :class:`CompressedReport`.
     """
     _, QuantizationConfig, _, is_match = _ct()
     qconfig_dict, tensors = _read_checkpoint(path)
@@ -316,6 +332,10 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
             what = f"{SCALE_BLOCK}x{SCALE_BLOCK} blocks" if weight == "block" else f"groups of {SCALE_BLOCK}"
             raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' must be {list(expected)} for {what}, "
                              f"got {list(sw.shape)}")
+        if scheme.bits == _PACKED_BITS and sw.numel() and not bool(((sw > 0) & sw.isfinite()).all()):
+            bad = sw[~((sw > 0) & sw.isfinite())]
+            raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' (the 4-bit weight's group scales) must hold "
+                             f"finite values > 0, got {bad.numel()} others, e.g. {float(bad[0])}")
     elif weight == "tensor":
         if sw.numel() != 1:
             raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' must have one element, got {list(sw.shape)}")

@@ -49,6 +49,13 @@ def pack_int4(q: torch.Tensor) -> torch.Tensor:
     nibble. Pure torch, on ``q``'s device; the values are checked on the CPU only (a check on a
     GPU would wait for it).
 
+    Args:
+        q: int8 [N, K], K even, values in [-8, 7].
+
+    Raises:
+        TypeError: ``q`` is not a tensor, or not int8.
+        ValueError: ``q`` is not 2-D, K is odd, or (CPU tensors) a value lies outside [-8, 7].
+
     Example:
         >>> q = torch.tensor([[1, -2, 7, -8]], dtype=torch.int8)
         >>> tcgemm.pack_int4(q)
@@ -74,7 +81,19 @@ def pack_int4(q: torch.Tensor) -> torch.Tensor:
 def check_packed(where: str, packed: torch.Tensor, n: Optional[int] = None, k: Optional[int] = None,
                  what: str = "argument 'weight'") -> None:
     """ValueError / TypeError naming ``what`` unless ``packed`` is a uint8 [N, K/2] packed weight
-    (of a weight [N, K], when ``n`` and ``k`` are given)."""
+    (of a weight [N, K], when ``n`` and ``k`` are given).
+
+    Args:
+        where: the caller's name, the prefix of the error messages.
+        packed: the tensor to check.
+        n: the weight's rows N, or None (shape not checked).
+        k: the weight's columns K, or None (shape not checked).
+        what: how the messages name ``packed``.
+
+    Raises:
+        TypeError: ``packed`` is not a tensor, or not uint8.
+        ValueError: ``packed`` is not 2-D, or (``n`` and ``k`` given) not [N, K/2].
+    """
     if not isinstance(packed, torch.Tensor):
         raise TypeError(f"{where}: {what} must be a torch.Tensor, got {type(packed).__name__}")
     if packed.dim() != 2:
@@ -90,6 +109,18 @@ def check_group_scale(where: str, group_scale: torch.Tensor, n: int, k: int,
     """ValueError / TypeError naming ``what`` unless ``group_scale`` is the int8 [N, ceil(K/128)]
     table of two-level scales of a weight [N, K], with (``values=True``, which reads a GPU
     tensor's values back to the host) every value in [1, 16].
+
+    Args:
+        where: the caller's name, the prefix of the error messages.
+        group_scale: the tensor to check.
+        n: the weight's rows N.
+        k: the weight's columns K.
+        what: how the messages name ``group_scale``.
+        values: also check the values (a host synchronisation for a GPU tensor).
+
+    Raises:
+        TypeError: ``group_scale`` is not a tensor, or not int8.
+        ValueError: its shape is not [N, ceil(K/128)], or (``values``) a value lies outside [1, 16].
 
     Example:
         >>> check_group_scale("QuantLinear", layer.weight_group_scale, 4096, 14336)
@@ -306,6 +337,12 @@ def quantize_int4(w: torch.Tensor, two_level: bool, grid: str = "amax", importan
     """Symmetric 4-bit round-to-nearest of a float weight [N, K] (K even) with the scales of
     :func:`int4_grid` (``grid``, ``importance``: see there):
     ``q = clamp(round_half_even(w / step), -8, 7)``, packed.
+
+    Args:
+        w: the float weight [N, K], K even (:func:`pack_int4` raises ValueError otherwise).
+        two_level: two-level scales (fp32 per channel, int8 per group), else fp32 group scales.
+        grid: ``"amax"`` or ``"mse"`` (ValueError otherwise).
+        importance: with ``"mse"``, fp32 [K] weights of the columns' errors, or None.
 
     Returns:
         ``(packed, weight_scale, group_scale)``: uint8 [N, K/2], fp32 scales, the int8 group

@@ -58,11 +58,21 @@ import torch
 from torch import nn
 
 from ._scales import SCALE_BLOCK
+from .layer import QuantLinear
 
 
 @dataclasses.dataclass(frozen=True)
 class TensorParallelShard:
-    """Where a sharded :class:`~tcgemm.QuantLinear` sits: ``layer.tensor_parallel``."""
+    """Where a sharded :class:`~tcgemm.QuantLinear` sits: ``layer.tensor_parallel``.
+
+    Args:
+        style: "colwise" or "rowwise".
+        rank: this rank's position in the group (the mesh's local rank).
+        world_size: the number of shards.
+        full_in_features: the unsharded layer's in_features.
+        full_out_features: the unsharded layer's out_features.
+        name: the layer's name, for error messages.
+    """
 
     style: str  # "colwise" or "rowwise"
     rank: int  # this rank's position in the group (the mesh's local rank)
@@ -92,7 +102,17 @@ def _needs_aligned_k(layer) -> list[str]:
 
 def check_shardable(layer, style: str, world_size: int, name: str = "") -> None:
     """Raises a ValueError naming the layer and the sizes where ``world_size`` cannot split
-    ``layer`` (a :class:`~tcgemm.QuantLinear`) with ``style`` ("colwise" or "rowwise")."""
+    ``layer`` (a :class:`~tcgemm.QuantLinear`) with ``style`` ("colwise" or "rowwise").
+
+    Args:
+        layer: the unsharded :class:`~tcgemm.QuantLinear`.
+        style: "colwise" (N must divide by ``world_size``; with 128x128 weight blocks, into
+            multiples of 128) or "rowwise" (K must divide by ``world_size``; into multiples of 128
+            where the layer has group or block weight scales, 4-bit weights, per-block activations
+            or a rotation). Any other style raises ValueError.
+        world_size: the number of shards, >= 1.
+        name: the layer's name, for the messages.
+    """
     if style not in ("colwise", "rowwise"):
         raise ValueError(f"tcgemm.parallel: style must be 'colwise' or 'rowwise', got {style!r}")
     if world_size < 1:
@@ -150,9 +170,16 @@ def shard_quant_linear(layer, style: str, rank: int, world_size: int, name: str 
     """Shards a :class:`~tcgemm.QuantLinear` in place for ``rank`` of ``world_size``: its
     buffers become this rank's shards (plain tensors) and ``in_features`` / ``out_features`` the
     local sizes; ``layer.tensor_parallel`` records where it sits. No communication is wired here
-    (the styles add it); returns ``layer``."""
-    from .nn import QuantLinear
+    (the styles add it); returns ``layer``.
 
+    Args:
+        layer: an unsharded :class:`~tcgemm.QuantLinear` (TypeError for anything else; ValueError
+            if it is already sharded).
+        style: "colwise" or "rowwise"; the sizes must split (:func:`check_shardable`, ValueError).
+        rank: this rank, in [0, world_size) (ValueError otherwise).
+        world_size: the number of shards.
+        name: the layer's name, for error messages.
+    """
     if not isinstance(layer, QuantLinear):
         raise TypeError(f"tcgemm.parallel: expected a QuantLinear, got {type(layer).__name__}")
     if getattr(layer, "tensor_parallel", None) is not None:
@@ -242,7 +269,8 @@ class _QuantStyle:
 
     def check_layouts(self, name: str = "") -> None:
         """Raises a ValueError where a QuantLinear cannot take this style's layouts (an
-        ``nn.Linear`` takes whatever torch's style does)."""
+        ``nn.Linear`` takes whatever torch's style does); ``name``, the layer's, goes into the
+        message."""
         from torch.distributed.tensor import Replicate, Shard
 
         allowed_in = {"colwise": (Replicate(),), "rowwise": (Shard(-1), Replicate())}[self._kind]
@@ -256,8 +284,6 @@ class _QuantStyle:
                              f"{self.output_layouts}")
 
     def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
-        from .nn import QuantLinear
-
         if not isinstance(module, QuantLinear):
             style = _torch_style(self._torch_name, **self._kwargs)
             style.src_data_rank = getattr(self, "src_data_rank", 0)
@@ -288,7 +314,16 @@ def _parallel_style_base():
 class ColwiseParallel(_QuantStyle, _parallel_style_base()):
     """Column-wise sharding (split along the output features) of a QuantLinear; torch's
     ``ColwiseParallel`` for an ``nn.Linear``. Input ``Replicate()``; output ``Shard(-1)`` (the local
-    shard, or a DTensor with ``use_local_output=False``) or ``Replicate()`` (all-gathered)."""
+    shard, or a DTensor with ``use_local_output=False``) or ``Replicate()`` (all-gathered).
+
+    Args:
+        input_layouts: ``Replicate()`` (the default) for a QuantLinear.
+        output_layouts: ``Shard(-1)`` (the default) or ``Replicate()`` for a QuantLinear.
+        use_local_output: return a plain tensor (True) or a DTensor (False).
+
+    Other layouts for a QuantLinear raise ValueError when the style is applied; an ``nn.Linear``
+    takes whatever torch's style does.
+    """
 
     _kind = "colwise"
     _torch_name = "ColwiseParallel"
@@ -321,7 +356,17 @@ class RowwiseParallel(_QuantStyle, _parallel_style_base()):
     """Row-wise sharding (split along the input features) of a QuantLinear; torch's
     ``RowwiseParallel`` for an ``nn.Linear``. Input ``Shard(-1)`` (the local slice) or
     ``Replicate()`` (the full input, sliced here); output ``Replicate()``: the ranks' float partial
-    outputs summed by one all-reduce, the bias added once."""
+    outputs summed by one all-reduce, the bias added once.
+
+    Args:
+        input_layouts: ``Shard(-1)`` (the default) or ``Replicate()`` for a QuantLinear.
+        output_layouts: ``Replicate()`` (the default) for a QuantLinear.
+        use_local_output: return a plain tensor (True) or a DTensor (False).
+
+    Other layouts for a QuantLinear raise ValueError when the style is applied; an ``nn.Linear``
+    takes whatever torch's style does. An input whose last dimension is not the one the input
+    layout expects raises ValueError in forward.
+    """
 
     _kind = "rowwise"
     _torch_name = "RowwiseParallel"
@@ -381,7 +426,12 @@ def torch_sharding(linear: nn.Module, name: str = "") -> Optional[tuple[str, Any
     (``input_layouts``, ``output_layouts``, ``use_local_output``, read from the hooks the style
     registered); None for a plain weight. Raises a ValueError naming the layer where the sharding
     cannot be carried over (a mesh of several dimensions, a replicated weight, hooks whose layouts
-    cannot be read)."""
+    cannot be read).
+
+    Args:
+        linear: the layer, possibly with a DTensor weight.
+        name: its name, for the messages.
+    """
     from torch.distributed.tensor import DTensor
 
     w = linear.weight
@@ -425,7 +475,12 @@ def _one_placement(layouts, who: str):
 def full_linear(linear: nn.Linear, name: str = "") -> tuple[nn.Linear, Optional[tuple[str, Any, dict[str, Any]]]]:
     """An ``nn.Linear`` with plain (gathered) weight and bias when ``linear``'s are DTensors
     (torch's tensor-parallel styles), and :func:`torch_sharding`'s description to shard its
-    quantized layer with; ``linear`` itself and None otherwise."""
+    quantized layer with; ``linear`` itself and None otherwise.
+
+    Args:
+        linear: the layer, possibly with DTensor weight and bias (gathered: a collective).
+        name: its name, for error messages (:func:`torch_sharding`'s ValueError).
+    """
     from torch.distributed.tensor import DTensor
 
     sharding = torch_sharding(linear, name)
@@ -442,13 +497,37 @@ def full_linear(linear: nn.Linear, name: str = "") -> tuple[nn.Linear, Optional[
     return full, sharding
 
 
+def adapt_sharded_linear(linear: nn.Linear, name: str = ""):
+    """The :func:`tcgemm.layer.register_linear_adapter` plug-in for ``nn.Linear`` layers sharded
+    by torch's tensor-parallel styles: None for a layer with plain weights; else the gathered
+    layer to quantize, and a function that shards the quantized layer with tcgemm's style of the
+    same placement and layouts (:func:`shard_like`).
+
+    Args:
+        linear: the float layer :meth:`tcgemm.QuantLinear.from_linear` was given.
+        name: its name, for error messages.
+    """
+    full, sharding = full_linear(linear, name)
+    if sharding is None:
+        return None
+    return full, lambda layer: shard_like(layer, *sharding, name=name)
+
+
 def parallelize_module(module: nn.Module, device_mesh, parallelize_plan):
     """``torch.distributed.tensor.parallel.parallelize_module``, after naming every
     :class:`~tcgemm.QuantLinear` of ``module`` by its qualified name, so that a size a world size
-    cannot split is reported with the layer's name."""
-    from torch.distributed.tensor.parallel import parallelize_module as torch_parallelize
-    from .nn import QuantLinear
+    cannot split is reported with the layer's name.
 
+    Args:
+        module: the model (or block) to parallelize, in place.
+        device_mesh: a 1-D ``DeviceMesh`` (tcgemm's styles raise ValueError for another).
+        parallelize_plan: a style, or a dict from module names (fnmatch patterns) to styles, as
+            for torch's ``parallelize_module``.
+
+    Returns:
+        ``module``, as torch's function returns it.
+    """
+    from torch.distributed.tensor.parallel import parallelize_module as torch_parallelize
     for name, sub in module.named_modules():
         if isinstance(sub, QuantLinear):
             sub._tp_name = name
@@ -457,7 +536,16 @@ def parallelize_module(module: nn.Module, device_mesh, parallelize_plan):
 
 def shard_like(layer, style: str, device_mesh, layouts: Optional[dict[str, Any]] = None, name: str = ""):
     """Shards a QuantLinear with tcgemm's style ``style`` over ``device_mesh``, with ``layouts``
-    (keywords of the style; default layouts without)."""
+    (keywords of the style; default layouts without).
+
+    Args:
+        layer: the unsharded :class:`~tcgemm.QuantLinear`; sharded in place and returned.
+        style: "colwise" (:class:`ColwiseParallel`); anything else is :class:`RowwiseParallel`.
+        device_mesh: a 1-D ``DeviceMesh``.
+        layouts: keyword arguments of the style (``input_layouts``, ``output_layouts``,
+            ``use_local_output``), or None.
+        name: the layer's name, for error messages.
+    """
     layer._tp_name = name
     (ColwiseParallel if style == "colwise" else RowwiseParallel)(**(layouts or {}))._apply(layer, device_mesh)
     return layer

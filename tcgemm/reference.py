@@ -15,14 +15,25 @@ from .scheme import ACTIVATION_GRANULARITIES
 
 
 def wrap_int32(x: torch.Tensor) -> torch.Tensor:
-    """Reduces an int64 tensor modulo 2**32 into int32 (two's complement), as the kernels do."""
+    """Reduces an int64 tensor ``x`` modulo 2**32 into int32 (two's complement), as the kernels do."""
     return ((x + 2**31) % 2**32 - 2**31).to(torch.int32)
 
 
 def gemm_reference(
     a: torch.Tensor, b: torch.Tensor, c: Optional[torch.Tensor] = None, alpha: int = 1, beta: int = 0
 ) -> torch.Tensor:
-    """alpha * (A @ B) + beta * C computed exactly in int64 on the CPU, then wrapped to int32."""
+    """alpha * (A @ B) + beta * C computed exactly in int64 on the CPU, then wrapped to int32.
+
+    Args:
+        a: integer [M, K] (int8 or uint8 for the kernels' contract), on any device.
+        b: integer [K, N].
+        c: integer [M, N] (broadcastable), read only when ``beta != 0`` (ValueError if absent then).
+        alpha: the int multiplying ``A @ B`` (after the product is wrapped to int32).
+        beta: the int multiplying ``c``.
+
+    Returns:
+        int32 [M, N] on the CPU.
+    """
     acc = wrap_int32(a.cpu().long() @ b.cpu().long()).long()
     out = acc * alpha
     if beta != 0:
@@ -52,7 +63,23 @@ def scaled_gemm_reference(
     """The scaled GEMM in float64 on the CPU: exact int64 partial sums per 128-wide K block,
     times float64 scales, summed, plus bias; then cast to ``out_dtype`` (or returned unrounded
     with ``return_float64=True``). With ``zero_point_a`` (int32, one element or [M, 1]) the
-    sums are those of ``a - zero_point_a``, exact in int64."""
+    sums are those of ``a - zero_point_a``, exact in int64.
+
+    Args:
+        a: int8 [M, K].
+        b: int8 [K, N].
+        scale_a: fp32 in a layout of :func:`tcgemm.scaled_gemm` (per tensor, per token or per
+            1x128 block); another shape raises ValueError.
+        scale_b: fp32 in a layout of :func:`tcgemm.scaled_gemm` (per tensor, per channel or per
+            128x128 block); another shape raises ValueError.
+        bias: optional [N], any float dtype (added in float64).
+        out_dtype: the dtype of the result.
+        return_float64: return the float64 sums unrounded instead.
+        zero_point_a: optional int32 zero points of ``a``, one element or [M, 1].
+
+    Returns:
+        [M, N] of ``out_dtype`` (or float64) on the CPU.
+    """
     m, k = a.shape
     n = b.shape[1]
     sa = _scale_table(scale_a, decode_scale_a(scale_a.shape, m, k), m, k)
@@ -94,6 +121,18 @@ def quantize_reference(
     ``scale``). ``smooth`` [K]: the values quantized are ``float(x) * smooth`` (one fp32 product).
     ``symmetric=False``: :func:`quantize_asym_reference`. ``rotate``: the values quantized are
     ``rotate_blocks(float(x))`` (:mod:`tcgemm.rotation`; dynamic symmetric, K a multiple of 128).
+
+    Args:
+        x: float [..., K].
+        granularity: "tensor", "token" or "group" (ValueError otherwise).
+        scale: optional static fp32 scales, one per group of ``granularity``.
+        smooth: optional fp32 [K] multipliers of ``x``.
+        symmetric: False hands the call to :func:`quantize_asym_reference`.
+        zero_point: with ``symmetric=False`` only, the static int32 zero points.
+        rotate: rotate the values first (ValueError with ``scale``, ``smooth`` or "tensor").
+
+    Returns:
+        ``(q, scale)``: int8 like ``x`` and the fp32 scales, on ``x``'s device.
     """
     if not symmetric:
         return quantize_asym_reference(x, granularity, scale, zero_point, smooth)
@@ -167,6 +206,14 @@ def quantize_asym_reference(
     q = clamp(zero). The returned copies of static scales are NaN for a row (or the tensor) that
     held a non-finite x, had an invalid scale or a zero point outside [-128, 127]. Returns
     ``(q, scale, zero_point)`` on the device of ``x``.
+
+    Args:
+        x: float [..., K].
+        granularity: "token" or "tensor" (ValueError otherwise; "tensor" is static only).
+        scale: static fp32 scales, one element ("tensor") or one per row ("token"); with
+            ``zero_point`` only (ValueError for one without the other).
+        zero_point: static int32 zero points, shaped like ``scale``.
+        smooth: optional fp32 [K] multipliers of ``x``.
     """
     if granularity not in ("tensor", "token"):
         raise ValueError(f"quantize_asym_reference: granularity must be 'token' or 'tensor', got {granularity!r}")

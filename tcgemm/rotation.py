@@ -28,7 +28,12 @@ _CACHE: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
 
 
 def hadamard(device=None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """The orthonormal Hadamard matrix of order ``SCALE_BLOCK`` (symmetric, its own inverse)."""
+    """The orthonormal Hadamard matrix of order ``SCALE_BLOCK`` (symmetric, its own inverse).
+
+    Args:
+        device: where the [128, 128] matrix is returned (None: the CPU); cached per device and dtype.
+        dtype: its dtype (entries ``+-1/sqrt(128)`` rounded to it).
+    """
     key = (torch.device(device) if device is not None else torch.device("cpu"), dtype)
     h = _CACHE.get(key)
     if h is None:
@@ -64,5 +69,10 @@ def rotate_blocks(x: torch.Tensor) -> torch.Tensor:
 
 
 def rotate_hessian(h: torch.Tensor) -> torch.Tensor:
-    """``R H R`` for second moments ``H = sum x^T x`` [K, K]: those of the rotated input ``x R``."""
+    """``R H R`` for second moments ``H = sum x^T x`` [K, K]: those of the rotated input ``x R``.
+
+    Args:
+        h: the second moments [K, K], K a multiple of ``SCALE_BLOCK`` (ValueError otherwise,
+            from :func:`rotate_blocks`); returned in ``h``'s dtype.
+    """
     return rotate_blocks(rotate_blocks(h).t()).t()

@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional, Union
 
 from ._scales import SCALE_BLOCK, quantize_scale_shape, weight_scale_shape
 
 __all__ = [
     "ActivationArgs", "QuantScheme", "WeightArgs", "W4A8", "W4A8_GROUP", "W8A8_ASYMMETRIC", "W8A8_BLOCK",
     "W8A8_CHANNEL_GROUP", "W8A8_DYNAMIC", "W8A8_GROUP", "W8A8_STATIC", "W8A8_STATIC_ASYMMETRIC", "PRESETS",
+    "as_scheme", "resolve_scheme",
 ]
 
 # Weight granularities a layer computes with; "tensor" describes checkpoints (one scale for the
@@ -112,7 +113,18 @@ class WeightArgs:
 
     4-bit weights (packed two to a byte) are ``"channel"``: two-level scales, fp32 per channel
     times an int8 group scale in [1, 16] per 1x128 group (:attr:`two_level`), or ``"group"``:
-    fp32 per 1x128 group."""
+    fp32 per 1x128 group.
+
+    Args:
+        granularity: "channel", "group" or "block"; or "tensor" (one scale for the whole weight:
+            checkpoints only, a layer holds it per channel, :meth:`layer_weights`).
+        bits: 8, or 4 (``"channel"`` or ``"group"`` only).
+        symmetric: must be True (weight zero points are not supported).
+
+    Raises:
+        ValueError: (``SchemeError``) any other granularity or bits, 4-bit ``"block"`` or
+            ``"tensor"``, or ``symmetric=False``.
+    """
 
     granularity: Literal["channel", "group", "block", "tensor"] = "channel"
     bits: int = 8
@@ -140,15 +152,17 @@ class WeightArgs:
         return self.bits == 4 and self.granularity == "channel"
 
     def scale_shape(self, n: int, k: int) -> tuple[int, ...]:
-        """Shape of the fp32 scales of a weight [N, K]."""
+        """Shape of the fp32 scales of a weight [N, K] (``n`` rows, ``k`` columns)."""
         return weight_scale_shape(n, k, self.granularity)
 
     def group_scale_shape(self, n: int, k: int) -> Optional[tuple[int, ...]]:
-        """Shape of the int8 group scales of a weight [N, K] (two-level), else None."""
+        """Shape of the int8 group scales of a weight [N, K] (``n`` rows, ``k`` columns): [N,
+        ceil(K/128)] for two-level 4-bit weights, else None."""
         return weight_scale_shape(n, k, "group") if self.two_level else None
 
     def storage_shape(self, n: int, k: int) -> tuple[int, ...]:
-        """Shape of the stored integers of a weight [N, K]: [N, K] int8, or [N, K/2] uint8 for 4 bits."""
+        """Shape of the stored integers of a weight [N, K] (``n`` rows, ``k`` columns): [N, K] int8,
+        or [N, K/2] uint8 for 4 bits."""
         return (n, k // 2) if self.bits == 4 else (n, k)
 
     def to_compressed_tensors(self) -> dict[str, Any]:
@@ -161,8 +175,10 @@ class WeightArgs:
 
     @classmethod
     def from_compressed_tensors(cls, args: Any) -> "WeightArgs":
-        """The weights of a compressed-tensors ``QuantizationArgs`` (or its dict); SchemeError
-        naming the setting tcgemm does not run."""
+        """The weights of a compressed-tensors ``QuantizationArgs`` (or its dict) ``args``;
+        SchemeError (a ValueError) naming the setting tcgemm does not run: not 8- or 4-bit int,
+        asymmetric, dynamic, 4-bit other than groups of 128, or a strategy other than channel,
+        tensor, group of 128 or 128x128 block."""
         bits, kind = _field(args, "num_bits"), _field(args, "type")
         if bits not in WEIGHT_BITS or kind != "int":
             raise SchemeError(f"weights are {bits}-bit {kind}, not {'/'.join(map(str, WEIGHT_BITS))}-bit int")
@@ -189,7 +205,14 @@ class WeightArgs:
 class ActivationArgs:
     """How a layer's input x [..., K] is quantized to int8: dynamically (scales computed per call)
     per token (``"token"``) or per 1x128 group along K (``"group"``), or with a calibrated static
-    scale per tensor (``"tensor"``, ``dynamic=False``); symmetric, or with a zero point."""
+    scale per tensor (``"tensor"``, ``dynamic=False``); symmetric, or with a zero point.
+
+    Args:
+        granularity: "token", "group" or "tensor" (any other raises ValueError, ``SchemeError``).
+        dynamic: scales computed per call (True), or calibrated beforehand (False). A layer runs
+            dynamic "token" and "group" and static "tensor" (:attr:`QuantScheme.activation`).
+        symmetric: False quantizes with a zero point (``x ~ scale * (q - zero_point)``).
+    """
 
     granularity: Literal["token", "group", "tensor"] = "token"
     dynamic: bool = True
@@ -202,10 +225,12 @@ class ActivationArgs:
 
     @property
     def per_block(self) -> bool:
+        """Whether the scales change along K (``"group"``: one per 1x128 group)."""
         return self.granularity == "group"
 
     def scale_shape(self, m: int, k: int) -> tuple[int, ...]:
-        """Shape of the fp32 scales of activations [M, K] (what ``tcgemm.quantize`` returns)."""
+        """Shape of the fp32 scales of activations [M, K] (``m`` rows, ``k`` columns; what
+        ``tcgemm.quantize`` returns)."""
         return quantize_scale_shape(self.granularity, m, k)
 
     def to_compressed_tensors(self) -> dict[str, Any]:
@@ -215,8 +240,10 @@ class ActivationArgs:
 
     @classmethod
     def from_compressed_tensors(cls, args: Any) -> "ActivationArgs":
-        """The activations of a compressed-tensors ``QuantizationArgs`` (or its dict); SchemeError
-        naming the setting tcgemm does not run."""
+        """The activations of a compressed-tensors ``QuantizationArgs`` (or its dict) ``args``;
+        SchemeError (a ValueError) naming the setting tcgemm does not run: not 8-bit int, or a
+        strategy other than token, group of 128 or tensor (whether a layer runs its dynamic-ness
+        is checked by :attr:`QuantScheme.activation`)."""
         bits, kind = _field(args, "num_bits"), _field(args, "type")
         if bits != 8 or kind != "int":
             raise SchemeError(f"input_activations are {bits}-bit {kind}, not 8-bit int")
@@ -251,6 +278,15 @@ class QuantScheme:
     :data:`W4A8` (4-bit weights, two-level scales), :data:`W4A8_GROUP` (4-bit weights, float group
     scales); ``PRESETS`` by name.
 
+    Args:
+        weights: the :class:`WeightArgs` (default: int8, one scale per channel).
+        activations: the :class:`ActivationArgs` (default: dynamic, symmetric, per token).
+        smooth: SmoothQuant's alpha in [0, 1] (ValueError outside), or None.
+        rotate: a bool (TypeError otherwise): rotate the input features by blocks of 128.
+
+    Constructing a scheme checks only these fields; whether a layer can run it (the
+    combination) is :meth:`check_layer`'s ValueError, raised where a layer is built.
+
     Example:
         >>> s = QuantScheme.from_keywords(weight="block", activation="block")
         >>> s == W8A8_BLOCK
@@ -282,14 +318,17 @@ class QuantScheme:
 
     @property
     def weight(self) -> str:
+        """The weights' granularity: "channel", "group", "block" (or "tensor", checkpoints)."""
         return self.weights.granularity
 
     @property
     def asymmetric(self) -> bool:
+        """Whether the activations are quantized with a zero point."""
         return not self.activations.symmetric
 
     @property
     def static(self) -> bool:
+        """Whether the activations have a calibrated (static) scale."""
         return not self.activations.dynamic
 
     @property
@@ -397,3 +436,57 @@ PRESETS: dict[str, QuantScheme] = {
     "w4a8": W4A8,
     "w4a8-group": W4A8_GROUP,
 }
+
+# What every scheme= argument takes: a scheme, or the name of a preset.
+SchemeLike = Union[QuantScheme, str]
+# The keyword shorthands of QuantScheme.from_keywords, as types.
+WeightGranularity = Literal["channel", "group", "block"]
+ActivationGranularity = Literal["token", "block", "static"]
+
+
+def as_scheme(where: str, scheme: SchemeLike) -> QuantScheme:
+    """``scheme`` as a :class:`QuantScheme`: itself, or the preset of that name (:data:`PRESETS`).
+
+    Args:
+        where: the caller's name, the prefix of the error messages.
+        scheme: a :class:`QuantScheme`, or a preset name such as ``"w8a8-block"``.
+
+    Raises:
+        ValueError: a name that is no preset (the message lists them).
+        TypeError: anything else.
+    """
+    if isinstance(scheme, str):
+        if scheme not in PRESETS:
+            raise ValueError(f"{where}: scheme must be a QuantScheme or one of {', '.join(map(repr, PRESETS))}, "
+                             f"got {scheme!r}")
+        return PRESETS[scheme]
+    if not isinstance(scheme, QuantScheme):
+        raise TypeError(f"{where}: scheme must be a QuantScheme or a preset name, got {type(scheme).__name__}")
+    return scheme
+
+
+def resolve_scheme(where: str, scheme: Optional[SchemeLike], weight: str = "channel", activation: str = "token",
+                   asymmetric: bool = False, smooth: Optional[float] = None) -> QuantScheme:
+    """The scheme a layer is built with: ``scheme`` (a :class:`QuantScheme` or a preset name), or
+    the one its keyword shorthands stand for (:meth:`QuantScheme.from_keywords`); never both.
+
+    Args:
+        where: the caller's name, the prefix of the error messages.
+        scheme: a :class:`QuantScheme` or a preset name, or None for the shorthands.
+        weight: shorthand: the weight granularity, "channel", "group" or "block".
+        activation: shorthand: "token", "block" or "static".
+        asymmetric: shorthand: activations with a zero point.
+        smooth: shorthand: SmoothQuant's alpha in [0, 1], or None.
+
+    Raises:
+        ValueError: both ``scheme`` and a shorthand other than its default, an unknown preset
+            name, or a scheme no layer can compute with.
+        TypeError: a ``scheme`` that is neither a :class:`QuantScheme` nor a str.
+    """
+    if scheme is None:
+        return QuantScheme.from_keywords(weight, activation, asymmetric, smooth)
+    scheme = as_scheme(where, scheme)
+    if (weight, activation, bool(asymmetric), smooth) != ("channel", "token", False, None):
+        raise ValueError(f"{where}: pass scheme= or its shorthands weight=, activation=, asymmetric=, smooth=, "
+                         "not both")
+    return scheme.check_layer()

@@ -706,6 +706,20 @@ def test_bad_4bit_tensors_are_named(tmp_path, case):
         tc.load_compressed(float_model(), str(tmp_path))
 
 
+@pytest.mark.parametrize("bad", [0.0, -3.0, float("nan"), float("inf")])
+def test_4bit_group_scales_must_be_positive_and_finite(tmp_path, bad):
+    """A checkpoint's 4-bit group scales are floats: any positive finite value is a scale (17
+    included); 0, negative and non-finite ones are refused before the model changes."""
+    make_int4_checkpoint(str(tmp_path))
+    _mutate(tmp_path, tensors=lambda t: t["2.weight_scale"].view(-1)[5:7].fill_(bad))
+    model = float_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"tcgemm.compressed: '2.weight_scale' \(the 4-bit weight's group scales\) "
+                                         r"must hold finite values > 0, got 2 others"):
+        tc.load_compressed(model, str(tmp_path))
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
 def test_4bit_values_out_of_range_and_odd_in_features_are_named(tmp_path):
     make_int4_checkpoint(str(tmp_path / "a"), "W4A8")  # int-quantized: one 4-bit value per int8
     _mutate(tmp_path / "a", tensors=lambda t: t["0.weight"][0, :2].copy_(torch.tensor([9, -8])))

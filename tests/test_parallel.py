@@ -28,6 +28,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 import tcgemm
+from tcgemm._scales import expand_weight_scale
 from cases import ulp
 from tcgemm.reference import quantize_reference
 
@@ -152,7 +153,7 @@ def _exact_partial(layer, x):
         q, s = quantize_reference(x2d, "token")
         sx = s.double().reshape(m, 1)
     xq = q.double() * sx
-    w = layer.int_weight().cpu().double() * tcgemm.nn.expand_weight_scale(
+    w = layer.int_weight().cpu().double() * expand_weight_scale(
         layer.weight_scale.cpu(), layer.out_features, layer.in_features, layer.weight_granularity).double()
     b = layer.bias.detach().cpu().double() if layer.bias is not None and layer._add_bias else None
     e = xq @ w.T + (b if b is not None else 0)

@@ -1,0 +1,177 @@
+"""Weight quantization: an ``nn.Linear`` weight to int8 or packed 4-bit with its scales, by
+rounding to nearest or by GPTQ (:mod:`tcgemm.gptq`).
+
+    q, scale = tcgemm.weights.quantize_weight(linear.weight, "channel")                  # int8, fp32 [N]
+    packed, scale, group_scale = tcgemm.weights.quantize_weight(linear.weight, bits=4)   # W4A8
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from ._quantize import quantize
+from ._scales import SCALE_BLOCK, WEIGHT_LAYOUTS, expand_scale, expand_weight_scale
+from ._scales import weight_scale_shape as _weight_scale_shape
+from .gptq import GPTQ, HessianLike, gptq_integers, hessian_tensor
+from .int4 import INT4_GRIDS, INT4_MAX, INT4_MIN, int4_grid, pack_int4, quantize_int4
+from .scheme import WEIGHT_BITS, WEIGHT_QUANTIZED_AS, SchemeError, WeightArgs, check_weight_granularity
+
+__all__ = ["quantize_weight", "weight_scale_shape"]
+
+_INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def weight_scale_shape(out_features: int, in_features: int, granularity: str) -> tuple[int, ...]:
+    """Shape of the fp32 weight scales: [N] per channel, [N, ceil(K/128)] per 1x128 group of each
+    output channel, [ceil(N/128), ceil(K/128)] per 128x128 block.
+
+    Args:
+        out_features: N, the weight's rows.
+        in_features: K, the weight's columns.
+        granularity: "channel", "group" or "block" (ValueError for anything else).
+
+    Example:
+        >>> weight_scale_shape(4096, 14336, "block")
+        (32, 112)
+        >>> weight_scale_shape(4096, 14336, "group")
+        (4096, 112)
+    """
+    return _weight_scale_shape(out_features, in_features, check_weight_granularity(granularity))
+
+
+
+def quantize_weight(
+    w: torch.Tensor,
+    granularity: str = "channel",
+    *,
+    bits: int = 8,
+    hessian: Optional[HessianLike] = None,
+    gptq: Optional[GPTQ] = None,
+    grid: Optional[str] = None,
+) -> tuple[torch.Tensor, ...]:
+    """Symmetric quantization of an ``nn.Linear`` weight [N, K] to int8 or packed 4-bit, computed
+    in fp32 on ``w``'s device.
+
+    8 bits (scales of :func:`tcgemm.quantize`):
+    ``granularity="channel"``: one scale per output row, ``scale`` fp32 [N].
+    ``granularity="group"``: one scale per 1x128 group of each output row (128 input features),
+    ``scale`` fp32 [N, ceil(K/128)] (the last group may be short).
+    ``granularity="block"``: one scale per 128x128 block, ``scale`` fp32 [ceil(N/128), ceil(K/128)]
+    (edge blocks may be short). In every case ``scale = amax / 127`` (1.0 where amax is 0) and
+    ``q = clamp(round_half_even(w / scale), -127, 127)``, the rule of ``tcgemm.quantize``.
+
+    4 bits (``bits=4``, K even; :mod:`tcgemm.int4`): ``granularity="channel"``: two-level scales,
+    a channel scale ``c`` fp32 [N] and group scales ``s_g`` in [1, 16] int8 [N, ceil(K/128)] per
+    1x128 group g; ``q = clamp(round_half_even(w / (c * s_g)), -8, 7)``. ``granularity="group"``:
+    ``scale`` fp32 [N, ceil(K/128)]; ``q = clamp(round_half_even(w / scale), -8, 7)``. The scales
+    are those of :func:`tcgemm.int4.int4_grid` with ``grid``:
+
+    - ``"mse"`` (the default): the scales of the least squared error of the rounded weight,
+      searched per group (float groups: ``amax_g / 7`` times a clipping ratio in [0.5, 1]) and per
+      channel (two-level: ``c`` = the ``"amax"`` one times a ratio in [0.7, 1], each ``s_g`` the
+      best in [1, 16] for that ``c``). The candidates include the ``"amax"`` scales, so no group
+      (float) or channel (two-level) has a larger squared error. all-MiniLM-L6-v2, two-level:
+      mean embedding cosine 0.959 round to nearest (``"amax"``: 0.938), 0.983 with GPTQ (0.979).
+    - ``"amax"``: with ``f = amax_g / 7``, two-level ``c = max_g f / 16`` (1.0 for a zero row) and
+      ``s_g = clamp(round(f / c), 1, 16)``; float groups ``scale = f`` (1.0 where amax is 0).
+
+    With ``gptq`` (a :class:`GPTQ`) and ``hessian`` the integers are chosen by GPTQ on the same
+    scales instead of by rounding each weight to nearest.
+
+    Args:
+        w: the float weight [N, K].
+        granularity: "channel", "group" or "block" (8 bits); "channel" or "group" (4 bits).
+        bits: 8 or 4.
+        hessian: with ``gptq``, the second moments of the layer's input: ``sum x^T x`` [K, K]
+            (any positive multiple) or the ``(sum, rows)`` pair of ``Calibration.hessians``.
+        gptq: the GPTQ settings; needs ``hessian``.
+        grid: 4 bits only: how the scales are chosen, ``"mse"`` (None: the default) or ``"amax"``.
+
+    Returns:
+        8 bits: ``(q, scale)``, int8 [N, K] (contiguous) and the fp32 scales. 4 bits:
+        ``(packed, scale, group_scale)``, uint8 [N, K/2] (:func:`tcgemm.pack_int4`), the fp32
+        scales and the int8 group scales (``"channel"``) or None (``"group"``). On ``w``'s device.
+
+    Raises:
+        ValueError: an unknown ``granularity``, ``bits`` not 8 or 4, ``"block"`` with 4 bits, a
+            ``w`` that is not 2-D, an odd K with 4 bits, ``gptq`` without ``hessian`` or the
+            reverse, a ``grid`` other than None with 8 bits or not ``"mse"`` / ``"amax"``, a
+            ``hessian`` not [K, K], or (GPTQ) a weight or Hessian holding NaN or inf.
+        TypeError: a ``w`` that is not floating point, a ``gptq`` that is not a :class:`GPTQ`,
+            or a ``hessian`` that is neither a float tensor nor a ``(sum, rows)`` pair.
+
+    Example:
+        >>> q, s = quantize_weight(linear.weight, "channel")
+        >>> w_approx = q.float() * s[:, None]
+        >>> packed, s, g = quantize_weight(linear.weight, "channel", bits=4)
+        >>> w_approx = tcgemm.unpack_int4(packed, g).float() * s[:, None]
+    """
+    where = "tcgemm.weights.quantize_weight"
+    check_weight_granularity(granularity)
+    if bits not in WEIGHT_BITS:
+        raise ValueError(f"{where}: argument 'bits' must be one of {', '.join(map(str, WEIGHT_BITS))}, got {bits!r}")
+    try:
+        args = WeightArgs(granularity, bits=bits)
+    except SchemeError as e:
+        raise ValueError(f"{where}: {e.what}") from None
+    if w.dim() != 2:
+        raise ValueError(f"tcgemm.weights.quantize_weight: w must be 2-D [N, K], got shape {list(w.shape)}")
+    if not w.is_floating_point():
+        raise TypeError(f"tcgemm.weights.quantize_weight: w must be a float tensor, got {w.dtype}")
+    n, k = w.shape
+    if bits == 4 and k % 2:
+        raise ValueError(f"{where}: w must have an even number of columns K for 4-bit weights (two values a byte), "
+                         f"got shape {list(w.shape)}")
+    if (gptq is None) != (hessian is None):
+        raise ValueError(f"{where}: gptq= and hessian= go together (GPTQ needs the second moments of the layer's "
+                         "input: tcgemm.calibrate(model, second_moments=True))")
+    if gptq is not None and not isinstance(gptq, GPTQ):
+        raise TypeError(f"{where}: argument 'gptq' must be a tcgemm.GPTQ, got {type(gptq).__name__}")
+    if grid is not None and (bits != 4 or grid not in INT4_GRIDS):
+        raise ValueError(f"{where}: argument 'grid' must be one of {', '.join(map(repr, INT4_GRIDS))} with bits=4 "
+                         f"(None for 8 bits), got {grid!r} with bits={bits}")
+    grid = "mse" if grid is None else grid
+    w = w.detach()
+    if gptq is None:
+        if bits == 4:
+            return quantize_int4(w, args.two_level, grid)
+        return _quantize_int8(w, granularity)
+    hessian = hessian_tensor(where, hessian, k)
+    if bits == 4:
+        scale, group_scale, step = int4_grid(w, args.two_level, grid)
+        return pack_int4(gptq_integers(where, w, hessian, step, INT4_MIN, INT4_MAX, gptq)), scale, group_scale
+    _, scale = _quantize_int8(w, granularity)
+    step = expand_weight_scale(scale, n, k, granularity)
+    return gptq_integers(where, w, hessian, step, -127, 127, gptq), scale
+
+
+def _quantize_int8(w: torch.Tensor, granularity: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Round-to-nearest int8 of a float weight [N, K] (quantize_weight with 8 bits)."""
+    if w.dtype not in _INPUT_DTYPES:
+        w = w.to(torch.float32)  # tcgemm.quantize reads bf16, fp16 and fp32 (those exactly, as fp32)
+    n, k = w.shape
+    rows_as = WEIGHT_QUANTIZED_AS.get(granularity)
+    if rows_as is not None:  # w's rows are tcgemm.quantize's tokens
+        q, scale = quantize(w, rows_as)
+        return q, scale.reshape(weight_scale_shape(n, k, granularity))
+    # The rule that turns an amax into a scale is tcgemm.quantize's: quantizing the block amaxes
+    # one per row gives amax / 127 (1.0 for 0, NaN for a block holding NaN or inf) as their
+    # scales. Zero padding to whole blocks leaves every block's amax unchanged.
+    nb, kb = weight_scale_shape(n, k, "block")
+    padded = nn.functional.pad(w.abs(), (0, kb * SCALE_BLOCK - k, 0, nb * SCALE_BLOCK - n))
+    amax = padded.view(nb, SCALE_BLOCK, kb, SCALE_BLOCK).amax(dim=(1, 3)).float()  # NaN stays NaN
+    _, scale = quantize(amax.reshape(nb * kb, 1), "token")
+    scale = scale.reshape(nb, kb)
+    # Each row's 1x128 groups take the scales of its 128x128 blocks (the "group" layout of the
+    # same scales); a NaN block quantizes to zeros and keeps its NaN scale, as tcgemm.quantize
+    # does for a group.
+    bad = scale.isnan()
+    rows = expand_scale(scale.masked_fill(bad, 1.0), WEIGHT_LAYOUTS["block"], n, k)
+    q, _ = quantize(w, "group", scale=rows)
+    zero = expand_weight_scale(bad, n, k, "block")
+    return q.masked_fill(zero, 0), scale  # no data-dependent branch: no host sync on a GPU
+
+
