@@ -40,26 +40,27 @@ layers a group covers.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 from torch import nn
 
 from ._scales import SCALE_BLOCK
-from .int4 import INT4_MAX, INT4_MIN, pack_int4
+from .checkpoint import Reader, load_state, parents, write_sharded
+from .int4 import INT4_MAX, INT4_MIN, factor_group_scales, pack_int4
 from .layer import QuantLinear
-from .scheme import ActivationArgs, QuantScheme, SchemeError
+from .scheme import ActivationArgs, QuantScheme, SchemeError, WeightArgs
 
 _CONFIG = "config.json"
 # The tensors compressed-tensors adds to a quantized module.
 _QUANT_SUFFIXES = (".weight_scale", ".weight_zero_point", ".input_scale", ".input_zero_point", ".output_scale",
                    ".output_zero_point", ".weight_g_idx", ".weight_packed", ".weight_shape")
-_WEIGHTS = "model.safetensors"
 # How a config group's weights are stored: integers one to an int8 (any bits tcgemm runs), or
 # 4-bit integers packed eight to an int32; a checkpoint whose groups differ says "mixed-precision"
 # and each group names its own.
@@ -137,22 +138,18 @@ def _scheme_of(group: str, ct_scheme, fmt: str) -> QuantScheme:
     return scheme
 
 
-def _read_checkpoint(path: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    from safetensors.torch import load_file
-
+def _read_checkpoint(path: str) -> tuple[dict[str, Any], Reader]:
+    """The checkpoint's quantization config, and a reader of its tensors (nothing read yet)."""
     with open(os.path.join(path, _CONFIG)) as f:
         config = json.load(f)
     qconfig = config.get("quantization_config")
     if qconfig is None or qconfig.get("quant_method") != "compressed-tensors":
         raise ValueError(f"tcgemm.compressed: {os.path.join(path, _CONFIG)} has no compressed-tensors "
                          "quantization_config")
-    tensors: dict[str, torch.Tensor] = {}
-    files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
-    if not files:
-        raise ValueError(f"tcgemm.compressed: no .safetensors files in {path}")
-    for name in files:
-        tensors.update(load_file(os.path.join(path, name)))
-    return qconfig, tensors
+    try:
+        return qconfig, Reader(path)
+    except ValueError as e:
+        raise ValueError(str(e).replace("tcgemm.checkpoint", "tcgemm.compressed")) from None
 
 
 def _check_config(qconfig_dict: dict[str, Any]) -> None:
@@ -182,16 +179,6 @@ def _readable(qconfig_dict: dict[str, Any]) -> dict[str, Any]:
     return qconfig_dict
 
 
-def _parents(model: nn.Module) -> dict[int, list[tuple[nn.Module, str]]]:
-    """Every (parent, attribute) slot holding each module, by id (a shared module has several)."""
-    slots: dict[int, list[tuple[nn.Module, str]]] = {}
-    for parent in model.modules():
-        for child_name, child in parent._modules.items():
-            if child is not None:
-                slots.setdefault(id(child), []).append((parent, child_name))
-    return slots
-
-
 def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.device] = None) -> CompressedReport:
     """Loads a compressed-tensors W8A8 or W4A8 checkpoint (a folder) into ``model`` in place:
     every ``nn.Linear`` a config group covers becomes a :class:`QuantLinear` holding the
@@ -204,8 +191,18 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
     its shards: the layers become sharded :class:`QuantLinear` with tcgemm's styles of the same
     placement (:mod:`tcgemm.parallel`).
 
-    ``model`` has the checkpoint's architecture in floating point (e.g. built from its config);
-    the new layers go to ``device`` (default: where the replaced layer's weight was). Anything the
+    ``model`` has the checkpoint's architecture in floating point (e.g. built from its config),
+    in memory or on the meta device (``with torch.device("meta"): ...``, then ``device=`` is
+    needed; :func:`from_pretrained` does both). The checkpoint is read one tensor at a time
+    (``model.safetensors``, or the shards its ``model.safetensors.index.json`` names), so the
+    memory it takes is the loaded model's and one tensor: the new layers go to ``device``
+    (default: where the replaced layer's weight was), every other tensor is copied into the
+    model's, or put on ``device`` in place of a meta one; modules whose buffers are computed
+    rather than saved (rotary tables) are built again there (:func:`tcgemm.checkpoint.load_state`).
+    4-bit float group scales that factor exactly into a channel scale times integers in [1, 16]
+    (what :func:`save_compressed` writes for two-level layers) load as two-level layers ("w4a8").
+    A tensor the checkpoint lacks, or one left on the meta device, raises a ValueError naming it.
+    Anything the
     checkpoint holds that tcgemm would not use (a covered module that is not an ``nn.Linear``, a
     quantized tensor no layer takes, a bias on one side only, transforms, a quantized KV cache)
     raises a ValueError before the model is changed.
@@ -215,7 +212,8 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
         path: the checkpoint folder: ``config.json`` with a compressed-tensors
             ``quantization_config`` and one or more ``*.safetensors`` files (ValueError without
             them; a missing ``config.json`` raises FileNotFoundError).
-        device: where the new layers go (default: each replaced layer's weight's device).
+        device: where the new layers go (default: each replaced layer's weight's device), and
+            the tensors that replace meta ones.
 
     Returns:
         a :class:`CompressedReport`.
@@ -253,6 +251,9 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
             raise ValueError(f"tcgemm.compressed: layer '{name}' matches config groups {groups}")
         _, scheme, fmt = schemes[groups[0]]
         dev = device if device is not None else module.weight.device
+        if torch.device(dev).type == "meta":
+            raise ValueError(f"tcgemm.compressed: layer '{name}' is on the meta device; pass device= (where the "
+                             "loaded model goes)")
         layer = _layer_from_tensors(name, groups[0], module, tensors, scheme, fmt, dev, taken)
         if type(module.weight) not in (nn.Parameter, torch.Tensor):  # sharded by torch's tensor-parallel styles
             from . import parallel
@@ -261,27 +262,51 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
             if sharding is not None:
                 parallel.shard_like(layer, *sharding, name=name)
         replacements.append((module, layer))
-        report.loaded[name] = str(scheme)
-    leftover = sorted(k for k in tensors if k not in taken and (tensors[k].dtype == torch.int8 or k.endswith(_QUANT_SUFFIXES)))
+        report.loaded[name] = str(layer.scheme)
+    leftover = sorted(k for k in tensors.keys() if k not in taken
+                      and (k.endswith(_QUANT_SUFFIXES) or tensors.dtype(k) == torch.int8))
     if leftover:
         raise ValueError(f"tcgemm.compressed: {len(leftover)} quantized tensors of the checkpoint belong to no "
                          f"covered nn.Linear, e.g. {leftover[:3]}")
-    slots = _parents(model)
+    slots = parents(model)
     for module, layer in replacements:
         for parent, child_name in slots[id(module)]:
             setattr(parent, child_name, layer)
-    rest = {k: v for k, v in tensors.items() if k not in taken}
-    missing, unexpected = model.load_state_dict(rest, strict=False)
-    report.unused_keys = sorted(unexpected)
-    if hasattr(model, "tie_weights"):  # transformers: a tied lm_head is left out of checkpoints
-        model.tie_weights()
-    loaded_storage = {t.data_ptr() for k, t in model.state_dict().items() if k in rest}
-    missing = [k for k in missing if not any(k.startswith(n + ".") for n in report.loaded)
-               and model.state_dict()[k].data_ptr() not in loaded_storage]
-    if missing:
-        raise ValueError(f"tcgemm.compressed: the checkpoint lacks {len(missing)} tensors of the model, "
-                         f"e.g. {missing[:3]}")
+    report.unused_keys = load_state(model, tensors, device, skip=taken, owned=set(report.loaded),
+                                    where="tcgemm.compressed")
     return report
+
+
+def from_pretrained(path: str, *, device: Union[str, torch.device, None] = None,
+                    dtype: Optional[torch.dtype] = None) -> nn.Module:
+    """A transformers causal LM from a compressed-tensors checkpoint folder, loaded at its
+    compressed size: the architecture is built from the folder's ``config.json`` on the meta
+    device (no memory), then :func:`load_compressed` streams the checkpoint onto ``device``
+    tensor by tensor, its covered layers as :class:`QuantLinear`. Returns the model in eval mode.
+
+    Args:
+        path: the checkpoint folder (``config.json`` with the model's config and its
+            ``quantization_config``; ``model.safetensors`` or shards with their index).
+        device: where the model goes (default: the current CUDA device, else the CPU).
+        dtype: the dtype of the tensors that stay floating point (embeddings, norms, an lm_head
+            the checkpoint keeps in float); default: the config's ``dtype``, else float32.
+
+    Example:
+        >>> model = tcgemm.compressed.from_pretrained("Llama-3-8B-W4A8", device="cuda")
+    """
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(path)
+    if dtype is None:
+        dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.float32
+        dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    model.to(dtype)
+    load_compressed(model, path, device=device)
+    return model.eval()
 
 
 def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[str, torch.Tensor],
@@ -293,7 +318,7 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
                 raise ValueError(f"tcgemm.compressed: the checkpoint has no '{full}'")
             return None
         taken.add(full)
-        return tensors[full]
+        return tensors.load(full)
 
     n, k = linear.out_features, linear.in_features
     if scheme.bits == _PACKED_BITS and k % 2:
@@ -325,9 +350,9 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
                          "activations are symmetric or dynamic")
     sw = get("weight_scale").float()
     weight = scheme.weight
-    layer = QuantLinear(k, n, bias=linear.bias is not None, device=device, scheme=scheme.layer_scheme())
+    layer_scheme = scheme.layer_scheme()
     if scheme.weights.per_block:
-        expected = tuple(layer.weight_scale.shape)
+        expected = layer_scheme.weights.scale_shape(n, k)
         if tuple(sw.shape) != expected:
             what = f"{SCALE_BLOCK}x{SCALE_BLOCK} blocks" if weight == "block" else f"groups of {SCALE_BLOCK}"
             raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' must be {list(expected)} for {what}, "
@@ -342,6 +367,13 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
         sw = sw.reshape(1).expand(n)
     elif sw.numel() != n:
         raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' must be [{n}, 1], got {list(sw.shape)}")
+    group_scale = None
+    if scheme.bits == _PACKED_BITS and weight == "group":  # two-level scales where they factor exactly
+        two_level = dataclasses.replace(layer_scheme, weights=WeightArgs("channel", bits=_PACKED_BITS))
+        factored = factor_group_scales(sw)
+        if factored is not None and _runs(two_level):
+            layer_scheme, (sw, group_scale) = two_level, factored
+    layer = QuantLinear(k, n, bias=linear.bias is not None, device=device, scheme=layer_scheme)
     bias = get("bias", required=False)
     if (bias is None) != (linear.bias is None):
         raise ValueError(f"tcgemm.compressed: '{name}' has a bias in the "
@@ -350,6 +382,8 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
     with torch.no_grad():
         layer.weight.copy_(qw)
         layer.weight_scale.copy_(sw.reshape(layer.weight_scale.shape))
+        if group_scale is not None:
+            layer.weight_group_scale.copy_(group_scale)
         if layer.bias is not None:
             layer.bias.copy_(bias.float())
         if scheme.static:
@@ -364,6 +398,15 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
             layer.input_zero_point.copy_(iz.reshape(()).to(torch.int32))
         layer.refresh_weight_colsum()
     return layer
+
+
+def _runs(scheme: QuantScheme) -> bool:
+    """Whether a layer computes with ``scheme``."""
+    try:
+        scheme.check_layer()
+    except SchemeError:
+        return False
+    return True
 
 
 def _unpack_checkpoint_int4(name: str, packed: torch.Tensor, shape: Optional[torch.Tensor], n: int,
@@ -408,9 +451,11 @@ def _check_g_idx(name: str, group: str, g_idx: Optional[torch.Tensor], scheme: Q
                          "which tcgemm does not run")
 
 
-def save_compressed(model: nn.Module, path: str) -> None:
-    """Writes ``model`` as a compressed-tensors checkpoint: ``model.safetensors`` (the quantized
-    weights and their scales for every QuantLinear, every other tensor of the state dict as it is)
+def save_compressed(model: nn.Module, path: str, *, max_shard_size: Union[int, str] = "5GB") -> None:
+    """Writes ``model`` as a compressed-tensors checkpoint: safetensors files (the quantized
+    weights and their scales for every QuantLinear, every other tensor of the state dict as it is;
+    ``model.safetensors``, or shards of at most ``max_shard_size`` with their
+    ``model.safetensors.index.json``, as transformers' ``save_pretrained`` writes them)
     and the ``quantization_config`` of ``config.json`` (merged into an existing one, e.g. written
     by ``model.config.save_pretrained(path)``): one config group per scheme, targeting its layers
     by name, with its ``format``: int8 weights ``int-quantized``, 4-bit weights ``pack-quantized``
@@ -420,13 +465,12 @@ def save_compressed(model: nn.Module, path: str) -> None:
     The format has no integer group scales: 4-bit layers with two-level scales (the preset "w4a8")
     are written with their float group scales ``weight_scale[:, None] * weight_group_scale`` (fp32,
     rounded once), so every reader dequantizes them as ``q * scale`` per group, and
-    :func:`load_compressed` gives back a layer with float group scales ("w4a8-group"). Layers with
+    :func:`load_compressed` factors them back into the same two-level scales wherever the
+    factoring is unique (:func:`tcgemm.int4.factor_group_scales`). Layers with
     SmoothQuant multipliers (the multiplier belongs in the preceding op), tensor-parallel shards
     (:mod:`tcgemm.parallel`: save before sharding), or whose scheme read back
     as written would be one tcgemm does not run (two-level 4-bit weights with asymmetric
     activations), raise a ValueError."""
-    from safetensors.torch import save_file
-
     QuantizationArgs, QuantizationConfig, QuantizationScheme, _ = _ct()
     os.makedirs(path, exist_ok=True)
     state = {k: v for k, v in model.state_dict().items()}
@@ -492,8 +536,8 @@ def save_compressed(model: nn.Module, path: str) -> None:
         if v.numel() > 0 and key in written:
             continue
         written[key] = k
-        out[k] = v.detach().contiguous().cpu()
-    save_file(out, os.path.join(path, _WEIGHTS))
+        out[k] = v  # moved to the CPU a shard at a time
+    write_sharded(out.items(), path, max_shard_size)
     config_path = os.path.join(path, _CONFIG)
     config: dict[str, Any] = {}
     if os.path.exists(config_path):

@@ -30,7 +30,7 @@ import torch
 from ._scales import SCALE_BLOCK, expand_weight_scale, per_element, scale_blocks
 
 __all__ = ["INT4_MAX", "INT4_MIN", "GROUP_SCALE_MAX", "check_group_scale", "check_packed", "pack_int4",
-           "quantize_int4", "INT4_GRIDS", "int4_grid", "round_to_grid"]
+           "quantize_int4", "INT4_GRIDS", "int4_grid", "round_to_grid", "factor_group_scales"]
 
 INT4_MIN, INT4_MAX = -8, 7
 # Two-level group scales lie in [1, GROUP_SCALE_MAX]: q * s then fits int8 ([-128, 112]).
@@ -350,3 +350,49 @@ def quantize_int4(w: torch.Tensor, two_level: bool, grid: str = "amax", importan
     """
     scale, group_scale, step = int4_grid(w, two_level, grid, importance)
     return pack_int4(round_to_grid(w, step, INT4_MIN, INT4_MAX)), scale, group_scale
+
+
+def _neighbours(c: torch.Tensor, ulps: int = 2) -> list[torch.Tensor]:
+    """``c`` and its fp32 neighbours up to ``ulps`` units in the last place either side, nearest first."""
+    out, up, down = [c], c, c
+    for _ in range(ulps):
+        up, down = torch.nextafter(up, torch.full_like(c, float("inf"))), torch.nextafter(down, torch.zeros_like(c))
+        out += [up, down]
+    return out
+
+
+def factor_group_scales(scale: torch.Tensor) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+    """Two-level scales that give exactly these float group scales, if there are any: a channel
+    scale ``c`` fp32 [N] and integers ``s`` in [1, 16] int8 [N, G] with ``c[n] * s[n, g]`` (in fp32)
+    equal to ``scale[n, g]`` bit for bit; None where a row has none.
+
+    Per row the candidates are ``c = max_g scale / t`` for t = 16, 15, ..., 1 and their fp32
+    neighbours; the first that reproduces every group wins. A row whose largest group scale was 16
+    (every row of the ``"amax"`` grid of :func:`int4_grid`, some of ``"mse"``) factors back into the
+    very ``c`` and ``s`` it was saved from (:func:`tcgemm.compressed.save_compressed`); another
+    may factor into another pair with the same products (then the int32 sums differ and the
+    outputs agree to fp32 rounding).
+
+    Args:
+        scale: fp32 [N, G] float group scales; any value that is not finite and > 0 gives None.
+
+    Example:
+        >>> c, s = factor_group_scales(layer.weight_scale[:, None] * layer.weight_group_scale.float())
+    """
+    scale = scale.detach().float()
+    if scale.dim() != 2 or scale.numel() == 0 or not bool(((scale > 0) & scale.isfinite()).all()):
+        return None
+    n = scale.shape[0]
+    top = scale.amax(dim=1)
+    channel = torch.zeros(n, dtype=torch.float32, device=scale.device)
+    group = torch.zeros(scale.shape, dtype=torch.int8, device=scale.device)
+    found = torch.zeros(n, dtype=torch.bool, device=scale.device)
+    for t in range(GROUP_SCALE_MAX, 0, -1):
+        for c in _neighbours(top / t):  # c * t may round to the max from a neighbour of max / t
+            s = torch.round(scale / c[:, None]).clamp_(1, GROUP_SCALE_MAX)
+            take = ~found & (c[:, None] * s == scale).all(dim=1)
+            channel = torch.where(take, c, channel)
+            group = torch.where(take[:, None], s.to(torch.int8), group)
+            found |= take
+    return (channel, group) if bool(found.all()) else None
+

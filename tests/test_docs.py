@@ -30,7 +30,7 @@ MKDOCS_YML = ROOT / "mkdocs.yml"
 # Public modules whose names are checked; the optional ones need a package (or a torch feature).
 MODULES = (
     "tcgemm", "tcgemm.layer", "tcgemm.weights", "tcgemm.gptq", "tcgemm.calibration", "tcgemm.model",
-    "tcgemm.scheme", "tcgemm.int4", "tcgemm.rotation", "tcgemm.reference", "tcgemm.nn",
+    "tcgemm.scheme", "tcgemm.int4", "tcgemm.rotation", "tcgemm.reference", "tcgemm.nn", "tcgemm.checkpoint",
 )
 OPTIONAL_MODULES = {"tcgemm.compressed": "compressed_tensors", "tcgemm.parallel": "torch.distributed.tensor"}
 
