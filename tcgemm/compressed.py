@@ -471,8 +471,26 @@ def save_compressed(model: nn.Module, path: str, *, max_shard_size: Union[int, s
     (:mod:`tcgemm.parallel`: save before sharding), or whose scheme read back
     as written would be one tcgemm does not run (two-level 4-bit weights with asymmetric
     activations), raise a ValueError."""
+    out, qconfig = compressed_state(model)
+    write_sharded(out.items(), path, max_shard_size)
+    config_path = os.path.join(path, _CONFIG)
+    config: dict[str, Any] = {}
+    if os.path.exists(config_path):
+        with open(config_path) as f:
+            config = json.load(f)
+    config["quantization_config"] = qconfig
+    with open(config_path, "w") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+
+
+def compressed_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """What :func:`save_compressed` writes: the checkpoint's tensors (tied ones once) and its
+    ``quantization_config`` as a dict; ValueError for a layer the format cannot hold (see there).
+
+    Args:
+        model: the model holding :class:`QuantLinear` layers.
+    """
     QuantizationArgs, QuantizationConfig, QuantizationScheme, _ = _ct()
-    os.makedirs(path, exist_ok=True)
     state = {k: v for k, v in model.state_dict().items()}
     groups: dict[QuantScheme, list[str]] = {}
     for name, module in model.named_modules():
@@ -537,12 +555,4 @@ def save_compressed(model: nn.Module, path: str, *, max_shard_size: Union[int, s
             continue
         written[key] = k
         out[k] = v  # moved to the CPU a shard at a time
-    write_sharded(out.items(), path, max_shard_size)
-    config_path = os.path.join(path, _CONFIG)
-    config: dict[str, Any] = {}
-    if os.path.exists(config_path):
-        with open(config_path) as f:
-            config = json.load(f)
-    config["quantization_config"] = qconfig.model_dump(mode="json")
-    with open(config_path, "w") as f:
-        json.dump(config, f, indent=2, sort_keys=True)
+    return out, qconfig.model_dump(mode="json")

@@ -19,7 +19,7 @@ from .gptq import GPTQ
 from .layer import QuantLinear
 from .scheme import ActivationGranularity, QuantScheme, SchemeLike, WeightGranularity, resolve_scheme
 
-__all__ = ["QuantizeReport", "SkipRule", "quantize_model"]
+__all__ = ["QuantizeReport", "SkipRule", "quantize_model", "skip_reason"]
 
 # Which layers quantize_model leaves in float: names or fnmatch patterns, or a callable (name, module) -> bool.
 SkipRule = Union[str, Iterable[str], Callable[[str, nn.Module], bool]]
@@ -39,8 +39,18 @@ class QuantizeReport:
         return "\n".join(lines)
 
 
-def _skip_reason(name: str, module: nn.Module, parent: nn.Module, skip, min_features: int,
-                 scheme: QuantScheme) -> Optional[str]:
+def skip_reason(name: str, module: nn.Module, parent: nn.Module, skip, min_features: int,
+                scheme: QuantScheme) -> Optional[str]:
+    """Why :func:`quantize_model` leaves the ``nn.Linear`` ``module`` in float, or None to swap it.
+
+    Args:
+        name: its qualified name.
+        module: the layer.
+        parent: the module holding it.
+        skip: names or fnmatch patterns (a tuple), or a callable ``(name, module) -> bool``.
+        min_features: layers with ``min(in_features, out_features)`` below it stay float.
+        scheme: the scheme it would get (4-bit weights need an even ``in_features``).
+    """
     if callable(skip):
         if skip(name, module):
             return "skip callable returned True"
@@ -143,7 +153,7 @@ def quantize_model(
             name = f"{prefix}{child_name}"
             if isinstance(child, nn.Linear):
                 if id(child) not in converted:
-                    reason = _skip_reason(name, child, parent, skip, min_features, scheme)
+                    reason = skip_reason(name, child, parent, skip, min_features, scheme)
                     if reason is None and needs_calibration and name not in calibration:
                         reason = "no calibration data (it did not run under calibrate)"
                     if reason is None and gptq is not None and name not in calibration.hessians:

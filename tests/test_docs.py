@@ -32,7 +32,8 @@ MODULES = (
     "tcgemm", "tcgemm.layer", "tcgemm.weights", "tcgemm.gptq", "tcgemm.calibration", "tcgemm.model",
     "tcgemm.scheme", "tcgemm.int4", "tcgemm.rotation", "tcgemm.reference", "tcgemm.nn", "tcgemm.checkpoint",
 )
-OPTIONAL_MODULES = {"tcgemm.compressed": "compressed_tensors", "tcgemm.parallel": "torch.distributed.tensor"}
+OPTIONAL_MODULES = {"tcgemm.compressed": "compressed_tensors", "tcgemm.parallel": "torch.distributed.tensor",
+                    "tcgemm.hf": "transformers"}
 
 _SECTION = re.compile(r"^(\s*)([A-Z][A-Za-z ]*):\s*$")  # "Args:", "Returns:", "Example:", ...
 _ARG_ENTRY = r"^{indent}(\*{{0,2}}\w+)\s*(\([^)]*\))?\s*:"

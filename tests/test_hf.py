@@ -1,0 +1,74 @@
+"""tcgemm inside transformers: from_pretrained(..., quantization_config=TcgemmConfig(...))
+quantizes each weight as it loads, and save_pretrained writes a compressed-tensors checkpoint.
+CPU only; a tiny Llama built from a config and saved in float (no download)."""
+
+import json
+
+import pytest
+import torch
+
+import tcgemm
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("compressed_tensors")
+hf = pytest.importorskip("tcgemm.hf")
+tc = pytest.importorskip("tcgemm.compressed")
+
+IDS = torch.randint(0, 512, (2, 20), generator=torch.Generator().manual_seed(1))
+
+
+def float_checkpoint(path, tied=False):
+    config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                      tie_word_embeddings=tied)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(path, max_shard_size="500KB")
+
+
+@pytest.mark.parametrize("scheme", ["w8a8", "w4a8", "w8a8-block"])
+def test_quantize_on_load_equals_quantize_model_after_a_float_load(tmp_path, scheme):
+    float_checkpoint(tmp_path / "float")
+    ours = transformers.AutoModelForCausalLM.from_pretrained(
+        str(tmp_path / "float"), quantization_config=hf.TcgemmConfig(scheme), dtype=torch.float32).eval()
+    ref = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "float"), dtype=torch.float32).eval()
+    report = tcgemm.quantize_model(ref, scheme=scheme, skip=["lm_head"])
+    assert len(report.swapped) == 14
+    a, b = ref.state_dict(), ours.state_dict()
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
+    assert isinstance(ours.model.layers[1].mlp.down_proj, tcgemm.QuantLinear)
+    assert isinstance(ours.lm_head, torch.nn.Linear) and not isinstance(ours.lm_head, tcgemm.QuantLinear)
+    with torch.no_grad():
+        assert torch.equal(ours(IDS).logits, ref(IDS).logits)
+        assert ours.generate(IDS[:1, :6], max_new_tokens=4, do_sample=False).shape == (1, 10)
+
+
+def test_save_pretrained_writes_compressed_tensors(tmp_path):
+    float_checkpoint(tmp_path / "float", tied=True)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(tmp_path / "float"), quantization_config=hf.TcgemmConfig("w8a8", skip=["lm_head", "*.o_proj"]),
+        dtype=torch.float32).eval()
+    assert not isinstance(model.model.layers[0].self_attn.o_proj, tcgemm.QuantLinear)
+    model.save_pretrained(tmp_path / "quantized")
+    qconfig = json.load(open(tmp_path / "quantized" / "config.json"))["quantization_config"]
+    assert qconfig["quant_method"] == "compressed-tensors" and qconfig["format"] == "int-quantized"
+    loaded = tc.from_pretrained(str(tmp_path / "quantized"), device="cpu", dtype=torch.float32)
+    assert loaded.lm_head.weight.data_ptr() == loaded.model.embed_tokens.weight.data_ptr()
+    with torch.no_grad():
+        assert torch.equal(loaded(IDS).logits, model(IDS).logits)
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "quantized"), dtype=torch.float32)
+    layer = model.model.layers[0].mlp.up_proj
+    assert torch.equal(theirs.model.layers[0].mlp.up_proj.weight.detach().to(torch.int8), layer.weight)
+
+
+def test_config_is_checked_and_round_trips():
+    config = hf.TcgemmConfig("w4a8", skip=["lm_head", "*.gate"])
+    assert config.to_dict() == {"quant_method": "tcgemm", "scheme": "w4a8", "skip": ["lm_head", "*.gate"]}
+    assert hf.TcgemmConfig(**config.to_dict()).to_dict() == config.to_dict()
+    with pytest.raises(ValueError, match="scheme must be one of 'w8a8', .* got 'w3a8'"):
+        hf.TcgemmConfig("w3a8")
+    with pytest.raises(ValueError, match="scheme 'w8a8-static' needs calibration data"):
+        hf.TcgemmConfig("w8a8-static")
+    with pytest.raises(ValueError, match=r"unknown arguments \['bits'\]"):
+        hf.TcgemmConfig("w8a8", bits=4)
