@@ -36,7 +36,9 @@ from .weights import quantize_weight
 __all__ = ["LinearAdapter", "QuantLinear", "register_linear_adapter"]
 
 _INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-_QUANT_LINEAR = None
+# torch.ops.tcgemm.quant_linear.default, looked up once (the chain of torch.ops lookups is per-call
+# host time); importing ._ops has loaded the library. A constant: torch.compile guards on it once.
+_QUANT_LINEAR = torch.ops.tcgemm.quant_linear.default
 
 # A float layer whose weight is a tensor subclass (a DTensor of torch's tensor parallelism, say)
 # is handed to the adapters in turn: each returns None (not its kind), or the plain nn.Linear to
@@ -59,15 +61,6 @@ def register_linear_adapter(adapter: LinearAdapter) -> LinearAdapter:
         raise TypeError(f"register_linear_adapter: adapter must be callable, got {type(adapter).__name__}")
     _LINEAR_ADAPTERS.append(adapter)
     return adapter
-
-
-def _quant_linear_op():
-    """torch.ops.tcgemm.quant_linear.default, looked up once (the chain of torch.ops lookups
-    is per-call host time; at import the extension may still be loading)."""
-    global _QUANT_LINEAR
-    if _QUANT_LINEAR is None:
-        _QUANT_LINEAR = torch.ops.tcgemm.quant_linear.default
-    return _QUANT_LINEAR
 
 
 class QuantLinear(nn.Module):
@@ -409,7 +402,7 @@ class QuantLinear(nn.Module):
 
     def _forward_2d(self, x2d: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
         try:
-            return _quant_linear_op()(
+            return _QUANT_LINEAR(
                 x2d, self.weight, self.weight_scale, bias, activation=self._op_activation,
                 input_scale=self.input_scale, smooth=self.smooth, asymmetric=self.asymmetric,
                 input_zero_point=self.input_zero_point, weight_colsum=self.weight_colsum,
@@ -459,7 +452,7 @@ class QuantLinear(nn.Module):
         # What every layer has by position (x, the weight and its scales, the bias, the activation
         # word); the options a scheme adds by keyword, only when the layer has them: each argument
         # the dispatcher parses is host time, a keyword about 0.5 us more than a position.
-        op, activation = _quant_linear_op(), self._op_activation
+        op, activation = _QUANT_LINEAR, self._op_activation
         try:
             if self._rotate:  # x R quantized (tcgemm.rotation): dynamic symmetric activations only
                 return op(x, weight, weight_scale, bias, activation, weight_group_scale=group_scale, rotate=True)
