@@ -222,3 +222,10 @@ def test_public_names_keep_working():
             tcgemm.nn.weight_scale_shape) == (Calibration, asymmetric_scale, calibrate, smooth_factors, GPTQ,
                                               QuantLinear, quantize_model, quantize_weight, weight_scale_shape)
     assert math.isclose(float(asymmetric_scale(torch.tensor(-1.0), torch.tensor(3.0))[0]), 4 / 255, rel_tol=1e-6)
+
+
+def test_linear_adapters_must_be_callable():
+    from tcgemm.layer import register_linear_adapter
+
+    with pytest.raises(TypeError, match="register_linear_adapter: adapter must be callable, got int"):
+        register_linear_adapter(3)

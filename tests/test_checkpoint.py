@@ -148,3 +148,28 @@ def test_parse_size_and_reader_errors(tmp_path):
     (tmp_path / checkpoint.INDEX).write_text(json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors"}}))
     with pytest.raises(ValueError, match=r"names 'model-00001-of-00002.safetensors' \(for 'a'\), which is missing"):
         checkpoint.Reader(str(tmp_path))
+
+
+def test_writer_and_reader_refuse_ambiguous_names(tmp_path):
+    with pytest.raises(ValueError, match="tensor name 'a' given twice"):
+        checkpoint.write_sharded([("a", torch.zeros(2)), ("a", torch.ones(2))], str(tmp_path / "w"))
+    from safetensors.torch import save_file
+
+    save_file({"a": torch.zeros(2)}, str(tmp_path / "one.safetensors"))
+    save_file({"a": torch.ones(2)}, str(tmp_path / "two.safetensors"))
+    with pytest.raises(ValueError, match="'a' is in both one.safetensors and two.safetensors"):
+        checkpoint.Reader(str(tmp_path))
+
+
+def test_load_state_names_shape_and_meta_errors(tmp_path):
+    checkpoint.write_sharded([("0.weight", torch.ones(4, 3)), ("0.bias", torch.ones(4))], str(tmp_path))
+    reader = checkpoint.Reader(str(tmp_path))
+    with pytest.raises(ValueError, match=r"tcgemm.checkpoint: '0.weight' is \[4, 3\] in the checkpoint but \[4, 5\] "
+                                         r"in the model"):
+        checkpoint.load_state(nn.Sequential(nn.Linear(5, 4)), reader)
+    with torch.device("meta"):
+        empty = nn.Sequential(nn.Linear(3, 4))
+    with pytest.raises(ValueError, match=r"'0.(weight|bias)' of the model is on the meta device; pass device="):
+        checkpoint.load_state(empty, reader)
+    assert checkpoint.load_state(empty, reader, "cpu") == []
+    assert torch.equal(empty[0].weight, torch.ones(4, 3)) and not empty[0].bias.is_meta

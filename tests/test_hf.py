@@ -84,3 +84,10 @@ def test_the_example_runs(tmp_path, compiled):
     argv = [str(tmp_path / "float"), "--max-new-tokens", "4", "--out", str(tmp_path / "w4a8")]
     assert hf_llm.main(argv + (["--compile"] if compiled else [])) == 0
     assert json.load(open(tmp_path / "w4a8" / "config.json"))["quantization_config"]["format"] == "pack-quantized"
+
+
+def test_a_checkpoint_marked_tcgemm_is_refused():
+    quantizer = hf.TcgemmHfQuantizer(hf.TcgemmConfig("w8a8"), pre_quantized=True)
+    with pytest.raises(ValueError, match="tcgemm saves compressed-tensors checkpoints; load them with "
+                                         "tcgemm.compressed.from_pretrained"):
+        quantizer.validate_environment()
