@@ -126,7 +126,8 @@ _OP_EPILOGUES = {"gemm": "int32", "int8_gemm": "int32", "int4_gemm": "int32", "s
 def supports(backend: str, op: str, scheme=None) -> bool:
     """Whether ``backend``'s kernels run ``op`` ("gemm", "int8_gemm", "int4_gemm", "scaled_gemm" or
     "quant_linear") with the scales of ``scheme`` (a :class:`tcgemm.QuantScheme` or a preset name
-    such as ``"w8a8-block"``; per-block scales need the promoting kernels), whatever the device. Read from the library's dispatch
+    such as ``"w8a8-block"``; per-block scales need the promoting kernels), whatever the device.
+    Read from the library's dispatch
     table, so a new backend needs no edit here.
 
     Example:
@@ -149,7 +150,8 @@ def supports(backend: str, op: str, scheme=None) -> bool:
 
 def backends_for(op: str, scheme=None, device: torch.device | str | int | None = None) -> list[str]:
     """The backends of :func:`available_backends` (``device``'s, best first) that run ``op`` with
-    ``scheme`` (a :class:`tcgemm.QuantScheme` or a preset name; see :func:`supports`): e.g. ``backends_for("scaled_gemm")`` is ["sm90", "sm80",
+    ``scheme`` (a :class:`tcgemm.QuantScheme` or a preset name; see :func:`supports`): e.g.
+    ``backends_for("scaled_gemm")`` is ["sm90", "sm80",
     "skinny"] on an H100/H200, ``backends_for("gemm", device="cpu")`` is ["cpu"].
 
     Example:
@@ -400,9 +402,10 @@ def int4_gemm(a: torch.Tensor, b: torch.Tensor, group_scale: Optional[torch.Tens
     Args:
         a: int8 [M, K]; any strides.
         b: packed 4-bit weight, uint8 [N, K/2] (``nn.Linear`` layout, two values per byte along K).
-        group_scale: optional int8 ``[N, ceil(K/128)]`` in [1, 16]. Values outside [1, 16] raise ValueError for CPU tensors. CUDA tensors are not read on
-            the host (that would synchronise): there the result of such a value is unspecified
-            (it differs between kernels) but memory-safe; :class:`tcgemm.QuantLinear` refuses
+        group_scale: optional int8 ``[N, ceil(K/128)]`` in [1, 16]. Values outside [1, 16] raise
+            ValueError for CPU tensors. CUDA tensors are not read on the host (that would
+            synchronise): there the result of such a value is unspecified (it differs between
+            kernels) but memory-safe; :class:`tcgemm.QuantLinear` refuses
             such tables when they are assigned or loaded.
         backend: as for :func:`gemm`.
 

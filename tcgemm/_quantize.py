@@ -57,7 +57,8 @@ def quantize(
         ``(q, scale)``: int8 ``q`` shaped like ``x``, and fp32 scales shaped ``[]`` (tensor),
         ``[..., 1]`` (token) or ``[..., ceil(K / 128)]`` (group); with a given ``scale``, a copy
         of it in its shape. ``(q, scale, zero_point)`` with ``symmetric=False``, the int32 zero
-        points shaped like the scales, and ``(q.float() - zero_point) * scale`` approximates ``x``. ``q`` and the scales are bit-identical on the CPU and the GPU and
+        points shaped like the scales, and ``(q.float() - zero_point) * scale`` approximates
+        ``x``. ``q`` and the scales are bit-identical on the CPU and the GPU and
         equal :func:`tcgemm.reference.quantize_reference`; ``q.float() * scale`` approximates ``x``.
 
     Bad data (the same rule on the CPU, the GPU and in the reference): NaN and inf never become

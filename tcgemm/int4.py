@@ -215,8 +215,9 @@ def _mse_two_level_scales(wg: torch.Tensor, importance: Optional[torch.Tensor], 
                           c_max: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Two-level scales of the least error: per channel ``c = c_max * r`` over ``r`` in
     _CHANNEL_RATIOS, and given ``c`` per group the integer ``s`` in [1, 16] of the least error
-    among _GROUP_SCALE_CANDIDATES from ``ceil(f / c)`` down (the smallest on ties); the channel takes the ``c`` whose groups' errors sum least (the first
-    on ties). ``c_max`` [N] > 0. Returns fp32 ``c`` [N] and the integer ``s`` [N, G] as fp32."""
+    among _GROUP_SCALE_CANDIDATES from ``ceil(f / c)`` down (the smallest on ties); the channel
+    takes the ``c`` whose groups' errors sum least (the first on ties). ``c_max`` [N] > 0.
+    Returns fp32 ``c`` [N] and the integer ``s`` [N, G] as fp32."""
     n, groups = wg.shape[:2]
     c_out = torch.empty_like(c_max)
     s_out = torch.empty(n, groups, dtype=torch.float32, device=wg.device)

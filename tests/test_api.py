@@ -40,7 +40,8 @@ def test_per_block_presets_need_the_promoting_kernels():
 
 
 def test_capability_queries_name_a_bad_scheme():
-    with pytest.raises(ValueError, match=r"tcgemm.supports: scheme must be a QuantScheme or one of 'w8a8', .*got 'w3a8'"):
+    with pytest.raises(ValueError,
+                       match=r"tcgemm.supports: scheme must be a QuantScheme or one of 'w8a8', .*got 'w3a8'"):
         tcgemm.supports("cpu", "scaled_gemm", "w3a8")
     with pytest.raises(TypeError, match="tcgemm.supports: scheme must be a QuantScheme or a preset name, got int"):
         tcgemm.backends_for("scaled_gemm", 8, device="cpu")
