@@ -141,15 +141,20 @@ def test_int4_k_split_between_the_blocks_of_a_cluster(m, n, k, rng):
         assert torch.equal(y4, y8), activation
 
 
-# More rows than the few-rows kernel takes. On sm90 the tiled kernel reads the packed weight and
-# unpacks it in shared memory (kernels/sm90/sm90_unpack.cuh) at up to 512 rows where its 256x128
-# tiles fill the SMs and K is a multiple of 32 (TMA's 16-byte rows): the first four shapes on an
-# H100/H200, with partial tiles in M and N, a K tail and K shorter than one K block. 2048 x 512 x
-# 256: the int8 kernel, whose producer warps unpack the weight as it runs (prefill rows,
-# kernels/sm90/sm90_unpack_ahead.cuh). The others go through a separate unpacking pass: K not a
-# multiple of 32, too few tiles.
-SM90_SHAPES = [(17, 13576, 2048 + 32), (300, 12840, 160), (256, 12928, 128), (500, 7000, 96), (64, 13000, 130),
-               (2048, 512, 256), (33, 4096, 4096)]
+# More rows than the few-rows kernel's 16-row tiles. On sm90 (dispatch/plan.cpp): its 32-row tiles
+# up to 32 rows, and up to 64 where the tiled kernel's tiles would not fill the SMs; the tiled
+# kernel reading the packed weight and unpacking it in shared memory (kernels/sm90/sm90_unpack.cuh)
+# at up to 512 rows where its tiles (64x128 up to 64 rows, 128x128 up to 128, 256x128 above; the
+# next smaller where those are too few) fill the SMs and K is a multiple of 32 (TMA's 16-byte
+# rows). On an H100/H200: 17 x 13576 and 33 x 4096 the 32-row tiles (33: two tile rows), 48 x
+# 13000 64x128 tiles (a K tail), 100 x 13000 128x128, 128 x 8192 64x128 (two tile rows), 200 x
+# 10000 128x128, 300 x 12840 and 500 x 7000 256x128, 256 x 12928 256x128 (K shorter than one K
+# block); partial tiles in M and N. 2048 x 512 x 256: the int8 kernel, whose producer warps unpack
+# the weight as it runs (prefill rows, kernels/sm90/sm90_unpack_ahead.cuh). 64 x 13000 x 130 goes
+# through a separate unpacking pass: K not a multiple of 32.
+SM90_SHAPES = [(17, 13576, 2048 + 32), (33, 4096, 4096), (48, 13000, 4096 + 96), (100, 13000, 2080),
+               (128, 8192, 1024), (200, 10000, 1024 + 64), (300, 12840, 160), (256, 12928, 128), (500, 7000, 96),
+               (64, 13000, 130), (2048, 512, 256)]
 
 
 @pytest.mark.gpu
@@ -166,6 +171,33 @@ def _kernel_names(fn):
         fn()
         torch.cuda.synchronize()
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+# The kernel each row count takes on a 132-SM Hopper (H100 SXM, H200; dispatch/plan.cpp): "skinny"
+# the few-rows kernel's 32-row tiles, else the tiled kernel's tile (BM, BN).
+ROUTES = [((24, 13000, 2048), "skinny"), ((60, 4096, 4096), "skinny"), ((48, 13000, 2048), (64, 128)),
+          ((100, 13000, 2048), (128, 128)), ((128, 8192, 1024), (64, 128)), ((200, 10000, 1024), (128, 128)),
+          ((300, 13000, 2048), (256, 128)), ((512, 4096, 1024), (128, 128))]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, route", ROUTES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
+def test_packed_weight_route_by_rows(shape, route, rng):
+    if "sm90" not in tcgemm.available_backends():
+        pytest.skip("the sm90 kernel needs an sm_90 GPU and a build with sm_90a code")
+    m, n, k = shape
+    a, q, gs, w8 = int4_case(m, n, k, True, rng)
+    a, packed, gs = a.cuda(), pack(q).cuda(), gs.cuda()
+    names = _kernel_names(lambda: tcgemm.int4_gemm(a, packed, gs))
+    assert torch.equal(tcgemm.int4_gemm(a, packed, gs).cpu(), gemm_reference(a.cpu(), w8.t()))
+    assert not any("unpack_int4" in name for name in names), names
+    if torch.cuda.get_device_properties(0).multi_processor_count != 132:
+        return  # the routes depend on how many tiles fill the SMs
+    if route == "skinny":
+        assert any("skinny_gemm_kernel" in name for name in names), names
+    else:
+        tile = f"TileConfig<{route[0]}, {route[1]},"
+        assert any("sm90_gemm_kernel" in name and tile in name for name in names), names
 
 
 @pytest.mark.gpu

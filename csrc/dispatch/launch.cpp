@@ -75,6 +75,8 @@ void run_sm90(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev
       case Sm90Config::kBlock: return sm90::launch<sm90::Block>(p, epi, dev.sm_count);
       case Sm90Config::kBlockColumns: return sm90::launch<sm90::BlockColumns>(p, epi, dev.sm_count);
       case Sm90Config::kInt4: return sm90::launch<sm90::Int4>(p, epi, dev.sm_count);
+      case Sm90Config::kInt4Mid: return sm90::launch<sm90::Int4Mid>(p, epi, dev.sm_count);
+      case Sm90Config::kInt4Small: return sm90::launch<sm90::Int4Small>(p, epi, dev.sm_count);
       case Sm90Config::kLargeUnpacking: return sm90::launch<sm90::LargeUnpacking>(p, epi, dev.sm_count);
     }
   });

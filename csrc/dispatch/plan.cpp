@@ -1,6 +1,8 @@
 #include "dispatch/plan.h"
 
 #include <algorithm>
+#include <optional>
+#include <stdexcept>
 
 #include "epilogue/epilogues.h"
 #include "kernels/skinny/configs.h"
@@ -19,9 +21,11 @@ namespace tcgemm {
 // the two measured widths.
 // A packed 4-bit B (b_int4) takes the skinny kernel at every M <= 16: the other kernels would
 // compute with its unpacked int8 weight, and unpacking moves 1.5 bytes a weight before the GEMM
-// streams one (H100, bench_decode M = 16, N >= 8192: 0.74-0.83x bf16 that way).
+// streams one (H100, bench_decode M = 16, N >= 8192: 0.74-0.83x bf16 that way). Against the sm90
+// kernels also at 17-32 rows, and at 33-64 where the 64x128 tiles do not fill the SMs
+// (use_skinny_int4).
 bool use_skinny(int m, int n, int k, int sm_count, bool vs_sm90, bool b_int4) {
-  if (b_int4) return m <= 16;
+  if (b_int4) return m <= 16 || (vs_sm90 && use_skinny_int4(m, n, sm_count));
   const bool few_rows = m <= 8 || (m <= 16 && n <= (vs_sm90 ? 6144 : 8192));
   return few_rows && (n + 15) / 16 >= sm_count && k >= 512;
 }
@@ -39,18 +43,49 @@ SkinnyConfig plan_skinny(int m, int n, int sm_count, bool b_int4) {
 
 // The tiled sm90 kernel with a packed B unpacks every K block in shared memory (the consumer
 // warpgroups, between wgmma: kernels/sm90/sm90_unpack.cuh), which costs it more than the
-// separate unpacking pass costs the int8 kernels once the GEMM is bound by its MACs, and its
-// 256x128 tiles leave SMs idle where N is narrow. H100, two-level W4A8 quant_linear against
-// unpack_int4 then the int8 quant_linear (docs/design/int4.md), us: with CUDA graphs
-// (bench_int4_tiled), 8B up (N = 14336, 112 column tiles) at M = 17 / 64 / 256 / 512 40.3 / 40.4 /
-// 41.3 / 75.4 against 58.1 / 58.4 / 72.2 / 89.1; taken at every shape (eager, before this rule),
-// 8B up at M = 1024 / 2048 157.5 / 260.7 against 133.0 / 212.3, 8B down (N = 4096, 32 tiles) at
-// M = 64 127.9 against 71.3, 8B qkv (48 tiles) at M = 512 58.6 against 58.2.
-bool use_sm90_int4(int m, int n, int sm_count) {
-  const long long tiles = static_cast<long long>((m + sm90::Int4::kBM - 1) / sm90::Int4::kBM) *
-                          ((n + sm90::Int4::kBN - 1) / sm90::Int4::kBN);
-  return m <= 512 && 4 * tiles >= 3LL * sm_count;
+// separate unpacking pass costs the int8 kernels once the GEMM is bound by its MACs, and its tiles
+// leave SMs idle where N is narrow. Its configs by rows: 64x128 (Int4Small) up to 64, 128x128
+// (Int4Mid) up to 128, then 256x128 (Int4); each smaller config where the larger one's tiles do
+// not fill 60% of the SMs. H200, 2026-11-29, W4A8 quant_linear with each config forced in turn
+// against the few-rows kernel's 32-row tiles and the unpacking pass (CUDA graphs, weights rotated
+// past L2, us; docs/design/int4.md): at 32 rows the few-rows kernel wins on all seven Llama-3
+// layers (8B gate+up 41.6 against 45.8 for 64x128 tiles; 8B o 10.1 against 26.6); at 64 rows
+// 64x128 tiles win on 8B gate+up (45.9 against 77.7) and 70B qkv (80 tiles: 44.3 against 51.7),
+// the few-rows kernel on the layers of 64 tiles or fewer (70B o 41.4 against 44.0, 8B down 35.0
+// against 64.8); at 128 rows 128x128 tiles on 8B gate+up (51.4 against 82.5 for 64x128 and 66.6
+// for 256x128) and 70B qkv, 64x128 tiles on 70B o and down (45.6 against 49.5), the pass on 8B o
+// and down (21.8 against 26.8); at 256 rows 256x128 tiles on 8B gate+up (68.4 against 93.3) and
+// 70B qkv, 128x128 on 70B o and 8B qkv (30.5 against 35.4 for the pass); at 512 rows 256x128
+// wherever they fill the SMs, 128x128 on 8B o and down (30.6 and 83.6 against 30.9 and 84.9).
+namespace {
+// Whether a packed 4-bit B's tiles of config Cfg give at least 60% of the SMs one: below that the
+// few-rows kernel (K split between warps and blocks) or the unpacking pass and the int8 kernels
+// (smaller tiles, split-K) beat them (H200, docs/design/int4.md).
+template <class Cfg>
+bool int4_tiles_fill(int m, int n, int sm_count) {
+  const long long tiles = static_cast<long long>((m + Cfg::kBM - 1) / Cfg::kBM) * ((n + Cfg::kBN - 1) / Cfg::kBN);
+  return 5 * tiles >= 3LL * sm_count;
 }
+}  // namespace
+
+bool use_skinny_int4(int m, int n, int sm_count) {
+  return m <= 32 || (m <= 64 && !int4_tiles_fill<sm90::Int4Small>(m, n, sm_count));
+}
+
+std::optional<Sm90Config> sm90_int4_config(int m, int n, int sm_count) {
+  if (m > 512) return std::nullopt;
+  if (m <= 64) return int4_tiles_fill<sm90::Int4Small>(m, n, sm_count) ? std::optional(Sm90Config::kInt4Small) : std::nullopt;
+  if (m <= 128) {
+    if (int4_tiles_fill<sm90::Int4Mid>(m, n, sm_count)) return Sm90Config::kInt4Mid;
+    if (int4_tiles_fill<sm90::Int4Small>(m, n, sm_count)) return Sm90Config::kInt4Small;
+    return std::nullopt;
+  }
+  if (int4_tiles_fill<sm90::Int4>(m, n, sm_count)) return Sm90Config::kInt4;
+  if (int4_tiles_fill<sm90::Int4Mid>(m, n, sm_count)) return Sm90Config::kInt4Mid;
+  return std::nullopt;
+}
+
+bool use_sm90_int4(int m, int n, int sm_count) { return sm90_int4_config(m, n, sm_count).has_value(); }
 
 // Two blocks per tile where the tiles alone leave every SM's second block slot idle (at most one
 // tile per SM) and K gives each of the cluster's 16 warps a K block; else whole tiles. H200,
@@ -155,7 +190,11 @@ Sm90Plan plan_sm90(int m, int n, int k, unsigned epilogue_family, bool column_sc
   if (b_unpacks) return Sm90Plan{Sm90Config::kLargeUnpacking, 1};
   // A packed 4-bit B: the one config that unpacks it (use_sm90_int4 takes it only where its
   // tiles fill the SMs, so never split).
-  if (b_int4) return Sm90Plan{Sm90Config::kInt4, 1};
+  if (b_int4) {
+    const std::optional<Sm90Config> config = sm90_int4_config(m, n, sm_count);
+    if (!config) throw std::logic_error("tcgemm: plan_sm90 got a packed 4-bit B that no sm90 config reads");
+    return Sm90Plan{*config, 1};
+  }
   // Weight scales per column and K block: the one config that stages a factor per column.
   if (epilogue_family == kEpiPerBlock && column_scales) return Sm90Plan{Sm90Config::kBlockColumns, 1};
   if (epilogue_family == kEpiPerBlock) {

@@ -2,6 +2,8 @@
 // The configs themselves belong to their kernel families (kernels/<family>/configs.h).
 #pragma once
 
+#include <optional>
+
 namespace tcgemm {
 
 // Skinny problems (few rows of A against a wide B: decode-time linear layers) stream B; the
@@ -16,10 +18,15 @@ SkinnyConfig plan_skinny(int m, int n, int sm_count, bool b_int4 = false);
 // K blocks (GemmProblem::cluster_k_split): 1 or 2.
 int plan_skinny_int4_split(int m, int n, int k, int sm_count);
 
-// Packed 4-bit B off the skinny route on sm90: whether the tiled kernel reads it as it is (its
-// Int4 config, unpacking each K block in shared memory) rather than the binding layer unpacking
-// it into int8 for the int8 kernels: at most 512 rows, and tiles that fill the SMs.
+// Packed 4-bit B at 17-64 rows against the sm90 kernels: whether the skinny kernel takes it (its
+// 32-row tiles): up to 32 rows, and up to 64 where the tiled kernel's 64x128 tiles are too few.
+bool use_skinny_int4(int m, int n, int sm_count);
+
+// Packed 4-bit B off the skinny route on sm90: whether the tiled kernel reads it as it is (one of
+// its Int4 configs, unpacking each K block in shared memory) rather than the binding layer
+// unpacking it into int8 for the int8 kernels: at most 512 rows, and tiles that fill the SMs.
 bool use_sm90_int4(int m, int n, int sm_count);
+
 
 enum class Sm80Config { kLarge, kSmall, kBlock };
 struct Sm80Plan {
@@ -29,7 +36,13 @@ struct Sm80Plan {
 // epilogue_family: the kEpi* family of the epilogue (epilogue/epilogues.h).
 Sm80Plan plan_sm80(int m, int n, int k, unsigned epilogue_family, int sm_count, int smem_optin);
 
-enum class Sm90Config { kLarge, kPingPong, kSmall, kTiny, kBlock, kBlockColumns, kInt4, kLargeUnpacking };
+enum class Sm90Config {
+  kLarge, kPingPong, kSmall, kTiny, kBlock, kBlockColumns, kInt4, kInt4Mid, kInt4Small, kLargeUnpacking
+};
+// The config of the tiled sm90 kernel for a packed 4-bit B (kInt4Small, kInt4Mid or kInt4), or
+// none where use_sm90_int4 is false: by M, the largest tiles up to M's range that fill the SMs.
+std::optional<Sm90Config> sm90_int4_config(int m, int n, int sm_count);
+
 struct Sm90Plan {
   Sm90Config config = Sm90Config::kLarge;
   int split_k = 1;

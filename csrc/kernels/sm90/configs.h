@@ -64,11 +64,14 @@ struct TileConfig {
   static constexpr bool kBInt4 = BInt4;
   static constexpr bool kBUnpacks = BUnpacks;
   static constexpr int kBPackedTileBytes = BInt4 ? kBN * kBK / 2 : 0;
-  // A stage holds what TMA brings: A, and B as int8 or packed. A packed B's K block in ring slot
-  // s is unpacked into int8 tile s % kBInt8Tiles (kStages a multiple of it).
+  // A stage holds what TMA brings: A, and B as int8 or packed. A packed B's K blocks are unpacked
+  // into kBInt8Tiles int8 tiles in turn (kernels/sm90/sm90_mainloop.cuh).
   static constexpr int kBTmaTileBytes = BInt4 ? kBPackedTileBytes : kBTileBytes;
   static constexpr int kStageBytes = kATileBytes + kBTmaTileBytes;
   static constexpr int kBInt8Tiles = BInt4 ? 2 : 0;
+  // A packed B's int8 group scales of each ring slot's K block, one byte per tile row of B, written
+  // by a producer warp (kernels/sm90/sm90_unpack.cuh, stage_group_scales).
+  static constexpr int kGroupScaleBytes = BInt4 ? kStages * kBN : 0;
 
   // Epilogue staging: each consumer warp writes its 16 x WN rows of D 128 bytes of columns at a
   // time (one 128-byte swizzle row per output row: 32 int32/fp32 or 64 bf16/fp16 columns) into
@@ -79,10 +82,10 @@ struct TileConfig {
   static constexpr int kEpiBufferBytes = kEpiRows * kEpiRowBytes;
   static constexpr int kEpiBytes = kConsumerWarpgroups * 4 * 2 * kEpiBufferBytes;
 
-  // Stages, a packed B's int8 tiles, epilogue buffers, factor slots, then 2 mbarriers per stage;
-  // +1024 to align everything to the 128-byte swizzle atom.
-  static constexpr int kSmemBytes =
-      kStages * kStageBytes + kBInt8Tiles * kBTileBytes + kEpiBytes + kFactorBytes + 2 * kStages * 8 + 1024;
+  // Stages, a packed B's int8 tiles, epilogue buffers, factor slots, group-scale slots, then 2
+  // mbarriers per stage and one per int8 tile; +1024 to align everything to the 128-byte swizzle atom.
+  static constexpr int kSmemBytes = kStages * kStageBytes + kBInt8Tiles * kBTileBytes + kEpiBytes + kFactorBytes +
+                                    kGroupScaleBytes + (2 * kStages + kBInt8Tiles) * 8 + 1024;
 
   // setmaxnreg split of the registers the block holds from its launch (kThreads x the kernel's
   // register count, which is at most kLaunchRegs): setmaxnreg.inc waits until the pool has the
@@ -111,7 +114,7 @@ struct TileConfig {
   static_assert(!BInt4 || (!(Epilogues & kEpiPerBlock) && !PingPong),
                 "4-bit B: the int32 sums run over all of K (no promotion), cooperative warpgroups");
   static_assert(kBPackedTileBytes % 1024 == 0, "tiles must keep 1024-byte alignment");
-  static_assert(kStages % (BInt4 ? kBInt8Tiles : 1) == 0, "ring slot s unpacks into int8 tile s % kBInt8Tiles");
+  static_assert(kGroupScaleBytes % 8 == 0, "the mbarriers after the group-scale slots need 8-byte alignment");
   static_assert(!BUnpacks || (!BInt4 && !(Epilogues & kEpiPerBlock) && GroupM == 0),
                 "B unpacked ahead: an int8 B, sums over all of K, a column tile at a time");
 };
@@ -143,6 +146,13 @@ using BlockColumns = TileConfig<128, 128, 2, 1, 5, false, kEpiPerBlock, 8, true>
 // unpacking moves 8 KiB in and 16 KiB out of shared memory, half what a 128x256 tile's would for
 // the same MACs.
 using Int4 = TileConfig<256, 128, 2, 1, 4, false, kAnyScaling, 8, false, true>;
+// Packed 4-bit B at up to 64 rows (to 128 where 128x128 tiles are too few): 64x128, two consumer
+// warpgroups of 64x64 side by side, each unpacking its own 64 rows of B, 8 stages of 16 KiB (A 8,
+// packed B 8). A 256-row tile's wgmma at 17-64 rows are mostly rows of zeros.
+using Int4Small = TileConfig<64, 128, 1, 2, 8, false, kAnyScaling, 8, false, true>;
+// Packed 4-bit B at 65-128 rows (to 512 where 256x128 tiles are too few): 128x128, two consumer
+// warpgroups of 64x128, 6 stages of 24 KiB.
+using Int4Mid = TileConfig<128, 128, 2, 1, 6, false, kAnyScaling, 8, false, true>;
 // Large with a packed 4-bit B unpacked by the producer warps as the tiles run (BUnpacks), the
 // tiles a column tile at a time: the first wave of blocks then needs about grid / tiles_m column
 // tiles unpacked (in groups of 8 tile rows it needs 17 at 2048 rows, and waits for them: H100,

@@ -56,9 +56,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint8_t* b_int8 = b_tiles + kStages * Cfg::kBTmaTileBytes;      // packed B: kBInt8Tiles x [BN][128], swizzled
   uint8_t* epi_buffers = b_int8 + Cfg::kBInt8Tiles * Cfg::kBTileBytes;  // per consumer warp: 2 x [16][128 bytes]
   float* factors = reinterpret_cast<float*>(epi_buffers + Cfg::kEpiBytes);  // kFactorSlots x [kFactorSlotFloats]
-  uint64_t* full = reinterpret_cast<uint64_t*>(epi_buffers + Cfg::kEpiBytes + Cfg::kFactorBytes);
+  uint8_t* group_scales = epi_buffers + Cfg::kEpiBytes + Cfg::kFactorBytes;  // packed B: kStages x [BN]
+  uint64_t* full = reinterpret_cast<uint64_t*>(group_scales + Cfg::kGroupScaleBytes);
   uint64_t* empty = full + kStages;
-  constexpr uint32_t kFullArrivals = 1 + (Epi::kPromotes ? kFactorWarpArrivals : 0);
+  uint64_t* tile_free = empty + kStages;  // packed B: per int8 tile, its last reader's wgmma retired
+  constexpr uint32_t kFullArrivals =
+      1 + (Epi::kPromotes ? kFactorWarpArrivals : 0) + (Cfg::kBInt4 ? kGroupScaleArrivals : 0);
   constexpr uint32_t kEmptyArrivals = Cfg::kSlotReaders * (Epi::kPromotes ? kConsumerArrivalsPerWarp : 1);
 
   if (threadIdx.x == 0) {
@@ -66,6 +69,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       ptx::mbarrier_init(&full[s], kFullArrivals);       // the producer's expect_tx (+ the factors)
       ptx::mbarrier_init(&empty[s], kEmptyArrivals);     // the reading warps (their lanes, per-block)
     }
+    for (int t = 0; t < Cfg::kBInt8Tiles; ++t) ptx::mbarrier_init(&tile_free[t], 4 * Cfg::kConsumerWarpgroups);
     ptx::mbarrier_fence_init();
     ptx::tma_prefetch_descriptor(&map_a);
     ptx::tma_prefetch_descriptor(&map_b);
@@ -88,10 +92,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   if (threadIdx.x / 128 == 0) {
     // The producer warpgroup gives back registers; one thread issues the loads, and with
-    // per-block scales warps 1-3 stage the promotion factors, or unpack B (Cfg::kBUnpacks).
+    // per-block scales warps 1-3 stage the promotion factors, or unpack B (Cfg::kBUnpacks), or
+    // with a packed B warp 1 stages its group scales.
     ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
     if (threadIdx.x == 0) produce<Cfg>(args, unpack, &map_a, &map_b, a_tiles, b_tiles, full, empty);
-    if constexpr (Epi::kPromotes) {
+    if constexpr (Cfg::kBInt4) {
+      if (threadIdx.x / 32 == 1) stage_group_scales<Cfg>(args, ptx::smem_addr(group_scales), full, empty, threadIdx.x % 32);
+    } else if constexpr (Epi::kPromotes) {
       const int warp = threadIdx.x / 32;
       if (warp >= 1 && warp <= Cfg::kFactorSlots)
         stage_factors<Cfg>(args, epi, ptx::smem_addr(factors), full, empty, warp - 1, threadIdx.x % 32);
@@ -106,7 +113,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if constexpr (Epi::kPromotes) {
     consume_tiles_promoting(consumer, ptx::smem_addr(factors));
   } else if constexpr (Cfg::kBInt4) {
-    consume_tiles_unpacking(consumer, BUnpacker<Cfg>(args, b_tiles, b_int8, threadIdx.x - 128));
+    consume_tiles_unpacking(consumer,
+                            BUnpacker<Cfg>(b_tiles, b_int8, ptx::smem_addr(group_scales), consumer.wg_m, consumer.wg_n),
+                            tile_free);
   } else {
     consume_tiles(consumer);
   }

@@ -64,12 +64,13 @@ struct Consumer {
     if (Epi::kPromotes || lane == 0) ptx::mbarrier_arrive(&empty[slot]);
   }
 
-  // Issues the wgmma of one K block (ring slot) into a set of accumulators.
+  // Issues the wgmma of one K block (ring slot; B from B tile b_tile, the slot's own by default)
+  // into a set of accumulators.
   __device__ __forceinline__ void issue_block(int32_t (&into)[Cfg::kMmaM][Cfg::kAccRegs], int slot,
-                                              bool accumulate) const {
+                                              bool accumulate, int b_tile = -1) const {
     ptx::wgmma_fence();
     const uint64_t desc_a = ptx::wgmma_desc_advance(desc_a0, slot * Cfg::kATileBytes);
-    const uint64_t desc_b = ptx::wgmma_desc_advance(desc_b0, b_tile_of<Cfg>(slot) * Cfg::kBTileBytes);
+    const uint64_t desc_b = ptx::wgmma_desc_advance(desc_b0, (b_tile < 0 ? slot : b_tile) * Cfg::kBTileBytes);
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBK / Cfg::kMmaK; ++kk) {
 #pragma unroll
@@ -245,47 +246,57 @@ __device__ __forceinline__ void consume_tiles_promoting(Consumer<Cfg, Mma, Epi>&
 }
 
 // A packed 4-bit B (Cfg::kBInt4; no per-block scales, no ping-pong): right after the wgmma of K
-// block g are issued, K block g + 1 of the block's sequence is unpacked into int8 tile
-// b_tile_of(slot) while they run, and the two warpgroups meet at a named barrier once both have
-// written their parts. The tile it overwrites was read by the wgmma of g - 1, which the
-// wait_group 1 after issuing g has seen retire; that wait also frees g - 1's ring slot, as in
-// consume_tiles.
+// block g are issued, K block g + 1 of the block's sequence, whose packed pieces were read a step
+// before, is unpacked into int8 tile (g + 1) % 2 while they run, the warpgroups of each unpacking
+// group meet at their named barrier, and the pieces of g + 2 are read. The tile it overwrites was
+// read by the wgmma of g - 1: each consumer warp arrives on the tile's `tile_free` mbarrier once
+// its wait_group 1 after issuing g has seen them retire (that wait also frees g - 1's ring slot,
+// as in consume_tiles), and the unpacking waits there for every warp's arrival. A warpgroup's own
+// wait would not do where two warpgroups read the whole tile (kWgM 2): the other's wgmma of g - 1
+// may still be reading it. The wait is mostly found complete.
 template <class Cfg, class Mma, class Epi>
-__device__ __forceinline__ void consume_tiles_unpacking(Consumer<Cfg, Mma, Epi>& c, BUnpacker<Cfg> unpacker) {
+__device__ __forceinline__ void consume_tiles_unpacking(Consumer<Cfg, Mma, Epi>& c, BUnpacker<Cfg> unpacker,
+                                                        uint64_t* tile_free) {
   static_assert(Cfg::kBInt4 && !Cfg::kPingPong && !Epi::kPromotes, "the unpacking main loop");
+  static_assert(Cfg::kBInt8Tiles == 2, "K blocks alternate between two int8 tiles");
   int32_t acc[Cfg::kMmaM][Cfg::kAccRegs];
   const int my_units = c.args.sched.block_units();
   if (my_units == 0) return;
-  // The K block to unpack next: unit nth, K block kb, ring position at.
-  int next_nth = 0;
-  WorkUnit next_w = c.args.sched.template block_unit<Cfg::kGroupM>(0);
-  int next_kb = next_w.kb_begin;
-  RingPosition<Cfg::kStages> next_at;
-  // Unpacks the next K block, then loads the group scales of the one after, which arrive while
-  // this block's wgmma are issued and the block before retires.
+  // The K blocks of the block's sequence: `total` of them, block g in int8 tile g % 2.
+  int total = 0;
+  for (int nth = 0; nth < my_units; ++nth) {
+    const WorkUnit w = c.args.sched.template block_unit<Cfg::kGroupM>(nth);
+    total += w.kb_end - w.kb_begin;
+  }
+  RingPosition<Cfg::kStages> loaded;  // the ring position of the next block whose pieces to read
+  int next = 0;                       // the sequence number of the next block to unpack
+  // Unpacks block `next` (read already) once its tile is free, then reads the one after it.
   auto unpack_next = [&]() {
-    c.wait_full(next_at);
-    unpacker.unpack(next_at.slot);
-    ptx::named_barrier_sync(kUnpackBarrier, 128 * Cfg::kConsumerWarpgroups);  // both parts written
-    next_at.advance();
-    if (++next_kb == next_w.kb_end && ++next_nth < my_units) {
-      next_w = c.args.sched.template block_unit<Cfg::kGroupM>(next_nth);
-      next_kb = next_w.kb_begin;
+    // Tile next % 2 was last read by block next - 2, the (next / 2 - 1)-th completion of its barrier.
+    if (next >= 2) ptx::mbarrier_wait(&tile_free[next % 2], static_cast<uint32_t>(next / 2 - 1) & 1u);
+    unpacker.store(next % 2);
+    if (++next < total) {
+      c.wait_full(loaded);
+      unpacker.load(loaded.slot);
+      loaded.advance();
     }
-    if (next_nth < my_units) unpacker.load_scales(next_w.tile_n, next_kb);
   };
-  unpacker.load_scales(next_w.tile_n, next_kb);
+  c.wait_full(loaded);
+  unpacker.load(loaded.slot);
+  loaded.advance();
   unpack_next();
+  int g = 0;  // the sequence number of the block issued next
   for (int nth = 0; nth < my_units; ++nth) {
     const WorkUnit w = c.args.sched.template block_unit<Cfg::kGroupM>(nth);
     int prev_slot = -1;
-    for (int kb = w.kb_begin; kb < w.kb_end; ++kb, c.ring.advance()) {
+    for (int kb = w.kb_begin; kb < w.kb_end; ++kb, ++g, c.ring.advance()) {
       const int slot = c.ring.slot;
-      c.issue_block(acc, slot, kb > w.kb_begin);
+      c.issue_block(acc, slot, kb > w.kb_begin, g % 2);
       ptx::wgmma_wait_group<1>(acc);  // the block before this one has retired: its slot and tile are free
       if (prev_slot >= 0) c.release(prev_slot);
+      if (g > 0 && c.lane == 0) ptx::mbarrier_arrive(&tile_free[(g - 1) % 2]);
       prev_slot = slot;
-      if (next_nth < my_units) unpack_next();
+      if (next < total) unpack_next();
     }
     ptx::wgmma_wait_group<0>(acc);
     c.release(prev_slot);

@@ -9,78 +9,164 @@
 
 #include "common/int4.h"
 #include "kernels/sm90/sm90_params.cuh"
+#include "kernels/sm90/sm90_scheduler.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/warpgroup.cuh"
 #include "ptx/smem.cuh"
 #include "ptx/tma.cuh"
 
 namespace tcgemm::sm90 {
 
-// The named barrier at which the consumer warpgroups meet once a K block is unpacked (ping-pong
-// configs, which use 1 and 2, never read a packed B).
+// The named barriers at which the consumer warpgroups that read the same rows of B (the kWgM
+// warpgroups of one wg_n) meet once their rows of a K block are unpacked: kUnpackBarrier + wg_n
+// (ping-pong configs, which use 1 and 2, never read a packed B).
 constexpr int kUnpackBarrier = 1;
 
-// The int8 B tile the consumers read for ring slot `slot`: the stage's own, or a packed B's.
+// A packed B's K blocks alternate between its kBInt8Tiles int8 tiles: block g of the block's
+// sequence (every K block of every unit, in order) is unpacked into tile g % kBInt8Tiles.
+// Arrivals of the group-scale warp on a K block's "full" barrier: one per lane (each orders its own
+// stores of the slot's scales).
+constexpr int kGroupScaleArrivals = 32;
+
+// Warp 1 of the producer warpgroup, with a packed B: the int8 group scales of each K block of the
+// ring (1 without group scales, and for the rows past N) into the K block's slot of kBN bytes
+// (`slots`, the .shared address of slot 0; lane l takes rows 4l .. 4l + 3 of the tile's kBN, as one
+// 32-bit store per 128 rows), arriving on the K block's "full" barrier. The loads of a K block go
+// out before the wait for its slot to be free, and run kAhead K blocks ahead of the stores, so
+// the consumers find the scales in shared memory with the K block's B instead of waiting for a
+// trip to memory (loaded by the consumers one K block ahead, a 17-64 row layer's K block waited
+// on its scales).
 template <class Cfg>
-__device__ __forceinline__ int b_tile_of(int slot) {
-  if constexpr (Cfg::kBInt4) {
-    return slot % Cfg::kBInt8Tiles;
-  } else {
-    return slot;
+__device__ __forceinline__ void stage_group_scales(const Params& args, uint32_t slots, uint64_t* full,
+                                                   uint64_t* empty, int lane) {
+  constexpr int kWords = Cfg::kBN / 128;  // 32-bit words (4 rows) per lane
+  constexpr int kAhead = 4;               // K blocks whose loads are on their way
+  static_assert(Cfg::kBN % 128 == 0, "each lane stages 4 rows per 128 rows of the tile");
+  RingPosition<Cfg::kStages> fill;
+  uint32_t pending[kAhead][kWords];
+  int loaded = 0, stored = 0;  // K blocks of the block's sequence whose scales were loaded, stored
+  // Loads the scales of K block kb of column tile tile_n into pending[i].
+  auto load = [&](int i, int tile_n, int kb) {
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      uint32_t word = 0;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = tile_n * Cfg::kBN + 128 * w + 4 * lane + r;
+        const uint32_t s = args.b_group_scale != nullptr && row < args.n
+                               ? static_cast<uint8_t>(args.b_group_scale[row * args.b_group_scale_stride + kb])
+                               : 1u;
+        word |= s << (8 * r);
+      }
+      pending[i][w] = word;
+    }
+  };
+  // Stores pending[i] into the next slot once it is free.
+  auto store = [&](int i) {
+    ptx::mbarrier_wait(&empty[fill.slot], fill.phase ^ 1);
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) ptx::st_shared_b32(slots + fill.slot * Cfg::kBN + 128 * w + 4 * lane, pending[i][w]);
+    ptx::mbarrier_arrive(&full[fill.slot]);  // release: the stores above are seen by its waiters
+    fill.advance();
+  };
+  const int units = args.sched.units();
+  for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    const WorkUnit w = args.sched.unit<Cfg::kGroupM>(unit);
+    for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+      if (loaded - stored == kAhead) {
+        // A register ring indexed by run-time counts would live in local memory: the slots are
+        // named through a switch on the count instead.
+        switch (stored % kAhead) {
+          case 0: store(0); break;
+          case 1: store(1); break;
+          case 2: store(2); break;
+          default: store(3); break;
+        }
+        ++stored;
+      }
+      switch (loaded % kAhead) {
+        case 0: load(0, w.tile_n, kb); break;
+        case 1: load(1, w.tile_n, kb); break;
+        case 2: load(2, w.tile_n, kb); break;
+        default: load(3, w.tile_n, kb); break;
+      }
+      ++loaded;
+    }
+  }
+  for (; stored < loaded; ++stored) {
+    switch (stored % kAhead) {
+      case 0: store(0); break;
+      case 1: store(1); break;
+      case 2: store(2); break;
+      default: store(3); break;
+    }
   }
 }
 
-// Consumer thread `thread` (0 .. kThreads - 1) takes the 16-byte packed pieces thread,
-// thread + kThreads, ... of a K block: piece i is row i / 4, values 32 (i % 4) .. + 31 of the
-// block, which become the swizzle units 2 (i % 4) and 2 (i % 4) + 1 of that row. A warp reads 512
-// contiguous bytes and each quarter warp writes two rows' eight distinct units: no bank conflicts.
+// The consumer warpgroups of one wg_n (an unpacking group: the kWgM warpgroups that read the same
+// kWN rows of B) unpack those rows. Group thread `thread` (0 .. kThreads - 1) takes the 16-byte
+// packed pieces thread, thread + kThreads, ... of the group's rows of a K block: piece i is row
+// i / 4 of them, values 32 (i % 4) .. + 31 of the block, which become the swizzle units 2 (i % 4)
+// and 2 (i % 4) + 1 of that row. A warp reads 512 contiguous bytes and each quarter warp writes
+// two rows' eight distinct units: no bank conflicts. Each row's group scale of the K block comes
+// from the slot's group scales (stage_group_scales). A K block is read (load: its pieces and
+// scales into registers) a step before it is converted and stored (store), so the shared-memory
+// loads are on their way while the warps issue the wgmma of the block before.
 template <class Cfg>
 struct BUnpacker {
-  static constexpr int kThreads = 128 * Cfg::kConsumerWarpgroups;
+  static constexpr int kThreads = 128 * Cfg::kWgM;
   static constexpr int kPiecesPerRow = Cfg::kBK / 2 / 16;
-  static constexpr int kPieces = Cfg::kBN * kPiecesPerRow;
+  static constexpr int kPieces = Cfg::kWN * kPiecesPerRow;
   static constexpr int kPerThread = kPieces / kThreads;
   static_assert(Cfg::kBK == 128 && kPiecesPerRow == 4, "a K block is 128 values: 64 packed bytes per row");
-  static_assert(kPieces % kThreads == 0, "every consumer thread unpacks the same number of pieces");
+  static_assert(kPieces % kThreads == 0, "every thread of a group unpacks the same number of pieces");
 
-  const Params& args;
-  uint32_t packed0, int8_0;
-  int thread;
-  uint32_t scale[kPerThread];  // of the K block to unpack next
+  uint32_t packed0, int8_0, scales0;
+  int thread, row0, barrier;
+  int4 in[kPerThread];         // the pieces of the K block loaded last
+  uint32_t scale[kPerThread];  // and their rows' group scales
 
-  __device__ __forceinline__ BUnpacker(const Params& args_, const uint8_t* packed_tiles, uint8_t* int8_tiles,
-                                       int thread_)
-      : args(args_), packed0(ptx::smem_addr(packed_tiles)), int8_0(ptx::smem_addr(int8_tiles)), thread(thread_) {}
+  // wg_m, wg_n: the warpgroup's place in the tile (Consumer); group_scales: the .shared address of
+  // the group-scale slots.
+  __device__ __forceinline__ BUnpacker(const uint8_t* packed_tiles, uint8_t* int8_tiles, uint32_t group_scales,
+                                       int wg_m, int wg_n)
+      : packed0(ptx::smem_addr(packed_tiles)),
+        int8_0(ptx::smem_addr(int8_tiles)),
+        scales0(group_scales),
+        thread(wg_m * 128 + static_cast<int>(threadIdx.x % 128)),
+        row0(wg_n * Cfg::kWN),
+        barrier(kUnpackBarrier + wg_n) {}
 
-  // The group scales of K block kb of tile column tile_n (1 without group scales, and for the
-  // rows past N, which TMA fills with zeros).
-  __device__ __forceinline__ void load_scales(int tile_n, int kb) {
-#pragma unroll
-    for (int j = 0; j < kPerThread; ++j) {
-      const int row = tile_n * Cfg::kBN + (thread + j * kThreads) / kPiecesPerRow;
-      scale[j] = args.b_group_scale != nullptr && row < args.n
-                     ? static_cast<uint32_t>(args.b_group_scale[row * args.b_group_scale_stride + kb])
-                     : 1u;
-    }
-  }
-
-  // This thread's pieces of the K block in ring slot `slot` (landed), with the scales loaded for it.
-  __device__ __forceinline__ void unpack(int slot) const {
-    const uint32_t packed = packed0 + slot * Cfg::kBPackedTileBytes;
-    const uint32_t b = int8_0 + b_tile_of<Cfg>(slot) * Cfg::kBTileBytes;
+  // Reads this thread's pieces of the K block in ring slot `slot` (landed) and their scales.
+  __device__ __forceinline__ void load(int slot) {
+    const uint32_t packed = packed0 + slot * Cfg::kBPackedTileBytes + row0 * (Cfg::kBK / 2);
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int i = thread + j * kThreads;
-      const int4 in = ptx::ld_shared_v4(packed + 16 * i);
-      const int row = i / kPiecesPerRow, unit = 2 * (i % kPiecesPerRow);
+      scale[j] = ptx::ld_shared_u8(scales0 + slot * Cfg::kBN + row0 + i / kPiecesPerRow);
+      in[j] = ptx::ld_shared_v4(packed + 16 * i);
+    }
+  }
+
+  // Writes the pieces loaded last, times their scales, as int8 into int8 tile `tile`, and meets
+  // the group's other threads once all are written.
+  __device__ __forceinline__ void store(int tile) const {
+    const uint32_t b = int8_0 + tile * Cfg::kBTileBytes;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int i = thread + j * kThreads;
+      const int row = row0 + i / kPiecesPerRow, unit = 2 * (i % kPiecesPerRow);
       uint32_t out[8];
-      unpack_int4x8_scaled(static_cast<uint32_t>(in.x), scale[j], out[0], out[1]);
-      unpack_int4x8_scaled(static_cast<uint32_t>(in.y), scale[j], out[2], out[3]);
-      unpack_int4x8_scaled(static_cast<uint32_t>(in.z), scale[j], out[4], out[5]);
-      unpack_int4x8_scaled(static_cast<uint32_t>(in.w), scale[j], out[6], out[7]);
+      unpack_int4x8_scaled(static_cast<uint32_t>(in[j].x), scale[j], out[0], out[1]);
+      unpack_int4x8_scaled(static_cast<uint32_t>(in[j].y), scale[j], out[2], out[3]);
+      unpack_int4x8_scaled(static_cast<uint32_t>(in[j].z), scale[j], out[4], out[5]);
+      unpack_int4x8_scaled(static_cast<uint32_t>(in[j].w), scale[j], out[6], out[7]);
       const uint32_t row_at = b + row * Cfg::kBK;
       ptx::st_shared_v4(row_at + 16 * (unit ^ (row % 8)), make_int4(out[0], out[1], out[2], out[3]));
       ptx::st_shared_v4(row_at + 16 * ((unit + 1) ^ (row % 8)), make_int4(out[4], out[5], out[6], out[7]));
     }
     ptx::fence_proxy_async_shared();  // these generic-proxy writes, before wgmma reads them
+    ptx::named_barrier_sync(barrier, kThreads);  // the group's rows are written
   }
 };
 
