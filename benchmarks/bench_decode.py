@@ -15,11 +15,15 @@ activations per token: the one op ``tcgemm.quant_linear``); the same layer as tw
 weights with an fp32 scale per channel and int8 scales per 128 inputs), the same with rotated inputs
 (``rotate=True``: x rotated per 128 features inside its quantization); and its peer, torch's int4
 weight-only kernel (``torch.ops.aten._weight_int4pack_mm``, tinygemm) on bf16 activations with
-weights packed as torchao's ``Int4WeightOnlyConfig`` packs them. Each method's output on the first
+weights packed as torchao's ``Int4WeightOnlyConfig`` packs them; and gemlite's Triton kernels
+(``gemlite_a8w8``: ``A8W8_int8_dynamic``, int8 weights per channel and int8 activations per token,
+the int8 layer's peer; ``gemlite_a16w4``: ``A16Wn`` with 4-bit weights in asymmetric groups of 128
+on bf16 activations), where gemlite is importable. Each method's output on the first
 copy is compared with bf16's, so that no figure is of a layer computing nothing. A method that
 cannot be built or run (torch's int4 op missing, say) is reported with its error. The weight
 stream rate is a method's weight and scale bytes over the per-call time. Host time per call is
-``timing.host_us`` on a small layer.
+``timing.host_us`` on a small layer. Each layer's weights are built once and timed at every row
+count. ``--plot`` draws the speed-up over bf16 against rows for 8B gate+up and 8B down (matplotlib).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import itertools
 import math
 import statistics
 import sys
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -59,11 +64,18 @@ PREFILL = [("8B up", 4096, 14336), ("8B down", 14336, 4096)]
 STATIC = ("8B up", 4096, 14336)
 STATIC_ROWS = (1, 16)
 PREFILL_ROWS = 2048
-METHODS = ("bf16", "quantlinear", "two_ops", "quantlinear_block", "w4a8", "w4a8_rot", "torch_int4")
+METHODS = ("bf16", "quantlinear", "two_ops", "quantlinear_block", "w4a8", "w4a8_rot", "torch_int4", "gemlite_a8w8",
+           "gemlite_a16w4")
 PREFILL_METHODS = ("bf16", "quantlinear", "quantlinear_block", "w4a8", "w4a8_rot")
 # The weight copy each method reads: methods that read the same one share its copies.
 WEIGHTS = {"bf16": "bf16", "quantlinear": "channel", "two_ops": "channel", "quantlinear_block": "block",
-           "w4a8": "w4a8", "w4a8_rot": "w4a8_rot", "torch_int4": "torch_int4"}
+           "w4a8": "w4a8", "w4a8_rot": "w4a8_rot", "torch_int4": "torch_int4", "gemlite_a8w8": "gemlite_a8w8",
+           "gemlite_a16w4": "gemlite_a16w4"}
+# The peers whose Triton kernels tune themselves at each new shape (seconds each): --peer-rows limits them.
+PEERS = ("gemlite_a8w8", "gemlite_a16w4")
+# The layers --plot draws (speed-up over bf16 against rows) and the methods it draws.
+PLOT_LAYERS = ("8B gate+up", "8B down")
+PLOT_METHODS = ("quantlinear", "w4a8", "torch_int4", "gemlite_a8w8", "gemlite_a16w4")
 CALLS_MIN = 24  # calls per graph or eager loop
 ROUNDS = 7
 # A method's output on the first copy differs from bf16's by at most this (relative Frobenius norm);
@@ -136,6 +148,27 @@ class TorchInt4Linear(torch.nn.Module):
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
+def gemlite_a8w8(linear: torch.nn.Linear):
+    """gemlite's int8 layer: int8 weights per channel, int8 activations quantized per token
+    (``gemlite.helper.A8W8_int8_dynamic``), bf16 out."""
+    from gemlite.helper import A8W8_int8_dynamic
+
+    return A8W8_int8_dynamic(device=str(linear.weight.device), dtype=torch.bfloat16).from_linear(linear, del_orig=False)
+
+
+def gemlite_a16w4(linear: torch.nn.Linear, group_size: int = INT4_GROUP_SIZE):
+    """gemlite's 4-bit weight-only layer on bf16 activations (``gemlite.helper.A16Wn``): the same
+    asymmetric groups of 128 as torch's int4 peer (int4_weight_only), in gemlite's (HQQ) form
+    w = (q - zero) * scale."""
+    from gemlite.helper import A16Wn
+
+    q, scales_and_zeros = int4_weight_only(linear.weight, group_size)
+    scale = scales_and_zeros[..., 0].t().float()
+    zero = 8 - scales_and_zeros[..., 1].t().float() / scale  # tinygemm's w = (q - 8) s + z
+    return A16Wn(device=str(linear.weight.device), dtype=torch.bfloat16).from_weights(
+        q.to(torch.uint8), scale.to(torch.bfloat16), zero.to(torch.bfloat16), 4, group_size)
+
+
 def tensor_bytes(t: torch.Tensor) -> int:
     """Bytes of a tensor's storage; for a wrapper subclass (torchao's quantized weights), of the
     tensors inside it, whose outer dtype is the float one it stands for."""
@@ -170,12 +203,19 @@ class Methods:
     errors: dict[str, str] = dataclasses.field(default_factory=dict)  # methods that could not be built
 
 
-def make_methods(k: int, n: int, m: int, device, methods: tuple[str, ...] = METHODS) -> Methods:
-    """The methods named, each over its own copies of the same random bf16 weights."""
+@dataclasses.dataclass
+class Weights:
+    """The weight copies of one layer shape, per kind (WEIGHTS), built once for every row count."""
+    copies: dict[str, list]
+    failed: dict[str, str]  # kinds that could not be built
+    n_sets: int
+
+
+def build_weights(k: int, n: int, device, methods: tuple[str, ...] = METHODS) -> Weights:
+    """Copies of the same random bf16 weights in the formats the methods named read."""
     import tcgemm
 
     n_sets = timing.input_sets(n * k // 2, device)
-    x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
     builders = {
         "bf16": lambda lin: lin.weight.detach(),
         "channel": tcgemm.QuantLinear.from_linear,
@@ -183,6 +223,8 @@ def make_methods(k: int, n: int, m: int, device, methods: tuple[str, ...] = METH
         "w4a8": lambda lin: tcgemm.QuantLinear.from_linear(lin, scheme="w4a8"),
         "w4a8_rot": lambda lin: tcgemm.QuantLinear.from_linear(lin, scheme=dataclasses.replace(tcgemm.W4A8, rotate=True)),
         "torch_int4": TorchInt4Linear.from_linear,
+        "gemlite_a8w8": gemlite_a8w8,
+        "gemlite_a16w4": gemlite_a16w4,
     }
     kinds = list(dict.fromkeys(WEIGHTS[name] for name in methods))
     copies: dict[str, list] = {kind: [] for kind in kinds}
@@ -198,6 +240,18 @@ def make_methods(k: int, n: int, m: int, device, methods: tuple[str, ...] = METH
                 failed[kind] = error_text(exc)
                 copies[kind] = []
         del lin
+    return Weights(copies, failed, n_sets)
+
+
+def make_methods(k: int, n: int, m: int, device, methods: tuple[str, ...] = METHODS,
+                 weights: Optional[Weights] = None) -> Methods:
+    """The methods named at M = m, each over its own copies of the same random bf16 weights
+    (`weights`, or built here)."""
+    import tcgemm
+
+    built = weights if weights is not None else build_weights(k, n, device, methods)
+    copies, failed, n_sets = built.copies, built.failed, built.n_sets
+    x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
 
     def two_ops(i):
         layer = copies["channel"][i]
@@ -212,6 +266,8 @@ def make_methods(k: int, n: int, m: int, device, methods: tuple[str, ...] = METH
         "w4a8": lambda i: copies["w4a8"][i](x),
         "w4a8_rot": lambda i: copies["w4a8_rot"][i](x),
         "torch_int4": lambda i: copies["torch_int4"][i](x),
+        "gemlite_a8w8": lambda i: copies["gemlite_a8w8"][i](x),
+        "gemlite_a16w4": lambda i: copies["gemlite_a16w4"][i](x),
     }
     fns = {name: calls[name] for name in methods if WEIGHTS[name] not in failed}
     return Methods(fns, n_sets, n * k, {name: layer_bytes(copies[WEIGHTS[name]][0]) for name in fns},
@@ -329,15 +385,23 @@ def run(args) -> dict[str, Any]:
     layers, rows = select_layers(args.layers, args.quick), args.rows or ((1, 16) if args.quick else ROWS)
     methods = select_methods(args.methods)
     prefill_methods = tuple(m for m in PREFILL_METHODS if m in methods)
+    records, prefill, static = [], [], []
     with torch.no_grad():
-        records = [measure(name, k, n, m, lambda: make_methods(k, n, m, device, methods))
-                   for name, k, n in layers for m in rows]
-        prefill = [measure(name, k, n, PREFILL_ROWS,
-                           lambda: make_methods(k, n, PREFILL_ROWS, device, prefill_methods), eager=False)
-                   for name, k, n in (PREFILL if prefill_methods else [])]
-        name, k, n = STATIC
-        static = [measure(name, k, n, m, lambda: static_methods(k, n, m, device), text=static_text)
-                  for m in STATIC_ROWS]
+        for name, k, n in layers:
+            weights = build_weights(k, n, device, methods)
+            for m in rows:
+                at_m = tuple(key for key in methods if key not in PEERS or args.peer_rows is None or m <= args.peer_rows)
+                records.append(measure(name, k, n, m, lambda: make_methods(k, n, m, device, at_m, weights),
+                                       eager=not args.decode_only))
+            del weights
+            torch.cuda.empty_cache()
+        if not args.decode_only:
+            prefill = [measure(name, k, n, PREFILL_ROWS,
+                               lambda: make_methods(k, n, PREFILL_ROWS, device, prefill_methods), eager=False)
+                       for name, k, n in (PREFILL if prefill_methods else [])]
+            name, k, n = STATIC
+            static = [measure(name, k, n, m, lambda: static_methods(k, n, m, device), text=static_text)
+                      for m in STATIC_ROWS]
         host = host_times(device)
     print(f"host us/call: {host}")
     return {"meta": meta, "decode": records, "prefill": prefill, "static": static, "host_us": host}
@@ -399,7 +463,8 @@ def ratio(a: Optional[float], b: Optional[float]) -> str:
 
 
 LABELS = {"bf16": "bf16", "quantlinear": "QuantLinear", "two_ops": "two ops", "quantlinear_block": "QuantLinear block",
-          "w4a8": "W4A8", "w4a8_rot": "W4A8 rotated", "torch_int4": "torch int4", "token": "QuantLinear token", "static": "QuantLinear static"}
+          "w4a8": "W4A8", "w4a8_rot": "W4A8 rotated", "torch_int4": "torch int4", "gemlite_a8w8": "gemlite A8W8",
+          "gemlite_a16w4": "gemlite A16W4", "token": "QuantLinear token", "static": "QuantLinear static"}
 
 
 def row_text(rec: dict[str, Any]) -> str:
@@ -474,24 +539,36 @@ def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, st
               "Speed-ups are against bf16 `F.linear`, timed in the same process.")
     tables = [legend, report.markdown_table(headers, rows, align_left=2)]
     if has(doc["decode"], "w4a8") or has(doc["decode"], "torch_int4"):
+        gem = has(doc["decode"], "gemlite_a8w8") or has(doc["decode"], "gemlite_a16w4")
         four = []
         for r in doc["decode"]:
             g = r["graph"]
             four.append([r["layer"], f"{r['k']}->{r['n']}", str(r["m"]), us(r, "graph", "bf16"),
-                         us(r, "graph", "quantlinear"), us(r, "graph", "w4a8"), us(r, "graph", "torch_int4"),
-                         ratio(g.get("bf16"), g.get("quantlinear")), ratio(g.get("bf16"), g.get("w4a8")),
-                         ratio(g.get("bf16"), g.get("torch_int4")), ratio(g.get("torch_int4"), g.get("w4a8")),
-                         stream(r, "w4a8", r.get("bytes", {}).get("w4a8"))])
+                         us(r, "graph", "quantlinear"), us(r, "graph", "w4a8"), us(r, "graph", "torch_int4")]
+                        + ([us(r, "graph", "gemlite_a8w8"), us(r, "graph", "gemlite_a16w4")] if gem else [])
+                        + [ratio(g.get("bf16"), g.get("quantlinear")), ratio(g.get("bf16"), g.get("w4a8")),
+                           ratio(g.get("quantlinear"), g.get("w4a8")), ratio(g.get("bf16"), g.get("torch_int4")),
+                           ratio(g.get("torch_int4"), g.get("w4a8"))]
+                        + ([ratio(g.get("gemlite_a8w8"), g.get("quantlinear")),
+                            ratio(g.get("gemlite_a16w4"), g.get("w4a8"))] if gem else [])
+                        + [stream(r, "w4a8", r.get("bytes", {}).get("w4a8"))])
         tables += [
             ("4-bit weights, CUDA graphs, same rotation. W8A8: `QuantLinear` as above; W4A8: "
              "`QuantLinear(scheme=\"w4a8\")`, 4-bit weights with an fp32 scale per channel and int8 scales per 128 "
              "inputs, int8 activations per token; torch int4: `torch.ops.aten._weight_int4pack_mm` (tinygemm) on "
              "bf16 activations, the weight as torchao's `Int4WeightOnlyConfig` packs it (groups of 128, bf16 "
-             "scales and zero points, inner_k_tiles 8). x: the speed-up over the method named; W4A8 weight TB/s: "
-             "its packed weight and scales over the call time."),
-            report.markdown_table(["layer", "K->N", "M", "bf16 us", "W8A8 us", "W4A8 us", "torch int4 us",
-                                   "W8A8 x bf16", "W4A8 x bf16", "torch int4 x bf16", "W4A8 x torch int4",
-                                   "W4A8 weight TB/s"], four, align_left=2)]
+             "scales and zero points, inner_k_tiles 8)"
+             + ("; gemlite A8W8: `gemlite.helper.A8W8_int8_dynamic` (int8 per channel, activations per token); "
+                "gemlite A16W4: `gemlite.helper.A16Wn`, the same 4-bit groups as torch int4, bf16 activations "
+                "(gemlite's Triton configs tuned on first use)" if gem else "")
+             + ". x: the speed-up over the method named; W4A8 weight TB/s: its packed weight and scales over the "
+             "call time."),
+            report.markdown_table(["layer", "K->N", "M", "bf16 us", "W8A8 us", "W4A8 us", "torch int4 us"]
+                                  + (["gemlite A8W8 us", "gemlite A16W4 us"] if gem else [])
+                                  + ["W8A8 x bf16", "W4A8 x bf16", "W4A8 x W8A8", "torch int4 x bf16",
+                                     "W4A8 x torch int4"]
+                                  + (["W8A8 x gemlite A8W8", "W4A8 x gemlite A16W4"] if gem else [])
+                                  + ["W4A8 weight TB/s"], four, align_left=2)]
     pre_w4 = has(doc["prefill"], "w4a8")
     pre_rows = []
     for r in doc["prefill"]:
@@ -523,6 +600,46 @@ def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, st
     return {"bench_decode": body}
 
 
+def plot(doc: dict[str, Any], path: Path) -> None:
+    """Speed-up over bf16 (CUDA graphs) against rows, one panel per layer of PLOT_LAYERS, one line per
+    method of PLOT_METHODS that ran."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: skipping the plot")
+        return
+    layers = [name for name in PLOT_LAYERS if any(r["layer"] == name for r in doc["decode"])]
+    if not layers:
+        print(f"bench_decode: --plot draws {', '.join(PLOT_LAYERS)}, none of which ran")
+        return
+    fig, axes = plt.subplots(1, len(layers), figsize=(6 * len(layers), 4.2), squeeze=False)
+    for ax, name in zip(axes[0], layers):
+        recs = sorted((r for r in doc["decode"] if r["layer"] == name), key=lambda r: r["m"])
+        for key in PLOT_METHODS:
+            pts = [(r["m"], r["graph"]["bf16"] / r["graph"][key]) for r in recs
+                   if r["graph"].get(key) and r["graph"].get("bf16")]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=LABELS[key])
+        ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([r["m"] for r in recs], [str(r["m"]) for r in recs])
+        ax.set_xlabel("rows (tokens per step)")
+        ax.set_ylabel("speed-up over bf16")
+        k, n = recs[0]["k"], recs[0]["n"]
+        ax.set_title(f"{name} ({k} -> {n})")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    meta = doc["meta"]
+    fig.suptitle(f"{meta.get('device', '')}, {meta.get('date', '')[:10]}, CUDA graphs", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(prog="python3 -m benchmarks.bench_decode", description=__doc__.splitlines()[0])
@@ -532,6 +649,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--rows", type=int, nargs="+", default=None, help="decode row counts (default: 1 4 16, quick 1 16)")
     p.add_argument("--methods", default=None, help=f"comma-separated methods among {', '.join(METHODS)} "
                    "(default: all; prefill times those of them it has)")
+    p.add_argument("--decode-only", action="store_true",
+                   help="the decode layers alone, with CUDA graphs: no eager timings, prefill or static rows")
+    p.add_argument("--peer-rows", type=int, default=None,
+                   help=f"time {' and '.join(PEERS)} only up to this many rows (they tune themselves per shape)")
+    p.add_argument("--plot", type=Path, default=None,
+                   help=f"draw the speed-up over bf16 against rows for {' and '.join(PLOT_LAYERS)} into this PNG")
     report.add_result_args(p, "bench_decode")
     args = p.parse_args(argv)
     try:  # a bad selection fails here, before any GPU work
@@ -547,6 +670,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 1
     if args.markdown:
         report.update_markdown(args.markdown, markdown(doc))
+    if args.plot:
+        plot(doc, args.plot)
     return 0
 
 

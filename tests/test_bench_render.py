@@ -139,10 +139,11 @@ def test_decode_table_of_4bit_methods_with_a_missing_peer():
     body = bench_decode.markdown(decode_doc(records))["bench_decode"]
     four = body[body.index("| layer | K->N | M | bf16 us | W8A8 us | W4A8 us"):]
     rows = table_rows(four.split("\n\n")[0])
-    assert rows[("8B o", "1")][3:] == ["13.5", "8.4", "6.0", "7.5", "1.61x", "2.25x", "1.80x", "1.25x",
+    assert rows[("8B o", "1")][3:] == ["13.5", "8.4", "6.0", "7.5", "1.61x", "2.25x", "1.40x", "1.80x", "1.25x",
                                         f"{(4096 * 4096 // 2 + 4 * 4096 + 4096 * 32) / 6e-6 / 1e12:.2f}"]
-    assert rows[("8B o", "16")][6] == "error" and rows[("8B o", "16")][9:11] == ["-", "-"]
-    assert rows[("8B down", "1")][10] == "1.10x"
+    assert rows[("8B o", "16")][6] == "error" and rows[("8B o", "16")][10:12] == ["-", "-"]
+    assert rows[("8B down", "1")][11] == "1.10x"
+    assert "gemlite" not in body  # gemlite did not run: no columns of it
     assert "- torch int4 (8B o M=16): RuntimeError: _weight_int4pack_mm: no CUDA kernel" in body
     assert "- W4A8 (8B down M=1: 0.98): output off bf16's by more than" in body
     assert "W4A8 (8B o" not in body  # within tolerance: no note
@@ -233,3 +234,19 @@ def test_swap_linears_keeps_the_lm_head():
     bench_llm.swap_linears(model, bench_decode.TorchInt4Linear.from_linear)
     assert isinstance(model["layers"][0], bench_decode.TorchInt4Linear)
     assert type(model["lm_head"]) is torch.nn.Linear
+
+
+def test_decode_table_with_gemlite_peers():
+    records = [decode_record("8B gate+up", 1, {"bf16": 56.0, "quantlinear": 33.0, "w4a8": 18.0, "torch_int4": 22.0,
+                                                "gemlite_a8w8": 30.0, "gemlite_a16w4": 36.0}),
+               decode_record("8B gate+up", 64, {"bf16": 60.0, "quantlinear": 38.0, "w4a8": 40.0},
+                             errors={"gemlite_a16w4": "ImportError: No module named 'gemlite'"})]
+    body = bench_decode.markdown(decode_doc(records))["bench_decode"]
+    four = body[body.index("| layer | K->N | M | bf16 us | W8A8 us | W4A8 us"):]
+    header = four.splitlines()[0]
+    assert "gemlite A8W8 us | gemlite A16W4 us" in header and "W8A8 x gemlite A8W8 | W4A8 x gemlite A16W4" in header
+    rows = table_rows(four.split("\n\n")[0])
+    assert rows[("8B gate+up", "1")][7:9] == ["30.0", "36.0"]
+    assert rows[("8B gate+up", "1")][14:16] == ["0.91x", "2.00x"]  # 30 / 33 and 36 / 18
+    assert rows[("8B gate+up", "64")][8] == "error" and rows[("8B gate+up", "64")][11] == "0.95x"
+    assert "- gemlite A16W4 (8B gate+up M=64): ImportError" in body
