@@ -74,7 +74,10 @@ bool use_skinny_int4(int m, int n, int sm_count) {
 
 std::optional<Sm90Config> sm90_int4_config(int m, int n, int sm_count) {
   if (m > 512) return std::nullopt;
-  if (m <= 64) return int4_tiles_fill<sm90::Int4Small>(m, n, sm_count) ? std::optional(Sm90Config::kInt4Small) : std::nullopt;
+  if (m <= 64) {
+    if (int4_tiles_fill<sm90::Int4Small>(m, n, sm_count)) return Sm90Config::kInt4Small;
+    return std::nullopt;
+  }
   if (m <= 128) {
     if (int4_tiles_fill<sm90::Int4Mid>(m, n, sm_count)) return Sm90Config::kInt4Mid;
     if (int4_tiles_fill<sm90::Int4Small>(m, n, sm_count)) return Sm90Config::kInt4Small;
