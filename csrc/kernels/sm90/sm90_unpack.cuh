@@ -1,11 +1,13 @@
 // How the sm90 kernel's consumers unpack a packed 4-bit B (TileConfig::kBInt4): TMA brings each
-// stage's B packed ([BN][64] bytes per K block, unswizzled); the two consumer warpgroups write it
-// as int8 (each 4-bit value times its row's group scale for the K block: common/int4.h) into one
-// of kBInt8Tiles int8 tiles, in the 128-byte swizzle that wgmma's descriptors read, while the
-// wgmma of the K block before run (consume_tiles_unpacking, sm90_mainloop.cuh).
+// stage's B packed ([BN][64] bytes per K block, unswizzled); the consumer warpgroups write it as
+// int8 (each 4-bit value times its row's group scale for the K block: common/int4.h), each group of
+// those that read the same rows its own rows, into one of kBInt8Tiles int8 tiles, in the 128-byte
+// swizzle that wgmma's descriptors read, while the wgmma of the K block before run
+// (consume_tiles_unpacking, sm90_mainloop.cuh).
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/int4.h"
 #include "kernels/sm90/sm90_params.cuh"
@@ -28,14 +30,23 @@ constexpr int kUnpackBarrier = 1;
 // stores of the slot's scales).
 constexpr int kGroupScaleArrivals = 32;
 
+// f(std::integral_constant<int, i>{}) for a run-time i in [0, N): a register array indexed by
+// run-time counts would live in local memory, so its elements are named by a constant instead.
+template <int N, class F>
+__device__ __forceinline__ void with_constant_index(int i, F&& f) {
+  if constexpr (N > 0) {
+    if (i == N - 1) return f(std::integral_constant<int, N - 1>{});
+    with_constant_index<N - 1>(i, f);
+  }
+}
+
 // Warp 1 of the producer warpgroup, with a packed B: the int8 group scales of each K block of the
 // ring (1 without group scales, and for the rows past N) into the K block's slot of kBN bytes
 // (`slots`, the .shared address of slot 0; lane l takes rows 4l .. 4l + 3 of the tile's kBN, as one
-// 32-bit store per 128 rows), arriving on the K block's "full" barrier. The loads of a K block go
-// out before the wait for its slot to be free, and run kAhead K blocks ahead of the stores, so
-// the consumers find the scales in shared memory with the K block's B instead of waiting for a
-// trip to memory (loaded by the consumers one K block ahead, a 17-64 row layer's K block waited
-// on its scales).
+// 32-bit store per 128 rows), arriving on the K block's "full" barrier. The loads run kAhead K
+// blocks ahead of the stores, which wait for the slot to be free. The consumers read a row's scale
+// with one shared-memory load per K block instead of a global load of their own a K block ahead
+// (measured the same speed, H200, docs/design/int4.md: the loads are off their chain).
 template <class Cfg>
 __device__ __forceinline__ void stage_group_scales(const Params& args, uint32_t slots, uint64_t* full,
                                                    uint64_t* empty, int lane) {
@@ -45,62 +56,44 @@ __device__ __forceinline__ void stage_group_scales(const Params& args, uint32_t 
   RingPosition<Cfg::kStages> fill;
   uint32_t pending[kAhead][kWords];
   int loaded = 0, stored = 0;  // K blocks of the block's sequence whose scales were loaded, stored
-  // Loads the scales of K block kb of column tile tile_n into pending[i].
-  auto load = [&](int i, int tile_n, int kb) {
+  // Loads the scales of K block kb of column tile tile_n into pending[loaded % kAhead].
+  auto load = [&](int tile_n, int kb) {
+    with_constant_index<kAhead>(loaded++ % kAhead, [&](auto i) {
 #pragma unroll
-    for (int w = 0; w < kWords; ++w) {
-      uint32_t word = 0;
+      for (int w = 0; w < kWords; ++w) {
+        uint32_t word = 0;
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int row = tile_n * Cfg::kBN + 128 * w + 4 * lane + r;
-        const uint32_t s = args.b_group_scale != nullptr && row < args.n
-                               ? static_cast<uint8_t>(args.b_group_scale[row * args.b_group_scale_stride + kb])
-                               : 1u;
-        word |= s << (8 * r);
+        for (int r = 0; r < 4; ++r) {
+          const int row = tile_n * Cfg::kBN + 128 * w + 4 * lane + r;
+          const uint32_t s = args.b_group_scale != nullptr && row < args.n
+                                 ? static_cast<uint8_t>(args.b_group_scale[row * args.b_group_scale_stride + kb])
+                                 : 1u;
+          word |= s << (8 * r);
+        }
+        pending[i][w] = word;
       }
-      pending[i][w] = word;
-    }
+    });
   };
-  // Stores pending[i] into the next slot once it is free.
-  auto store = [&](int i) {
-    ptx::mbarrier_wait(&empty[fill.slot], fill.phase ^ 1);
+  // Stores pending[stored % kAhead] into the next slot once it is free.
+  auto store = [&]() {
+    with_constant_index<kAhead>(stored++ % kAhead, [&](auto i) {
+      ptx::mbarrier_wait(&empty[fill.slot], fill.phase ^ 1);
 #pragma unroll
-    for (int w = 0; w < kWords; ++w) ptx::st_shared_b32(slots + fill.slot * Cfg::kBN + 128 * w + 4 * lane, pending[i][w]);
-    ptx::mbarrier_arrive(&full[fill.slot]);  // release: the stores above are seen by its waiters
-    fill.advance();
+      for (int w = 0; w < kWords; ++w)
+        ptx::st_shared_b32(slots + fill.slot * Cfg::kBN + 128 * w + 4 * lane, pending[i][w]);
+      ptx::mbarrier_arrive(&full[fill.slot]);  // release: the stores above are seen by its waiters
+      fill.advance();
+    });
   };
   const int units = args.sched.units();
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const WorkUnit w = args.sched.unit<Cfg::kGroupM>(unit);
     for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
-      if (loaded - stored == kAhead) {
-        // A register ring indexed by run-time counts would live in local memory: the slots are
-        // named through a switch on the count instead.
-        switch (stored % kAhead) {
-          case 0: store(0); break;
-          case 1: store(1); break;
-          case 2: store(2); break;
-          default: store(3); break;
-        }
-        ++stored;
-      }
-      switch (loaded % kAhead) {
-        case 0: load(0, w.tile_n, kb); break;
-        case 1: load(1, w.tile_n, kb); break;
-        case 2: load(2, w.tile_n, kb); break;
-        default: load(3, w.tile_n, kb); break;
-      }
-      ++loaded;
+      if (loaded - stored == kAhead) store();
+      load(w.tile_n, kb);
     }
   }
-  for (; stored < loaded; ++stored) {
-    switch (stored % kAhead) {
-      case 0: store(0); break;
-      case 1: store(1); break;
-      case 2: store(2); break;
-      default: store(3); break;
-    }
-  }
+  while (stored < loaded) store();
 }
 
 // The consumer warpgroups of one wg_n (an unpacking group: the kWgM warpgroups that read the same
