@@ -30,13 +30,15 @@ namespace tcgemm::ptx {
 // 16*warp + lane/4 + 8h, column 8j + 2*(lane%4) + e.
 template <int N, bool ASigned, bool BSigned>
 struct WgmmaInt8 {
-  static_assert(N == 64 || N == 128 || N == 256, "add N to SHAPES in csrc/ptx/gen_wgmma_int8.py");
+  static_assert(N == 32 || N == 64 || N == 128 || N == 256, "add N to SHAPES in csrc/ptx/gen_wgmma_int8.py");
   static constexpr int kAccRegs = N / 2;
 
   __device__ __forceinline__ static void mma(uint64_t desc_a, uint64_t desc_b, int32_t (&d)[N / 2],
                                              bool accumulate) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    if constexpr (N == 64) {
+    if constexpr (N == 32) {
+      TCGEMM_WGMMA_INT8_SIGNS(32);
+    } else if constexpr (N == 64) {
       TCGEMM_WGMMA_INT8_SIGNS(64);
     } else if constexpr (N == 128) {
       TCGEMM_WGMMA_INT8_SIGNS(128);
@@ -47,6 +49,43 @@ struct WgmmaInt8 {
   }
 };
 
+// The same with A from registers: a[0..3] are the thread's four 32-bit words of A's m64k32
+// fragment ("wgmma .m64nNk32 register fragment A"): a[2h + j] holds row 16*warp + lane/4 + 8j,
+// columns 16h + 4*(lane%4) .. + 3. A's registers must not change until the wgmma has completed.
+#define TCGEMM_WGMMA_INT8_RS(N, BTYPE)                                                         \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " TCGEMM_WGMMA_RS_SCALE_##N ", 0;\n"         \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k32.s32.s8." BTYPE " "                  \
+               TCGEMM_WGMMA_D_##N ", " TCGEMM_WGMMA_RS_AB_##N ", p;\n}\n"                    \
+               : TCGEMM_WGMMA_OUT_##N(d)                                                        \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b),                       \
+                 "r"(static_cast<int>(accumulate)))
+
+// One m64nNk32 int8 wgmma with a signed A from registers (the layout above) and B from shared
+// memory; D as in WgmmaInt8.
+template <int N, bool BSigned>
+struct WgmmaInt8RegA {
+  static_assert(N == 32 || N == 64 || N == 128 || N == 256, "add N to SHAPES in csrc/ptx/gen_wgmma_int8.py");
+  static constexpr int kAccRegs = N / 2;
+
+  __device__ __forceinline__ static void mma(const uint32_t (&a)[4], uint64_t desc_b, int32_t (&d)[N / 2],
+                                             bool accumulate) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if constexpr (BSigned) {
+      if constexpr (N == 32) TCGEMM_WGMMA_INT8_RS(32, "s8");
+      else if constexpr (N == 64) TCGEMM_WGMMA_INT8_RS(64, "s8");
+      else if constexpr (N == 128) TCGEMM_WGMMA_INT8_RS(128, "s8");
+      else TCGEMM_WGMMA_INT8_RS(256, "s8");
+    } else {
+      if constexpr (N == 32) TCGEMM_WGMMA_INT8_RS(32, "u8");
+      else if constexpr (N == 64) TCGEMM_WGMMA_INT8_RS(64, "u8");
+      else if constexpr (N == 128) TCGEMM_WGMMA_INT8_RS(128, "u8");
+      else TCGEMM_WGMMA_INT8_RS(256, "u8");
+    }
+#endif
+  }
+};
+
+#undef TCGEMM_WGMMA_INT8_RS
 #undef TCGEMM_WGMMA_INT8_SIGNS
 #undef TCGEMM_WGMMA_INT8
 
@@ -99,6 +138,18 @@ __device__ __forceinline__ void wgmma_wait_group(int32_t (&acc)[Sets][Regs]) {
   for (int s = 0; s < Sets; ++s)
 #pragma unroll
     for (int i = 0; i < Regs; ++i) asm volatile("" : "+r"(acc[s][i])::"memory");
+#endif
+}
+
+// Keeps the compiler from moving reads or writes of wgmma register operands (A fragments) across
+// this point: after the wait that retires the wgmma reading them, before they are written again.
+template <int Steps>
+__device__ __forceinline__ void wgmma_fence_operands(uint32_t (&a)[Steps][4]) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#pragma unroll
+  for (int s = 0; s < Steps; ++s)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[s][i])::"memory");
 #endif
 }
 
