@@ -173,11 +173,12 @@ def _kernel_names(fn):
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
-# The kernel each row count takes on a 132-SM Hopper (H100 SXM, H200; dispatch/plan.cpp): "skinny"
-# the few-rows kernel's 32-row tiles, else the tiled kernel's tile (BM, BN).
-ROUTES = [((24, 13000, 2048), "skinny"), ((60, 4096, 4096), "skinny"), ((48, 13000, 2048), (64, 128)),
-          ((100, 13000, 2048), (128, 128)), ((128, 8192, 1024), (64, 128)), ((200, 10000, 1024), (128, 128)),
-          ((300, 13000, 2048), (256, 128)), ((512, 4096, 1024), (128, 128))]
+# The kernel each row count takes on a 132-SM Hopper (H100 SXM, H200; dispatch/plan.cpp): "w4" the
+# W4 kernel (K a multiple of 128), "skinny" the few-rows kernel's 32-row tiles, else the tiled
+# kernel's tile (BM, BN).
+ROUTES = [((24, 28672, 4096), "w4"), ((100, 13000, 2048), "w4"), ((300, 8192, 8192), "w4"),
+          ((24, 13000, 2048), "skinny"), ((60, 4096, 4096), "skinny"), ((300, 13000, 2048), (256, 128)),
+          ((512, 4096, 1024), (128, 128)), ((48, 13000, 2080), (64, 128)), ((100, 13000, 2080), (128, 128))]
 
 
 @pytest.mark.gpu
@@ -193,11 +194,66 @@ def test_packed_weight_route_by_rows(shape, route, rng):
     assert not any("unpack_int4" in name for name in names), names
     if torch.cuda.get_device_properties(0).multi_processor_count != 132:
         return  # the routes depend on how many tiles fill the SMs
-    if route == "skinny":
+    if route == "w4":
+        assert any("sm90_w4_kernel" in name for name in names), names
+    elif route == "skinny":
         assert any("skinny_gemm_kernel" in name for name in names), names
     else:
         tile = f"TileConfig<{route[0]}, {route[1]},"
         assert any("sm90_gemm_kernel" in name and tile in name for name in names), names
+
+
+# The W4 kernel (17-512 rows, K a multiple of 128, where dispatch/plan.cpp's plan_sm90_w4 takes
+# the shape on a 132-SM Hopper): each tile height (32, 64, 128, 256 rows of A) with partial tiles of
+# A and of the weight, tiles of 256 rows twice (300, 512), K splits of 2 and 4 between the blocks of
+# a cluster, and K blocks that do not divide between the splits (K = 8192 + 1152).
+W4_SHAPES = [(17, 16384, 4096), (32, 8192, 8192), (20, 8192, 16384), (33, 9000, 8192 + 1152), (64, 8192, 4096),
+             (100, 13000, 2048), (128, 4096, 8192), (129, 300, 8192), (300, 5000, 8192 + 1152), (512, 1100, 8192)]
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", W4_SHAPES)
+@pytest.mark.parametrize("scaled", [False, True])
+def test_w4_kernel_exact(m, n, k, scaled, rng):
+    if "sm90" not in tcgemm.available_backends():
+        pytest.skip("the W4 kernel needs an sm_90 GPU and a build with sm_90a code")
+    if torch.cuda.get_device_properties(0).multi_processor_count != 132:
+        pytest.skip("the W4 kernel's shapes are chosen by how its blocks fill 132 SMs")
+    a, q, gs, w8 = int4_case(m, n, k, scaled, rng)
+    a, packed = a.cuda(), pack(q).cuda()
+    gs = None if gs is None else gs.cuda()
+    names = _kernel_names(lambda: tcgemm.int4_gemm(a, packed, gs))
+    assert any("sm90_w4_kernel" in name for name in names), names
+    got = tcgemm.int4_gemm(a, packed, gs)
+    # bit for bit the int8 GEMM of the unpacked weight, which test_gemm checks against int64
+    assert torch.equal(got, tcgemm.int8_gemm(a, w8.cuda().t()))
+    if m * n * k <= 2**31:
+        assert torch.equal(got.cpu(), gemm_reference(a.cpu(), w8.t()))
+    # A read through any strides: a transposed copy's view
+    a_t = a.t().contiguous().t()
+    assert torch.equal(tcgemm.int4_gemm(a_t, packed, gs), got)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", [(48, 8192, 4096), (200, 3000, 8192), (300, 5000, 8192)])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_w4_kernel_layer(m, n, k, out_dtype, rng):
+    """quant_linear on the W4 kernel: bit for bit the same layer on the unpacked int8 weight, 2-D and
+    3-D x, with a bias, and the int32 sums exact."""
+    if "sm90" not in tcgemm.available_backends():
+        pytest.skip("the W4 kernel needs an sm_90 GPU and a build with sm_90a code")
+    if torch.cuda.get_device_properties(0).multi_processor_count != 132:
+        pytest.skip("the W4 kernel's shapes are chosen by how its blocks fill 132 SMs")
+    q, gs = random_q4(n, k, rng), random_group_scale(n, k, rng)
+    x = torch.randn(m, k, generator=rng).to(out_dtype).cuda()
+    scale = (torch.rand(n, generator=rng) * 0.01 + 1e-3).cuda()
+    bias = torch.randn(n, generator=rng).cuda()
+    packed, gs, w8 = pack(q).cuda(), gs.cuda(), unpacked(q, gs).cuda()
+    names = _kernel_names(lambda: tcgemm.quant_linear(x, packed, scale, weight_group_scale=gs, bias=bias))
+    assert any("sm90_w4_kernel" in name for name in names), names
+    y4 = tcgemm.quant_linear(x, packed, scale, weight_group_scale=gs, bias=bias)
+    assert torch.equal(y4, tcgemm.quant_linear(x, w8, scale, bias=bias))
+    x3 = x.reshape(2, m // 2, k) if m % 2 == 0 else x.reshape(1, m, k)
+    y3 = tcgemm.quant_linear(x3, packed, scale, weight_group_scale=gs, bias=bias)
+    assert torch.equal(y3.reshape(m, n), y4)
 
 
 @pytest.mark.gpu

@@ -74,6 +74,10 @@ struct GemmProblem {
   // activations' quantize) runs. It streams B before ptx::griddep_wait and reads A, the scales and
   // bias and writes D after it, so B must not be written by that kernel.
   bool pdl = false;
+  // A's K order within each block of 128 is the W4 kernel's (common/int4.h: w4_order_source), not
+  // plain: set by the binding layer, which writes A so (a_w4_order in dispatch/launch.h), and read
+  // only by that kernel, which takes a packed 4-bit B as wgmma's register operand.
+  bool a_w4_order = false;
   cudaStream_t stream = nullptr;
   // B's int8 weight written by the sm90 kernel from a packed one as it runs (set by the binding
   // layer where unpacks_in_gemm allows; b then describes the int8 buffer it fills), or null. Last,

@@ -1,5 +1,6 @@
 #include "dispatch/launch.h"
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include "kernels/sm90/sm90_gemm.h"
 #include "kernels/sm90/sm90_tensor_map.h"
 #include "kernels/sm90/sm90_unpack_ahead.h"
+#include "kernels/sm90/sm90_w4.h"
 #include "kernels/wmma/configs.h"
 #include "kernels/wmma/wmma_gemm.h"
 
@@ -58,7 +60,21 @@ void run_sm80(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev
   });
 }
 
+void run_sm90_w4(const GemmProblem& p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
+  const std::optional<W4Plan> plan = plan_sm90_w4(p.m, p.n, p.k, dev.sm_count);
+  if (!plan) throw std::logic_error("tcgemm: run_sm90 got an A in the W4 order for a shape the W4 kernel declines");
+  with_epilogue(epilogue, p.d.type, [&](const auto& epi) {
+    switch (plan->config) {
+      case W4Config::kRows32: return sm90::launch_w4<sm90::W4Rows32>(p, epi, plan->split);
+      case W4Config::kRows64: return sm90::launch_w4<sm90::W4Rows64>(p, epi, plan->split);
+      case W4Config::kRows128: return sm90::launch_w4<sm90::W4Rows128>(p, epi, plan->split);
+      case W4Config::kRows256: return sm90::launch_w4<sm90::W4Rows256>(p, epi, plan->split);
+    }
+  });
+}
+
 void run_sm90(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
+  if (p.a_w4_order) return run_sm90_w4(p, epilogue, dev);
   if (use_skinny(p.m, p.n, p.k, dev.sm_count, /*vs_sm90=*/true, p.b_int4)) return run_skinny(p, epilogue, dev);
   const auto* scaled = std::get_if<ScaledEpilogueParams>(&epilogue);
   const bool column_scales = scaled != nullptr && scaled->b.per_row_block();
@@ -126,7 +142,17 @@ int skinny_int4_split(int m, int n, int k, const DeviceInfo& dev, bool per_block
   return !per_block && dev.major >= 9 && dev.sm90_kernels ? plan_skinny_int4_split(m, n, k, dev.sm_count) : 1;
 }
 
+bool runs_on_w4(Backend b, int m, int n, int k, const Operand& packed_b, const DeviceInfo& dev, bool per_block) {
+  return b == Backend::kSm90 && !per_block && plan_sm90_w4(m, n, k, dev.sm_count).has_value() &&
+         sm90::packed_tma_describable(packed_b, n, k);
+}
+
+bool a_w4_order(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block) {
+  return p.b_int4 && p.a.is_signed && runs_on_w4(b, p.m, p.n, p.k, p.b, dev, per_block);
+}
+
 bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block) {
+  if (a_w4_order(b, p, dev, per_block)) return true;
   if (runs_on_skinny(b, p.m, p.n, p.k, dev, /*b_int4=*/true))
     return skinny::packed_b_fits(p.b, p.n) && p.a.is_signed;
   // The sm90 kernel unpacks B in shared memory where the int32 sums run over all of K.

@@ -19,13 +19,23 @@ void run_gpu(Backend b, const GemmProblem& p, const EpilogueArgs& epilogue, cons
 // b_int4: B is packed 4-bit (plan.h use_skinny).
 bool runs_on_skinny(Backend b, int m, int n, int k, const DeviceInfo& dev, bool b_int4 = false);
 
-// Whether resolved GPU backend b computes p with its packed 4-bit B (p.b_int4) as it is: the
-// skinny kernel on its route, B's rows as it loads them; off that route, the sm90 kernel (its
+// Whether resolved GPU backend b computes p with its packed 4-bit B (p.b_int4) as it is: the W4
+// kernel where it takes p (a_w4_order); the skinny kernel on its route, B's rows as it loads them;
+// off that route, the sm90 kernel (its
 // Int4 config) where plan.h's use_sm90_int4 takes the shape, the sums run over all of K (not
 // per_block: the epilogue promotes no K blocks) and TMA can describe A and the packed B.
 // Otherwise the binding layer unpacks B into int8 first (kernels/int4/unpack_int4.h) and every
 // backend runs the int8 weight.
 bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block);
+
+// Whether resolved GPU backend b computes an M x N x K GEMM with packed 4-bit B `b` on the W4
+// kernel (kernels/sm90/sm90_w4.h; plan.h plan_sm90_w4): the sm90 backend, the sums over all of K
+// (not per_block), K a multiple of 128 and B's bytes TMA-describable. A must then be given in the
+// kernel's K order (a_w4_order).
+bool runs_on_w4(Backend b, int m, int n, int k, const Operand& packed_b, const DeviceInfo& dev, bool per_block);
+// Whether p (a packed B, a signed A) runs on the W4 kernel: the binding layer then writes A in its
+// K order (GemmProblem::a_w4_order).
+bool a_w4_order(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block);
 
 // Whether resolved GPU backend b, where it does not read p's packed 4-bit B as it is
 // (reads_packed_b), unpacks it inside the GEMM instead of after a separate pass: the sm90 kernel

@@ -90,6 +90,67 @@ std::optional<Sm90Config> sm90_int4_config(int m, int n, int sm_count) {
 
 bool use_sm90_int4(int m, int n, int sm_count) { return sm90_int4_config(m, n, sm_count).has_value(); }
 
+// The W4 kernel's tiles cover 128 weight rows by 32, 64, 128 or 256 rows of A (the fewest rows
+// that hold M, tiles of 256 above); a K split where it shortens the waves of tiles enough to pay
+// for the reduction (about two K blocks of time per tile), each share at least 4 K blocks.
+// It takes a shape where it beats the routes before it (the few-rows kernel, the tiled kernel's
+// shared-memory unpacking, the unpacking pass): a block's fixed costs (its ring's first K blocks,
+// the group scales, the epilogue) want long K per block, and its K block time grows with its rows
+// (about 900 + 5.5 x rows cycles, docs/design/int4.md). H200, 2026-11-29, bench_decode --decode-only
+// --methods quantlinear,w4a8, us, this kernel against the routes before it (the same bench an hour
+// earlier): at 32 rows it wins where its blocks fill the SMs with 32 K blocks or more each (8B
+// gate+up 33.6 against 41.8, 70B o 22.4 / 23.5, 70B down 52.1 / 63.9) and loses elsewhere (8B down
+// 33.4 / 20.7, 70B qkv 35.1 / 32.3, 8B o 19.7 / 10.1); at 33-128 rows it wins with 16 K blocks or
+// more per block (8B qkv 64 rows 19.4 / 20.8, 128 rows 25.1 / 29.1; 70B qkv 41.5 / 48.2; 70B down
+// 59.3 / 121.2) but not on the narrow layers the few-rows kernel takes at 33-64 (8B down 38.1 /
+// 35.2), nor with 8 K blocks a block (8B o 23.0 / 15.1); above 128 rows it wins only on the long-K
+// layers of at most 8192 columns (70B o 50.3 / 56.8 at 256 rows, 70B down 124.7 / 174.7, 8B down
+// 75.4 / 93.5 at 512; 8B gate+up 74.1 / 70.9 and 214 / 132.9, 70B qkv 80.8 / 66.9 lose).
+std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count) {
+  if (m <= 16 || m > 512 || k % sm90::W4Rows64::kBK != 0) return std::nullopt;
+  W4Plan plan;
+  int rows = 256;
+  if (m <= 32) {
+    plan.config = W4Config::kRows32;
+    rows = 32;
+  } else if (m <= 64) {
+    plan.config = W4Config::kRows64;
+    rows = 64;
+  } else if (m <= 128) {
+    plan.config = W4Config::kRows128;
+    rows = 128;
+  } else {
+    plan.config = W4Config::kRows256;
+  }
+  constexpr int kTileN = sm90::W4Rows64::kBN;
+  static_assert(sm90::W4Rows32::kBN == kTileN && sm90::W4Rows128::kBN == kTileN && sm90::W4Rows256::kBN == kTileN,
+                "the plan counts tiles of one width");
+  const long long tiles = static_cast<long long>((m + rows - 1) / rows) * ((n + kTileN - 1) / kTileN);
+  const long long k_blocks = k / sm90::W4Rows64::kBK;
+  double best = 1e300;
+  // A block holds the group scales of at most kMaxScaleBlocks K blocks.
+  const long long fewest = (k_blocks + sm90::W4Rows64::kMaxScaleBlocks - 1) / sm90::W4Rows64::kMaxScaleBlocks;
+  if (fewest > 4) return std::nullopt;
+  plan.split = static_cast<int>(fewest);
+  for (int split = 1; split <= 4; split *= 2) {
+    if (split < fewest) continue;
+    if (split > 1 && k_blocks / split < 4) break;
+    const long long waves = (tiles * split + sm_count - 1) / sm_count;
+    const double per_block = static_cast<double>((k_blocks + split - 1) / split) + (split > 1 ? 2.0 : 0.0);
+    const double cost = static_cast<double>(waves) * per_block;
+    if (cost < best) {
+      best = cost;
+      plan.split = split;
+    }
+  }
+  const long long blocks = tiles * plan.split, kb_per_block = (k_blocks + plan.split - 1) / plan.split;
+  if (m <= 32 && (kb_per_block < 32 || 10 * blocks < 9LL * sm_count)) return std::nullopt;
+  if (m <= 128 && kb_per_block < 16) return std::nullopt;
+  if (m <= 64 && n < 8192 && use_skinny_int4(m, n, sm_count)) return std::nullopt;
+  if (m > 128 && (k < 8192 || n > 8192)) return std::nullopt;
+  return plan;
+}
+
 // Two blocks per tile where the tiles alone leave every SM's second block slot idle (at most one
 // tile per SM) and K gives each of the cluster's 16 warps a K block; else whole tiles. H200,
 // 2026-11-26, the splits interleaved in one run, M = 1, us at split 1 / 2 / 4 (docs/design/int4.md):

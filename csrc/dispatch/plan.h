@@ -27,6 +27,15 @@ bool use_skinny_int4(int m, int n, int sm_count);
 // unpacking it into int8 for the int8 kernels: at most 512 rows, and tiles that fill the SMs.
 bool use_sm90_int4(int m, int n, int sm_count);
 
+// Packed 4-bit B on sm90 where the W4 kernel (kernels/sm90/sm90_w4.cuh, the weight as wgmma's
+// register operand) takes it: 17-512 rows, K a multiple of 128. Its config by rows of A, and the
+// blocks of a cluster that share each tile's K blocks (1, 2 or 4); none outside those shapes.
+enum class W4Config { kRows32, kRows64, kRows128, kRows256 };
+struct W4Plan {
+  W4Config config = W4Config::kRows64;
+  int split = 1;
+};
+std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count);
 
 enum class Sm80Config { kLarge, kSmall, kBlock };
 struct Sm80Plan {

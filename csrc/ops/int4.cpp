@@ -14,6 +14,7 @@
 #include "dispatch/launch.h"
 #include "kernels/int4/unpack_int4.h"
 #include "kernels/sm90/sm90_unpack_ahead.h"
+#include "kernels/sm90/sm90_w4.h"
 #include "ops/cpu_parallel.h"
 #include "ops/ops.h"
 #include "ops/tensor_args.h"
@@ -100,6 +101,17 @@ InGemmUnpacking::InGemmUnpacking(GemmProblem& p, const Tensor& packed)
   p.b_unpack = &source;
 }
 
+std::optional<Tensor> w4_ordered_a(Backend b, GemmProblem& p, const DeviceInfo& dev, bool per_block,
+                                   const Tensor& like) {
+  if (!a_w4_order(b, p, dev, per_block)) return std::nullopt;
+  Tensor ordered = empty({p.m, p.k}, ScalarType::Char, like);  // K % 128 == 0: rows 16-byte aligned
+  sm90::launch_w4_order(static_cast<const int8_t*>(p.a.ptr), p.a.stride_row, p.a.stride_k, data<int8_t>(ordered), p.k,
+                        p.m, p.k, p.stream);
+  p.a = describe(ordered, false);
+  p.a_w4_order = true;
+  return ordered;
+}
+
 namespace {
 
 constexpr const char* kUnpackOp = "tcgemm.unpack_int4";
@@ -160,12 +172,13 @@ Tensor gemm_int4(const Tensor& a, const Tensor& b, const std::optional<Tensor>& 
   } else if (!reads_packed_b(backend, p, dev, /*per_block=*/false)) {  // the int8 GEMM of the unpacked weight
     return gemm(a, transposed(unpack_int4_to_int8(b, gs, k)), std::nullopt, 1, 0, backend_arg);
   }
-  std::optional<Tensor> a_copy;  // the skinny kernel reads A K-major, 16-byte aligned
-  if (!operand_fits(backend, p.a, p.m, p.k)) {
+  p.stream = current_cuda_stream(a.get_device_index());
+  // A in the W4 kernel's K order where it runs p; else K-major, 16-byte aligned for the skinny kernel
+  std::optional<Tensor> a_copy = w4_ordered_a(backend, p, dev, /*per_block=*/false, a);
+  if (!a_copy && !operand_fits(backend, p.a, p.m, p.k)) {
     a_copy = k_major_copy(a, false);
     p.a = describe(*a_copy, false);
   }
-  p.stream = current_cuda_stream(a.get_device_index());
   run_gpu(backend, p, e, dev);
   return out;
 }

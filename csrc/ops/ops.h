@@ -49,6 +49,12 @@ struct InGemmUnpacking {
   InGemmUnpacking& operator=(const InGemmUnpacking&) = delete;
 };
 
+// Where resolved backend b runs p on the W4 kernel (dispatch/launch.h: a_w4_order), p's A rewritten
+// in that kernel's K order into a new tensor on the device of `like` (on p.stream, which must be
+// set), which p then describes and which must outlive the launch; otherwise nothing.
+std::optional<Tensor> w4_ordered_a(Backend b, GemmProblem& p, const DeviceInfo& dev, bool per_block,
+                                   const Tensor& like);
+
 // Static scales must be positive finite numbers: checked on CPU tensors (quantize.cpp).
 void check_static_scale_values(const char* op, const char* name, const Tensor& s);
 

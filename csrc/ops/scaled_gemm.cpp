@@ -110,9 +110,10 @@ void run_cuda(const char* op, Backend requested, const Tensor& a, const Tensor& 
       native_int4 ? OperandCopies{} : fit_operands(backend, a, unpacked ? *unpacked : b, p, call.b_rows);
   TCGEMM_CHECK_INTERNAL(!in_gemm || !copies.b, "tcgemm: the buffer an unpacking GEMM fills was copied");
   p.stream = current_cuda_stream(a.get_device_index());
+  const std::optional<Tensor> ordered = native_int4 ? w4_ordered_a(backend, p, dev, e.per_block(), a) : std::nullopt;
   // An operand copy (or the unpacking) is a kernel between the quantize and the GEMM that writes
   // what the GEMM reads before its griddep_wait: no overlap then.
-  p.pdl = call.overlap && has_pdl(dev) && !copies.a && !copies.b && !unpacked;
+  p.pdl = call.overlap && has_pdl(dev) && !copies.a && !copies.b && !unpacked && !ordered;
   run_gpu(backend, p, e, dev);
 }
 
@@ -220,6 +221,7 @@ bool gemm_quantizes_a(Backend requested, const Tensor& weight, const ScaledEpilo
   Backend backend = Backend::kAuto;
   if (!resolve_gpu_backend(requested, dev, e, &backend).empty()) return false;  // the plain path names the error
   return runs_on_skinny(backend, m, n, k, dev, packed) &&
+         !(packed && runs_on_w4(backend, m, n, k, describe(weight, false), dev, e.per_block())) &&
          (packed ? skinny::packed_b_fits(describe(weight, false), n)
                  : operand_fits(Backend::kSkinny, describe(weight, false), n, xq.k));
 }

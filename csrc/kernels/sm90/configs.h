@@ -159,4 +159,55 @@ using Int4Mid = TileConfig<128, 128, 2, 1, 6, false, kAnyScaling, 8, false, true
 // 8B up 226.5 us against 214.2 unpacked first, docs/design/int4.md).
 using LargeUnpacking = TileConfig<128, 256, 2, 1, 4, false, kAnyScaling, 0, false, false, true>;
 
+// The W4 kernel (sm90_w4.cuh): a packed 4-bit weight as wgmma's register operand A, computing
+// D^T = W x^T a tile of kBN weight rows by kRowsM rows of x at a time. A block is one producer
+// warpgroup (one thread issues the TMA loads of x and the packed weight) and Wgs consumer
+// warpgroups, each owning 64 weight rows: per K block a thread reads two 16-byte pieces of its
+// two rows, unpacks them into the A fragments of four m64nRowsMk32 wgmma (common/int4.h:
+// unpack_int4x8_scaled_even_odd) and issues them against x's K block tile; the next K block is
+// unpacked while they run (three register sets of A).
+template <int RowsM, int Wgs, int Stages>
+struct W4Config {
+  static constexpr unsigned kEpilogues = kAnyScaling;
+  static constexpr int kRowsM = RowsM;                  // rows of x per tile: wgmma N
+  static constexpr int kWgs = Wgs;                      // consumer warpgroups
+  static constexpr int kBN = 64 * Wgs;                  // weight rows per tile
+  static constexpr int kBK = 128;
+  static constexpr int kMmaK = 32;
+  static constexpr int kStages = Stages;
+  static constexpr int kThreads = 128 * (1 + Wgs);
+  static constexpr int kConsumerThreads = 128 * Wgs;
+  static constexpr int kAccRegs = RowsM / 2;
+  static constexpr int kXTileBytes = RowsM * kBK;       // [RowsM][128], 128-byte swizzle
+  static constexpr int kWTileBytes = kBN * kBK / 2;     // [kBN][64] packed, unswizzled
+  static constexpr int kStageBytes = kXTileBytes + kWTileBytes;
+  // The group scales of a block's K blocks, read once: at most kMaxScaleBlocks (dispatch splits K
+  // further), rows an odd number of words apart.
+  static constexpr int kMaxScaleBlocks = 256;
+  static constexpr int kScaleBytes = kBN * (kMaxScaleBlocks + 4);
+  // The epilogue's tile of int32 sums [RowsM][kTilePitch] in shared memory, over the ring, which
+  // the block's K blocks no longer use (a pitch of 4 words past a multiple of 32: no bank conflicts).
+  static constexpr int kTilePitch = kBN + 4;
+  static constexpr int kTileBytes = RowsM * kTilePitch * 4;
+  static constexpr int kSmemBytes = Stages * kStageBytes + kScaleBytes + 2 * Stages * 8 + 1024;
+  static_assert(kScaleBytes % 8 == 0, "the mbarriers after the group scales need 8-byte alignment");
+  static constexpr int kLaunchRegs = (65536 / kThreads < 255 ? 65536 / kThreads : 255) / 8 * 8;
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = Wgs == 1 ? 240 : Wgs == 2 ? 232 : Wgs == 3 ? 160 : 112;
+
+  static_assert(RowsM == 32 || RowsM == 64 || RowsM == 128 || RowsM == 256, "wgmma N of the W4 tiles");
+  static_assert(kXTileBytes % 1024 == 0 && kWTileBytes % 1024 == 0, "tiles must keep 1024-byte alignment");
+  static_assert(kBN <= 256, "a TMA box holds at most 256 rows");
+  static_assert(kTileBytes <= Stages * kStageBytes, "the tile of sums must fit over the ring");
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an H100/H200 block can have");
+  static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
+                "the setmaxnreg split exceeds the registers the block holds");
+};
+
+// By rows of x: 17-32, 33-64, 65-128, and 129 up (tiles of 256 rows).
+using W4Rows32 = W4Config<32, 2, 8>;
+using W4Rows64 = W4Config<64, 2, 8>;
+using W4Rows128 = W4Config<128, 2, 6>;
+using W4Rows256 = W4Config<256, 2, 4>;
+
 }  // namespace tcgemm::sm90

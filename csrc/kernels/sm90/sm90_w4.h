@@ -1,0 +1,26 @@
+// Host-side interface of the W4 kernel (sm90_w4.cuh): a packed 4-bit weight as wgmma's register
+// operand, for 17-512 rows of A. Launchers per config (configs.h: W4Config) in sm90_w4_<rows>.cu.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "common/problem.h"
+
+namespace tcgemm::sm90 {
+
+// Needs p.b_int4 (two-level or unscaled; sums over all of K), p.a_w4_order (A written in the
+// kernel's K order, a signed int8 A that TMA can describe), K a multiple of 128 and B's bytes
+// TMA-describable (sm90_tensor_map.h: packed_tma_describable). split: the blocks of a cluster that
+// share each tile's K blocks (1, 2 or 4), their sums added in distributed shared memory.
+template <class Cfg, class Epi>
+void launch_w4(const GemmProblem& p, const Epi& epi, int split);
+
+// Writes A's rows (m x k int8, element (i, k) at src[i * src_stride + k * src_stride_k]) in the
+// W4 kernel's K order (common/int4.h: w4_order_source) into dst (rows dst_stride bytes apart, a
+// multiple of 16); k a multiple of 128.
+void launch_w4_order(const int8_t* src, int64_t src_stride, int64_t src_stride_k, int8_t* dst, int64_t dst_stride,
+                     int64_t m, int64_t k, cudaStream_t stream);
+
+}  // namespace tcgemm::sm90
