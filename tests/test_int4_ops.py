@@ -48,6 +48,16 @@ def int4_case(m, n, k, scaled, rng):
     return a, q, gs, unpacked(q, gs)
 
 
+def two_level_layer_case(m, n, k, out_dtype, rng):
+    """A two-level 4-bit layer on the GPU: x [m, k] of out_dtype, the packed weight, its group scales,
+    the int8 weight they stand for, per-channel scales and a bias."""
+    q, gs = random_q4(n, k, rng), random_group_scale(n, k, rng)
+    x = torch.randn(m, k, generator=rng).to(out_dtype).cuda()
+    scale = (torch.rand(n, generator=rng) * 0.01 + 1e-3).cuda()
+    bias = torch.randn(n, generator=rng).cuda()
+    return x, pack(q).cuda(), gs.cuda(), unpacked(q, gs).cuda(), scale, bias
+
+
 def test_pack_layout_by_hand():
     q = torch.tensor([[1, -1, 7, -8]], dtype=I8)
     assert pack(q).tolist() == [[0xF1, 0x87]]
@@ -209,14 +219,21 @@ def test_packed_weight_route_by_rows(shape, route, rng):
 # a cluster, and K blocks that do not divide between the splits (K = 8192 + 1152).
 W4_SHAPES = [(17, 16384, 4096), (32, 8192, 8192), (20, 8192, 16384), (33, 9000, 8192 + 1152), (64, 8192, 4096),
              (100, 13000, 2048), (128, 4096, 8192), (129, 300, 8192), (300, 5000, 8192 + 1152), (512, 1100, 8192)]
-@pytest.mark.gpu
-@pytest.mark.parametrize("m, n, k", W4_SHAPES)
-@pytest.mark.parametrize("scaled", [False, True])
-def test_w4_kernel_exact(m, n, k, scaled, rng):
+
+
+def require_w4_routes():
+    """Skips unless the W4 kernel runs here and routes as on a 132-SM Hopper (H100 SXM, H200)."""
     if "sm90" not in tcgemm.available_backends():
         pytest.skip("the W4 kernel needs an sm_90 GPU and a build with sm_90a code")
     if torch.cuda.get_device_properties(0).multi_processor_count != 132:
         pytest.skip("the W4 kernel's shapes are chosen by how its blocks fill 132 SMs")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", W4_SHAPES)
+@pytest.mark.parametrize("scaled", [False, True])
+def test_w4_kernel_exact(m, n, k, scaled, rng):
+    require_w4_routes()
     a, q, gs, w8 = int4_case(m, n, k, scaled, rng)
     a, packed = a.cuda(), pack(q).cuda()
     gs = None if gs is None else gs.cuda()
@@ -238,15 +255,8 @@ def test_w4_kernel_exact(m, n, k, scaled, rng):
 def test_w4_kernel_layer(m, n, k, out_dtype, rng):
     """quant_linear on the W4 kernel: bit for bit the same layer on the unpacked int8 weight, 2-D and
     3-D x, with a bias, and the int32 sums exact."""
-    if "sm90" not in tcgemm.available_backends():
-        pytest.skip("the W4 kernel needs an sm_90 GPU and a build with sm_90a code")
-    if torch.cuda.get_device_properties(0).multi_processor_count != 132:
-        pytest.skip("the W4 kernel's shapes are chosen by how its blocks fill 132 SMs")
-    q, gs = random_q4(n, k, rng), random_group_scale(n, k, rng)
-    x = torch.randn(m, k, generator=rng).to(out_dtype).cuda()
-    scale = (torch.rand(n, generator=rng) * 0.01 + 1e-3).cuda()
-    bias = torch.randn(n, generator=rng).cuda()
-    packed, gs, w8 = pack(q).cuda(), gs.cuda(), unpacked(q, gs).cuda()
+    require_w4_routes()
+    x, packed, gs, w8, scale, bias = two_level_layer_case(m, n, k, out_dtype, rng)
     names = _kernel_names(lambda: tcgemm.quant_linear(x, packed, scale, weight_group_scale=gs, bias=bias))
     assert any("sm90_w4_kernel" in name for name in names), names
     y4 = tcgemm.quant_linear(x, packed, scale, weight_group_scale=gs, bias=bias)
@@ -262,11 +272,7 @@ def test_w4_kernel_layer(m, n, k, out_dtype, rng):
 def test_sm90_reads_the_packed_weight_in_place(m, n, k, out_dtype, rng):
     if "sm90" not in tcgemm.available_backends():
         pytest.skip("the sm90 kernel needs an sm_90 GPU and a build with sm_90a code")
-    q, gs = random_q4(n, k, rng), random_group_scale(n, k, rng)
-    x = torch.randn(m, k, generator=rng).to(out_dtype).cuda()
-    scale = (torch.rand(n, generator=rng) * 0.01 + 1e-3).cuda()
-    bias = torch.randn(n, generator=rng).cuda()
-    packed, gs, w8 = pack(q).cuda(), gs.cuda(), unpacked(q, gs).cuda()
+    x, packed, gs, w8, scale, bias = two_level_layer_case(m, n, k, out_dtype, rng)
     names = _kernel_names(lambda: tcgemm.quant_linear(x, packed, scale, weight_group_scale=gs, bias=bias))
     assert not any("unpack_int4" in name for name in names), names
     assert any("sm90_gemm_kernel" in name for name in names), names
