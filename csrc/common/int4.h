@@ -43,7 +43,7 @@ TCGEMM_HD uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t selector) {
 static_assert(8 * kInt4GroupScaleMax <= 128 && 7 * kInt4GroupScaleMax + 128 <= 255, "q * s + 128 must fit a byte");
 // unpack_int4x8_scaled's bytes (below) left in the packed word's order: even = k, k + 2, k + 4,
 // k + 6 and odd = k + 1, k + 3, k + 5, k + 7 (seven instructions for eight values), for a kernel
-// whose other operand takes that order (the W4 kernel's A: w4_order_source below).
+// whose other operand takes that order (the W4 kernel's A: the W4 K order below).
 TCGEMM_HD void unpack_int4x8_scaled_even_odd(uint32_t packed, uint32_t s, uint32_t& even, uint32_t& odd) {
   const uint32_t bias = 0x80808080u - s * 0x08080808u;                 // 128 - 8 s per byte
   const uint32_t e = (packed ^ 0x88888888u) & 0x0F0F0F0Fu;             // q + 8 of k, k + 2, k + 4, k + 6
@@ -66,16 +66,13 @@ TCGEMM_HD void unpack_int4x8_scaled(uint32_t packed, uint32_t s, uint32_t& lo, u
   hi = byte_perm(even, odd, 0x7362);
 }
 
-// The W4 kernel's K order (kernels/sm90/sm90_w4.cuh, GemmProblem::a_w4_order): within each block
-// of kScaleBlock values, slot 32 s + 16 h + 4 t + j of A's row holds the value at
-// k = 32 t + 8 s + 2 j + h. The kernel's thread t of a quad reads one 16-byte piece of a weight row
-// per K block (k = 32 t .. 32 t + 31, four packed words); word s, unpacked even / odd
+// The W4 K order (kernels/sm90/sm90_w4.cuh, GemmProblem::a_w4_order), that kernel's order of A
+// within each block of kScaleBlock values: slot 32 s + 16 h + 4 t + j of A's row holds the value
+// at k = 32 t + 8 s + 2 j + h. The kernel's thread t of a quad reads one 16-byte piece of a weight
+// row per K block (k = 32 t .. 32 t + 31, four packed words); word s, unpacked even / odd
 // (unpack_int4x8_scaled_even_odd), is the A fragment of k-step s at columns 4 t .. (h = 0) and
-// 16 + 4 t .. (h = 1). A dot product over a block does not depend on the order of K.
-TCGEMM_HD int w4_order_source(int slot) {
-  const int s = slot / 32, h = (slot / 16) % 2, t = (slot / 4) % 4, j = slot % 4;
-  return 32 * t + 8 * s + 2 * j + h;
-}
+// 16 + 4 t .. (h = 1). A dot product over a block does not depend on the order of K. The pass that
+// writes A so is kernels/sm90/sm90_w4_order.cu.
 
 #if defined(__CUDACC__)
 // The eight 4-bit values of a packed word (k .. k + 7, little-endian) as two words of int8 bytes,

@@ -74,7 +74,7 @@ struct GemmProblem {
   // activations' quantize) runs. It streams B before ptx::griddep_wait and reads A, the scales and
   // bias and writes D after it, so B must not be written by that kernel.
   bool pdl = false;
-  // A's K order within each block of 128 is the W4 kernel's (common/int4.h: w4_order_source), not
+  // A's K order within each block of 128 is the W4 kernel's (common/int4.h: the W4 K order), not
   // plain: set by the binding layer, which writes A so (a_w4_order in dispatch/launch.h), and read
   // only by that kernel, which takes a packed 4-bit B as wgmma's register operand.
   bool a_w4_order = false;

@@ -8,7 +8,7 @@
 //     swizzle) and the weight's packed rows ([kBN][64], as stored) into a ring slot. The
 //     consumers first read the tile's group scales of all the block's K blocks into shared
 //     memory (w4_load_group_scales), while the ring fills.
-//   * x is in the W4 K order (common/int4.h: w4_order_source; GemmProblem::a_w4_order): within a
+//   * x is in the W4 K order (common/int4.h: the W4 K order; GemmProblem::a_w4_order): within a
 //     K block, thread t of a quad reads the 16 packed bytes of K 32t .. 32t + 31 of each of its
 //     two weight rows (one shared load each, no bank conflicts), and packed word s unpacked even /
 //     odd is the A fragment of k-step s. Per K block a thread issues four wgmma from one of three

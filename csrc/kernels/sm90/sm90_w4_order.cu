@@ -1,4 +1,4 @@
-// A's rows in the W4 kernel's K order (common/int4.h: w4_order_source), for an int8 A that the
+// A's rows in the W4 kernel's K order (common/int4.h: the W4 K order), for an int8 A that the
 // binding layer did not write so itself (tcgemm.gemm_int4, and A quantized apart).
 #include <cstdint>
 
