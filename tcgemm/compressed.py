@@ -23,15 +23,20 @@ checkpoint's). tcgemm runs:
   e.g. GPTQ by llm-compressor, no ``input_activations``) run as W4A8: their layers quantize
   their inputs to int8 dynamically per token. GPTQ's activation ordering ``weight`` (or
   ``static``) keeps the groups contiguous; a ``weight_g_idx`` that assigns columns to groups other
-  than k // 128 (``actorder: group``) is refused, and so are asymmetric 4-bit weights
-  (``W4A16_ASYM``, a ``weight_zero_point``);
+  than k // 128 (``actorder: group``) is refused;
+- asymmetric 4-bit weights (``symmetric: false``, a ``weight_zero_point`` per group of 128 or per
+  channel: ``W4A16_ASYM``, what llm-compressor's AWQ writes), packed or one to an int8, with their
+  zero points packed eight to an int32 along the output channels or one to an int8: ``q -
+  zero_point`` lies in [-15, 15], so a layer holds it exactly as int8 with the same float scales
+  (``WeightArgs("group")`` or ``"channel"``, 8-bit: twice the bytes of 4-bit weights, the int8
+  kernels' speed);
 - input activations: int8, symmetric, dynamic per token (``token``), dynamic per 1x128 group
   (``group``, ``group_size 128``), or static per tensor (``tensor``, an ``input_scale``); or
   asymmetric (``symmetric: false``) per token or static per tensor (an ``input_zero_point``), with
   8-bit weights per channel or per tensor.
 
 Anything else (other bit widths, 8-bit ``pack-quantized`` weights, other group sizes, 8-bit
-weight-only schemes, weight zero points, fp8) raises a ValueError that names the config group and
+weight-only schemes, 8-bit weight zero points, fp8) raises a ValueError that names the config group and
 the setting. The config is read and written with the ``compressed-tensors`` package
 (``pip install compressed-tensors``), an optional dependency: its own matching decides which
 layers a group covers.
@@ -53,6 +58,7 @@ from torch import nn
 
 from ._scales import SCALE_BLOCK
 from .checkpoint import Reader, load_state, parents, write_sharded
+from ._ops import unpack_int4
 from .int4 import INT4_MAX, INT4_MIN, factor_group_scales, pack_int4
 from .layer import QuantLinear
 from .scheme import ActivationArgs, QuantScheme, SchemeError, WeightArgs
@@ -75,7 +81,7 @@ _RUNS = ("tcgemm runs W8A8 (symmetric int8 weights per channel, tensor, 1x128 gr
          "activations per token, per 1x128 group or static per tensor, asymmetric per token or static per tensor "
          "with channel or tensor weights) and W4A8 (symmetric 4-bit weights in groups of 128, int8 activations "
          "per token, per 1x128 group or static per tensor; weight-only 4-bit runs with dynamic per-token "
-         "activations)")
+         "activations; asymmetric 4-bit weights in groups of 128 or per channel load as int8 q - zero_point)")
 
 
 def _ct():
@@ -117,25 +123,49 @@ def _group_format(group: str, ct_scheme, checkpoint_format: str) -> str:
     return fmt
 
 
-def _scheme_of(group: str, ct_scheme, fmt: str) -> QuantScheme:
+def _asymmetric_4bit_scheme(ct_scheme) -> QuantScheme:
+    """The layer scheme of asymmetric 4-bit weights: int8 ``q - zero_point`` with the checkpoint's
+    float scales per group of 128 or per channel, and its activations (weight-only: dynamic per
+    token); SchemeError for other strategies and group sizes."""
+    weights = ct_scheme.weights
+    strategy = _value(weights.strategy)
+    if strategy == "group" and weights.group_size != SCALE_BLOCK or strategy not in ("group", "channel"):
+        raise SchemeError(f"weights are asymmetric 4-bit int with strategy '{strategy}' (group_size "
+                          f"{weights.group_size}); asymmetric 4-bit weights are read per group of {SCALE_BLOCK} "
+                          "or per channel")
+    acts = ct_scheme.input_activations
+    activations = ActivationArgs() if acts is None else ActivationArgs.from_compressed_tensors(acts)
+    return QuantScheme(WeightArgs(strategy, bits=8), activations)
+
+
+def _scheme_of(group: str, ct_scheme, fmt: str) -> tuple[QuantScheme, bool]:
     """The tcgemm scheme of a config group whose weights are stored in ``fmt`` (as the
     checkpoint states it: per-tensor weights stay per tensor; weight-only 4-bit weights get
-    dynamic per-token activations), or ValueError naming the group and the setting tcgemm does
-    not run."""
+    dynamic per-token activations; asymmetric 4-bit weights become int8 ``q - zero_point``), and
+    whether its layers read weight zero points; or ValueError naming the group and the setting
+    tcgemm does not run."""
     bits = _value(getattr(ct_scheme.weights, "num_bits", None))
+    zero_points = ct_scheme.weights is not None and not ct_scheme.weights.symmetric
     try:
         if fmt not in _UNPACKED + (_PACKED,):
             raise SchemeError(f"format '{fmt}' is not {', '.join(map(repr, _UNPACKED))} or '{_PACKED}'")
         if fmt == _PACKED and bits != _PACKED_BITS:
             raise SchemeError(f"weights are {bits}-bit in format '{_PACKED}'; tcgemm reads {_PACKED_BITS}-bit weights "
                               f"'{_PACKED}' and 8-bit weights {' or '.join(map(repr, _UNPACKED))}")
-        if ct_scheme.input_activations is None and bits == _PACKED_BITS:  # weight-only (W4A16): runs as W4A8
-            ct_scheme = {"weights": ct_scheme.weights, "input_activations": ActivationArgs().to_compressed_tensors()}
-        scheme = QuantScheme.from_compressed_tensors(ct_scheme)
+        if zero_points and bits != _PACKED_BITS:
+            raise SchemeError(f"weights are asymmetric {bits}-bit int: q - zero_point would span beyond int8 "
+                              "(tcgemm reads asymmetric 4-bit weights)")
+        if zero_points:
+            scheme = _asymmetric_4bit_scheme(ct_scheme)
+        else:
+            if ct_scheme.input_activations is None and bits == _PACKED_BITS:  # weight-only (W4A16): runs as W4A8
+                ct_scheme = {"weights": ct_scheme.weights,
+                             "input_activations": ActivationArgs().to_compressed_tensors()}
+            scheme = QuantScheme.from_compressed_tensors(ct_scheme)
         scheme.layer_scheme()
     except SchemeError as e:
         raise ValueError(f"tcgemm.compressed: config group '{group}': {e.what}; {_RUNS}") from None
-    return scheme
+    return scheme, zero_points
 
 
 def _read_checkpoint(path: str) -> tuple[dict[str, Any], Reader]:
@@ -229,13 +259,13 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
     schemes = {}
     for g, s in qconfig.config_groups.items():
         fmt = _group_format(g, s, qconfig.format)
-        schemes[g] = (s, _scheme_of(g, s, fmt), fmt)
+        schemes[g] = (s, *_scheme_of(g, s, fmt), fmt)
     report = CompressedReport()
     taken: set[str] = set()
     replacements: list[tuple[nn.Module, QuantLinear]] = []
     seen: dict[int, str] = {}
     for name, module in model.named_modules(remove_duplicate=False):
-        groups = [g for g, (s, _, _) in schemes.items() if is_match(name, module, s.targets, qconfig.ignore or [])]
+        groups = [g for g, (s, *_) in schemes.items() if is_match(name, module, s.targets, qconfig.ignore or [])]
         if not groups:
             continue
         if not isinstance(module, nn.Linear):
@@ -249,12 +279,12 @@ def load_compressed(model: nn.Module, path: str, *, device: Optional[torch.devic
         seen[id(module)] = name
         if len(groups) > 1:
             raise ValueError(f"tcgemm.compressed: layer '{name}' matches config groups {groups}")
-        _, scheme, fmt = schemes[groups[0]]
+        _, scheme, zero_points, fmt = schemes[groups[0]]
         dev = device if device is not None else module.weight.device
         if torch.device(dev).type == "meta":
             raise ValueError(f"tcgemm.compressed: layer '{name}' is on the meta device; pass device= (where the "
                              "loaded model goes)")
-        layer = _layer_from_tensors(name, groups[0], module, tensors, scheme, fmt, dev, taken)
+        layer = _layer_from_tensors(name, groups[0], module, tensors, scheme, fmt, dev, taken, zero_points)
         if type(module.weight) not in (nn.Parameter, torch.Tensor):  # sharded by torch's tensor-parallel styles
             from . import parallel
 
@@ -310,7 +340,7 @@ def from_pretrained(path: str, *, device: Union[str, torch.device, None] = None,
 
 
 def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[str, torch.Tensor],
-                        scheme: QuantScheme, fmt: str, device, taken: set[str]) -> QuantLinear:
+                        scheme: QuantScheme, fmt: str, device, taken: set[str], zero_points: bool = False) -> QuantLinear:
     def get(key: str, required: bool = True) -> Optional[torch.Tensor]:
         full = f"{name}.{key}"
         if full not in tensors:
@@ -324,7 +354,9 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
     if scheme.bits == _PACKED_BITS and k % 2:
         raise ValueError(f"tcgemm.compressed: config group '{group}' covers '{name}' with in_features {k}; "
                          "tcgemm's 4-bit weights need an even in_features")
-    if fmt == _PACKED:
+    if zero_points:  # asymmetric 4-bit weights: int8 q - zero_point (the scheme's 8-bit weights)
+        qw = _asymmetric_4bit_weight(name, scheme, fmt, get, n, k)
+    elif fmt == _PACKED:
         qw = _unpack_checkpoint_int4(name, get("weight_packed"), get("weight_shape", required=False), n, k)
     else:
         qw = get("weight")
@@ -338,7 +370,7 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
                                  f"[{INT4_MIN}, {INT4_MAX}] of the config group's 4-bit weights")
             qw = pack_int4(qw)
     _check_g_idx(name, group, get("weight_g_idx", required=False), scheme, k)
-    wz = get("weight_zero_point", required=False)
+    wz = None if zero_points else get("weight_zero_point", required=False)
     if wz is not None and bool(wz.ne(0).any()):
         raise ValueError(f"tcgemm.compressed: '{name}.weight_zero_point' is not zero (weight zero points are not "
                          "supported)")
@@ -398,6 +430,38 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
             layer.input_zero_point.copy_(iz.reshape(()).to(torch.int32))
         layer.refresh_weight_colsum()
     return layer
+
+
+def _asymmetric_4bit_weight(name: str, scheme: QuantScheme, fmt: str, get, n: int, k: int) -> torch.Tensor:
+    """The int8 [N, K] ``q - zero_point`` of an asymmetric 4-bit weight: q in [-8, 7] (packed eight
+    to an int32, or one to an int8), its zero points [N, groups] in [-8, 7] (per group of 128 or
+    per channel; packed eight to an int32 along N, as compressed-tensors packs them, or one to an
+    int8), so that every value lies in [-15, 15]."""
+    if fmt == _PACKED:
+        q = unpack_int4(_unpack_checkpoint_int4(name, get("weight_packed"), get("weight_shape", required=False), n, k))
+    else:
+        q = get("weight")
+        if q.dtype != torch.int8 or tuple(q.shape) != (n, k):
+            raise ValueError(f"tcgemm.compressed: '{name}.weight' must be int8 [{n}, {k}], got {q.dtype} "
+                             f"{list(q.shape)} (is the checkpoint int-quantized?)")
+    groups = scheme.weights.scale_shape(n, k)[1] if scheme.weight == "group" else 1
+    zp = get("weight_zero_point")
+    if zp.dtype == torch.int32 and tuple(zp.shape) == (-(-n // 8), groups):
+        from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
+
+        zp = unpack_from_int32(zp, _PACKED_BITS, torch.Size([n, groups]), packed_dim=0)
+    elif zp.dtype != torch.int8 or zp.numel() != n * groups:
+        raise ValueError(f"tcgemm.compressed: '{name}.weight_zero_point' must be int32 [{-(-n // 8)}, {groups}] "
+                         f"(packed eight to a word along the output channels) or int8 [{n}, {groups}], got "
+                         f"{zp.dtype} {list(zp.shape)}")
+    zp = zp.reshape(n, groups)
+    for what, t in (("weight", q), ("weight_zero_point", zp)):
+        lo, hi = (int(t.min()), int(t.max())) if t.numel() else (0, 0)
+        if lo < INT4_MIN or hi > INT4_MAX:
+            raise ValueError(f"tcgemm.compressed: '{name}.{what}' holds values in [{lo}, {hi}], outside the "
+                             f"[{INT4_MIN}, {INT4_MAX}] of the config group's 4-bit weights")
+    zp_k = zp.repeat_interleave(SCALE_BLOCK, dim=1)[:, :k] if groups > 1 else zp
+    return (q.to(torch.int16) - zp_k.to(torch.int16)).to(torch.int8)
 
 
 def _runs(scheme: QuantScheme) -> bool:

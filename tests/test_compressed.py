@@ -216,7 +216,7 @@ def test_round_trip_through_the_library(tmp_path, weight, activation, asymmetric
 
 
 @pytest.mark.parametrize("overrides,match", [
-    (dict(weights=dict(symmetric=False)), r"weights are asymmetric \(weight zero points are not supported\)"),
+    (dict(weights=dict(symmetric=False)), r"weights are asymmetric 8-bit int: q - zero_point would span beyond int8"),
     (dict(input_activations=dict(symmetric=False, strategy="group", group_size=128, dynamic=True)),
      "asymmetric activations with weight strategy 'channel' and activation strategy 'group'"),
     (dict(weights=dict(strategy="group", group_size=128), input_activations=dict(symmetric=False)),
@@ -655,15 +655,15 @@ def _weights(q, **fields):
 
 
 @pytest.mark.parametrize("case", [
-    ("qconfig", lambda q: _weights(q, symmetric=False),
-     r"weights are asymmetric \(weight zero points are not supported\)"),
+    ("qconfig", lambda q: _weights(q, symmetric=False, group_size=64),
+     r"weights are asymmetric 4-bit int with strategy 'group' \(group_size 64\)"),
     ("qconfig", lambda q: _weights(q, group_size=64), r"weights are 4-bit int with strategy 'group' \(group_size 64\)"),
     ("qconfig", lambda q: _weights(q, strategy="channel", group_size=None),
      "weights are 4-bit int with strategy 'channel'"),
     ("qconfig", lambda q: _weights(q, num_bits=2), "weights are 2-bit in format 'pack-quantized'"),
     ("qconfig", lambda q: _weights(q, num_bits=8), "weights are 8-bit in format 'pack-quantized'"),
     ("qconfig", lambda q: _weights(q, actorder="group"), None),
-], ids=["zero-points", "group-64", "channel", "2-bit", "8-bit", "g_idx"])
+], ids=["asymmetric-group-64", "group-64", "channel", "2-bit", "8-bit", "g_idx"])
 def test_unsupported_4bit_checkpoints_are_named(tmp_path, case):
     """Refusals name the config group and the setting."""
     make_int4_checkpoint(str(tmp_path))
@@ -676,11 +676,96 @@ def test_unsupported_4bit_checkpoints_are_named(tmp_path, case):
         tc.load_compressed(float_model(), str(tmp_path))
 
 
-def test_asymmetric_4bit_checkpoint_is_refused(tmp_path):
-    """W4A16_ASYM as the library writes it (a packed weight_zero_point per group)."""
-    make_int4_checkpoint(str(tmp_path), "W4A16_ASYM")
-    with pytest.raises(ValueError, match=r"tcgemm.compressed: config group 'group_0': weights are asymmetric "
-                                         r"\(weight zero points are not supported\)"):
+def make_asymmetric_4bit_checkpoint(path, strategy="group", quantization_format=None, seed=0):
+    """An asymmetric 4-bit weight-only checkpoint written by compressed-tensors (W4A16_ASYM's
+    weights: per group of 128, or per channel), scales (max - min) / 15 and zero points
+    round(-8 - min / scale) per group, the weights' rows shifted so that the zero points cover
+    [-8, 7]; compressed in the format the library infers (pack-quantized: the weights and the
+    zero points, along the output channels, packed eight to an int32) or in `quantization_format`.
+    Returns the float model, the library's decompressed weights and the zero points."""
+    model = float_model(seed)
+    with torch.no_grad():
+        for m in model:
+            if isinstance(m, nn.Linear):
+                m.weight.add_(torch.linspace(-0.12, 0.12, m.out_features).reshape(-1, 1))
+    fresh = {k: v.clone() for k, v in model.state_dict().items()}
+    weights = QuantizationArgs(num_bits=4, type="int", symmetric=False, strategy=strategy,
+                               group_size=128 if strategy == "group" else None)
+    config = QuantizationConfig(config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=weights)},
+                                ignore=["4"])
+    apply_quantization_config(model, config)
+    zero_points = {}
+    with torch.no_grad():
+        for name, m in model.named_children():
+            if hasattr(m, "weight_scale"):
+                w = m.weight.float()
+                g = w.reshape(w.shape[0], -1, 128) if strategy == "group" else w.reshape(w.shape[0], 1, -1)
+                lo, hi = g.amin(dim=2).clamp(max=0), g.amax(dim=2).clamp(min=0)
+                scale = (hi - lo) / 15
+                zp = torch.round(-8 - lo / scale).clamp(-8, 7)
+                m.weight_scale.copy_(scale.to(m.weight_scale.dtype))
+                m.weight_zero_point.copy_(zp.to(m.weight_zero_point.dtype))
+                zero_points[name] = zp.to(torch.int8)
+    compressor = ModelCompressor.from_pretrained_model(model, quantization_format=quantization_format)
+    _write_compressed(model, compressor, path)
+    compressor.decompress_model(model)
+    decompressed = {k: v.detach().clone() for k, v in model.state_dict().items() if k.endswith(".weight")}
+    plain = float_model(seed)
+    plain.load_state_dict(fresh)
+    return plain, decompressed, zero_points
+
+
+@pytest.mark.parametrize("strategy", ["group", "channel"])
+@pytest.mark.parametrize("quantization_format", [None, "int-quantized"], ids=["pack-quantized", "int-quantized"])
+def test_asymmetric_4bit_checkpoint_loads_as_int8(tmp_path, strategy, quantization_format, device):
+    """Asymmetric 4-bit weights (W4A16_ASYM, what AWQ checkpoints hold) load exactly: q -
+    zero_point in [-15, 15] as int8 weights with the checkpoint's float scales per group of 128
+    (or per channel) and dynamic per-token activations, the dequantized weights the library's
+    decompressed ones bit for bit, packed or not, every zero point in [-8, 7] met."""
+    model, decompressed, zero_points = make_asymmetric_4bit_checkpoint(str(tmp_path), strategy, quantization_format)
+    qconfig = json.load(open(tmp_path / "config.json"))["quantization_config"]
+    assert qconfig["format"] == (quantization_format or "pack-quantized")
+    assert sorted(torch.cat([z.reshape(-1) for z in zero_points.values()]).unique().tolist()) == list(range(-8, 8))
+    report = tc.load_compressed(model.to(device), str(tmp_path))
+    assert sorted(report.loaded) == ["0", "2"] and report.unused_keys == []
+    for name in ("0", "2"):
+        layer = model.get_submodule(name)
+        assert isinstance(layer, tcgemm.QuantLinear)
+        assert layer.scheme == tcgemm.QuantScheme(tcgemm.WeightArgs(strategy), tcgemm.ActivationArgs("token"))
+        assert layer.weight.dtype == torch.int8 and int(layer.weight.abs().max()) <= 15
+        assert torch.equal(layer.dequantize_weight(torch.float32).cpu(), decompressed[f"{name}.weight"])
+    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        got = model(x.to(device)).cpu()
+        ref = reference_forward(model, x)
+    assert torch.allclose(got, ref, rtol=1e-3, atol=2e-2 * float(ref.abs().max())), float((got - ref).abs().max())
+
+
+def test_asymmetric_4bit_layers_save_as_int8_the_library_reads(tmp_path):
+    """A model loaded from an asymmetric 4-bit checkpoint saves as symmetric int8 (int-quantized,
+    groups of 128), which the library decompresses to the same weights."""
+    model, decompressed, _ = make_asymmetric_4bit_checkpoint(str(tmp_path / "asym"))
+    tc.load_compressed(model, str(tmp_path / "asym"))
+    tc.save_compressed(model, str(tmp_path / "out"))
+    config, plain = _library_reads(tmp_path / "out", 0)
+    assert config.format == "int-quantized" and config.config_groups["group_0"].weights.symmetric
+    for name in ("0", "2"):
+        assert torch.equal(plain.get_submodule(name).weight, decompressed[f"{name}.weight"])
+
+
+@pytest.mark.parametrize("case", [
+    (lambda t: t.pop("0.weight_zero_point"), r"the checkpoint has no '0.weight_zero_point'"),
+    (lambda t: t.__setitem__("0.weight_zero_point", torch.zeros(384, 3, dtype=torch.int8)),
+     r"'0.weight_zero_point' must be int32 \[48, 2\] \(packed eight to a word along the output channels\) or "
+     r"int8 \[384, 2\], got torch.int8 \[384, 3\]"),
+    (lambda t: t.__setitem__("0.weight_zero_point", torch.full((384, 2), 9, dtype=torch.int8)),
+     r"'0.weight_zero_point' holds values in \[9, 9\], outside the \[-8, 7\]"),
+], ids=["missing", "shape", "range"])
+def test_bad_asymmetric_4bit_tensors_are_named(tmp_path, case):
+    make_asymmetric_4bit_checkpoint(str(tmp_path))
+    edit, match = case
+    _mutate(tmp_path, tensors=edit)
+    with pytest.raises(ValueError, match="tcgemm.compressed: " + match):
         tc.load_compressed(float_model(), str(tmp_path))
 
 
