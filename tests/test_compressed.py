@@ -676,27 +676,30 @@ def test_unsupported_4bit_checkpoints_are_named(tmp_path, case):
         tc.load_compressed(float_model(), str(tmp_path))
 
 
-def make_asymmetric_4bit_checkpoint(path, strategy="group", quantization_format=None, seed=0):
+def make_asymmetric_4bit_checkpoint(path, strategy="group", quantization_format=None, seed=0, model=None,
+                                    ignore=("4",), shift=0.12):
     """An asymmetric 4-bit weight-only checkpoint written by compressed-tensors (W4A16_ASYM's
     weights: per group of 128, or per channel), scales (max - min) / 15 and zero points
-    round(-8 - min / scale) per group, the weights' rows shifted so that the zero points cover
-    [-8, 7]; compressed in the format the library infers (pack-quantized: the weights and the
+    round(-8 - min / scale) per group, the weights' rows shifted by -shift .. shift so that the
+    zero points cover [-8, 7]; compressed in the format the library infers (pack-quantized: the weights and the
     zero points, along the output channels, packed eight to an int32) or in `quantization_format`.
-    Returns the float model, the library's decompressed weights and the zero points."""
-    model = float_model(seed)
+    Returns the float model (with `model`: None), the library's decompressed weights and the zero
+    points."""
+    given = model is not None
+    model = model if given else float_model(seed)
     with torch.no_grad():
-        for m in model:
+        for m in model.modules():
             if isinstance(m, nn.Linear):
-                m.weight.add_(torch.linspace(-0.12, 0.12, m.out_features).reshape(-1, 1))
+                m.weight.add_(torch.linspace(-shift, shift, m.out_features).reshape(-1, 1))
     fresh = {k: v.clone() for k, v in model.state_dict().items()}
     weights = QuantizationArgs(num_bits=4, type="int", symmetric=False, strategy=strategy,
                                group_size=128 if strategy == "group" else None)
     config = QuantizationConfig(config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=weights)},
-                                ignore=["4"])
+                                ignore=list(ignore))
     apply_quantization_config(model, config)
     zero_points = {}
     with torch.no_grad():
-        for name, m in model.named_children():
+        for name, m in model.named_modules():
             if hasattr(m, "weight_scale"):
                 w = m.weight.float()
                 g = w.reshape(w.shape[0], -1, 128) if strategy == "group" else w.reshape(w.shape[0], 1, -1)
@@ -710,6 +713,8 @@ def make_asymmetric_4bit_checkpoint(path, strategy="group", quantization_format=
     _write_compressed(model, compressor, path)
     compressor.decompress_model(model)
     decompressed = {k: v.detach().clone() for k, v in model.state_dict().items() if k.endswith(".weight")}
+    if given:
+        return None, decompressed, zero_points
     plain = float_model(seed)
     plain.load_state_dict(fresh)
     return plain, decompressed, zero_points
@@ -847,6 +852,30 @@ def test_tiny_llama_w4a16_checkpoint_through_transformers(tmp_path):
     loaded, report = _load_tiny_llama(transformers, tmp_path, decompressed)
     for name in report.loaded:
         assert loaded.get_submodule(name).scheme == tcgemm.PRESETS["w4a8-group"], name
+        assert torch.equal(w4a16.get_submodule(name).weight, decompressed[f"{name}.weight"]), name
+    with torch.no_grad():
+        ref = w4a16(ids).logits
+        out = loaded(ids).logits
+        sqnr = float(10 * torch.log10(ref.double().pow(2).sum() / (ref.double() - out.double()).pow(2).sum()))
+        assert sqnr > 28, sqnr
+        assert loaded.generate(ids[:1, :8], max_new_tokens=6, do_sample=False).shape == (1, 14)
+
+
+def test_tiny_llama_asymmetric_4bit_checkpoint_through_transformers(tmp_path):
+    """A LlamaForCausalLM with asymmetric 4-bit weights in groups of 128 (W4A16_ASYM, the layout
+    of AWQ checkpoints by llm-compressor; lm_head ignored) loads into a model built from its
+    config with every projection an int8 QuantLinear holding q - zero_point and the library's
+    dequantized weights; its logits stay close to the float model's with those weights, and
+    greedy generation runs."""
+    transformers = pytest.importorskip("transformers")
+    config, model, ids = _tiny_llama(transformers, intermediate_size=768)
+    config.save_pretrained(tmp_path)
+    _, decompressed, _ = make_asymmetric_4bit_checkpoint(str(tmp_path), model=model, ignore=["lm_head"], shift=0.0)
+    w4a16 = transformers.LlamaForCausalLM(config).eval()
+    w4a16.load_state_dict({k: v for k, v in model.state_dict().items() if k in w4a16.state_dict()})
+    loaded, report = _load_tiny_llama(transformers, tmp_path, decompressed)
+    for name in report.loaded:
+        assert loaded.get_submodule(name).scheme == tcgemm.QuantScheme(tcgemm.WeightArgs("group")), name
         assert torch.equal(w4a16.get_submodule(name).weight, decompressed[f"{name}.weight"]), name
     with torch.no_grad():
         ref = w4a16(ids).logits
