@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The full check on the GPU machine: build for sm_90a, the whole test suite, compute-sanitizer
-# memcheck and racecheck over every backend, then a benchmark sweep.
+# The full check on the GPU machine: build for sm_90a, the whole test suite (8 processes on the
+# GPU), compute-sanitizer memcheck and racecheck over every backend, then a benchmark sweep.
 #
 #   bash scripts/dev/device_full.sh [bars|square|mrange|all|quick|none]      (default bars)
 #
@@ -18,9 +18,12 @@ python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>
 echo "build: $(( $(date +%s) - start )) s, $(grep -ci "warning" "$OUT/build.log") lines with 'warning'"
 grep -i "warning" "$OUT/build.log" | head -5
 
-timeout 480 python3 -m pytest -q tests > "$OUT/pytest.log" 2>&1
-rc=$?; echo "pytest rc=$rc"; tail -3 "$OUT/pytest.log"; [ $rc = 0 ] || failed=1
-grep -E "FAILED|Error" "$OUT/pytest.log" | head -10
+# Eight processes share the GPU (pytest-xdist); -v names each test as it finishes, so a run cut
+# short by the timeout still names its failures.
+timeout 480 python3 -m pytest -v -n 8 -rfE -p no:cacheprovider tests > "$OUT/pytest.log" 2>&1
+rc=$?; echo "pytest rc=$rc: $(grep -c " PASSED " "$OUT/pytest.log") passed, $(grep -c " SKIPPED " "$OUT/pytest.log")" \
+  "skipped, $(grep -c " FAILED " "$OUT/pytest.log") failed"; [ $rc = 0 ] || failed=1
+grep -E " FAILED | ERROR " "$OUT/pytest.log" | head -20
 
 for tool in memcheck racecheck; do
   timeout 200 compute-sanitizer --tool $tool --error-exitcode 99 python3 tests/sanitize_gemm.py \
