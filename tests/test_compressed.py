@@ -145,6 +145,17 @@ def reference_forward(model, x):
     return x
 
 
+def assert_matches_reference(model, device):
+    """The model's output on a fixed input against reference_forward's: the layers' outputs differ
+    from the reference only by their final fp32 rounding (stated bound of scaled_gemm), which the
+    next layer's quantization may move by one step."""
+    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        got = model(x.to(device)).cpu()
+        ref = reference_forward(model, x)
+    assert torch.allclose(got, ref, rtol=1e-3, atol=2e-2 * float(ref.abs().max())), float((got - ref).abs().max())
+
+
 @pytest.mark.parametrize("weights,activations,asymmetric", [
     ("channel", "token", False), ("channel", "static", False), ("tensor", "token", False), ("block", "group", False),
     ("block", "static", False), ("group", "token", False), ("group", "group", False), ("channel", "token", True),
@@ -164,13 +175,7 @@ def test_load_a_checkpoint_the_library_wrote(tmp_path, weights, activations, asy
             if activations == "static":
                 assert int(layer.input_zero_point) == -20
         assert torch.equal(layer.dequantize_weight(torch.float32).cpu(), decompressed[f"{name}.weight"])
-    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        got = model(x.to(device)).cpu()
-        ref = reference_forward(model, x)
-    # The layers' outputs differ from the reference only by their final fp32 rounding (stated
-    # bound of scaled_gemm), which the next layer's quantization may move by one step.
-    assert torch.allclose(got, ref, rtol=1e-3, atol=2e-2 * float(ref.abs().max())), float((got - ref).abs().max())
+    assert_matches_reference(model, device)
 
 
 @pytest.mark.parametrize("weight,activation,asymmetric", [("channel", "token", False), ("channel", "static", False),
@@ -527,11 +532,7 @@ def test_load_a_4bit_checkpoint_the_library_wrote(tmp_path, preset, quantization
         assert layer.weight_scale.shape == (layer.out_features, layer.in_features // 128)
         assert layer.weight_group_scale is None
         assert torch.equal(layer.dequantize_weight(torch.float32).cpu(), decompressed[f"{name}.weight"])
-    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        got = model(x.to(device)).cpu()
-        ref = reference_forward(model, x)
-    assert torch.allclose(got, ref, rtol=1e-3, atol=2e-2 * float(ref.abs().max())), float((got - ref).abs().max())
+    assert_matches_reference(model, device)
 
 
 def _library_reads(path, seed):
@@ -739,11 +740,7 @@ def test_asymmetric_4bit_checkpoint_loads_as_int8(tmp_path, strategy, quantizati
         assert layer.scheme == tcgemm.QuantScheme(tcgemm.WeightArgs(strategy), tcgemm.ActivationArgs("token"))
         assert layer.weight.dtype == torch.int8 and int(layer.weight.abs().max()) <= 15
         assert torch.equal(layer.dequantize_weight(torch.float32).cpu(), decompressed[f"{name}.weight"])
-    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        got = model(x.to(device)).cpu()
-        ref = reference_forward(model, x)
-    assert torch.allclose(got, ref, rtol=1e-3, atol=2e-2 * float(ref.abs().max())), float((got - ref).abs().max())
+    assert_matches_reference(model, device)
 
 
 def test_asymmetric_4bit_layers_save_as_int8_the_library_reads(tmp_path):
@@ -836,46 +833,31 @@ def test_4bit_values_out_of_range_and_odd_in_features_are_named(tmp_path):
         tc.load_compressed(odd, str(tmp_path / "b"))
 
 
-def test_tiny_llama_w4a16_checkpoint_through_transformers(tmp_path):
-    """A LlamaForCausalLM quantized by the library with W4A16 (the usual GPTQ checkpoint:
-    pack-quantized 4-bit weights in groups of 128, lm_head ignored) loads into a model built from
-    its config: every projection a 4-bit QuantLinear with dynamic per-token int8 activations and
-    the library's dequantized weights. The logits stay close to those of the same model in float
-    with the library's dequantized weights (W4A16 as the library computes it): the int8
-    activations add little to the error of the 4-bit weights."""
+@pytest.mark.parametrize("symmetric", [True, False], ids=["W4A16", "W4A16_ASYM"])
+def test_tiny_llama_4bit_checkpoint_through_transformers(tmp_path, symmetric):
+    """A LlamaForCausalLM quantized by the library with 4-bit weights in groups of 128, lm_head
+    ignored: W4A16 (the usual GPTQ checkpoint, pack-quantized) or W4A16_ASYM (with zero points, the
+    layout of AWQ checkpoints by llm-compressor). It loads into a model built from its config:
+    every projection a QuantLinear with dynamic per-token int8 activations and the library's
+    dequantized weights (4-bit with float group scales; asymmetric: int8 q - zero_point). The
+    logits stay close to those of the same model in float with the library's dequantized weights
+    (W4A16 as the library computes it): the int8 activations add little to the error of the
+    4-bit weights. Greedy generation runs."""
     transformers = pytest.importorskip("transformers")
     config, model, ids = _tiny_llama(transformers, intermediate_size=768)
     config.save_pretrained(tmp_path)
-    _, decompressed = make_int4_checkpoint(str(tmp_path), "W4A16", ignore=["lm_head"], model=model)
+    if symmetric:
+        _, decompressed = make_int4_checkpoint(str(tmp_path), "W4A16", ignore=["lm_head"], model=model)
+        scheme = tcgemm.PRESETS["w4a8-group"]
+    else:
+        _, decompressed, _ = make_asymmetric_4bit_checkpoint(str(tmp_path), model=model, ignore=["lm_head"],
+                                                             shift=0.0)
+        scheme = tcgemm.QuantScheme(tcgemm.WeightArgs("group"))
     w4a16 = transformers.LlamaForCausalLM(config).eval()
     w4a16.load_state_dict({k: v for k, v in model.state_dict().items() if k in w4a16.state_dict()})
     loaded, report = _load_tiny_llama(transformers, tmp_path, decompressed)
     for name in report.loaded:
-        assert loaded.get_submodule(name).scheme == tcgemm.PRESETS["w4a8-group"], name
-        assert torch.equal(w4a16.get_submodule(name).weight, decompressed[f"{name}.weight"]), name
-    with torch.no_grad():
-        ref = w4a16(ids).logits
-        out = loaded(ids).logits
-        sqnr = float(10 * torch.log10(ref.double().pow(2).sum() / (ref.double() - out.double()).pow(2).sum()))
-        assert sqnr > 28, sqnr
-        assert loaded.generate(ids[:1, :8], max_new_tokens=6, do_sample=False).shape == (1, 14)
-
-
-def test_tiny_llama_asymmetric_4bit_checkpoint_through_transformers(tmp_path):
-    """A LlamaForCausalLM with asymmetric 4-bit weights in groups of 128 (W4A16_ASYM, the layout
-    of AWQ checkpoints by llm-compressor; lm_head ignored) loads into a model built from its
-    config with every projection an int8 QuantLinear holding q - zero_point and the library's
-    dequantized weights; its logits stay close to the float model's with those weights, and
-    greedy generation runs."""
-    transformers = pytest.importorskip("transformers")
-    config, model, ids = _tiny_llama(transformers, intermediate_size=768)
-    config.save_pretrained(tmp_path)
-    _, decompressed, _ = make_asymmetric_4bit_checkpoint(str(tmp_path), model=model, ignore=["lm_head"], shift=0.0)
-    w4a16 = transformers.LlamaForCausalLM(config).eval()
-    w4a16.load_state_dict({k: v for k, v in model.state_dict().items() if k in w4a16.state_dict()})
-    loaded, report = _load_tiny_llama(transformers, tmp_path, decompressed)
-    for name in report.loaded:
-        assert loaded.get_submodule(name).scheme == tcgemm.QuantScheme(tcgemm.WeightArgs("group")), name
+        assert loaded.get_submodule(name).scheme == scheme, name
         assert torch.equal(w4a16.get_submodule(name).weight, decompressed[f"{name}.weight"]), name
     with torch.no_grad():
         ref = w4a16(ids).logits
