@@ -49,7 +49,6 @@ import dataclasses
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
@@ -58,7 +57,8 @@ from torch import nn
 
 from ._scales import SCALE_BLOCK
 from .checkpoint import Reader, load_state, parents, write_sharded
-from ._ops import unpack_int4
+from ._ct_layout import (PACKED as _PACKED, PACKED_BITS as _PACKED_BITS, asymmetric_4bit_weight as _asymmetric_4bit_weight,
+                         pack_checkpoint_int4 as _pack_checkpoint_int4, unpack_checkpoint_int4 as _unpack_checkpoint_int4)
 from .int4 import INT4_MAX, INT4_MIN, factor_group_scales, pack_int4
 from .layer import QuantLinear
 from .scheme import ActivationArgs, QuantScheme, SchemeError, WeightArgs
@@ -71,9 +71,7 @@ _QUANT_SUFFIXES = (".weight_scale", ".weight_zero_point", ".input_scale", ".inpu
 # 4-bit integers packed eight to an int32; a checkpoint whose groups differ says "mixed-precision"
 # and each group names its own.
 _UNPACKED = ("int-quantized", "naive-quantized")
-_PACKED = "pack-quantized"
 _MIXED = "mixed-precision"
-_PACKED_BITS = 4
 # GPTQ's activation ordering that assigns columns to groups through a g_idx: compressed-tensors
 # no longer reads these values, older checkpoints hold them (and their weight_g_idx).
 _GROUP_ACTORDER = ("group", "dynamic", True)
@@ -432,38 +430,6 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
     return layer
 
 
-def _asymmetric_4bit_weight(name: str, scheme: QuantScheme, fmt: str, get, n: int, k: int) -> torch.Tensor:
-    """The int8 [N, K] ``q - zero_point`` of an asymmetric 4-bit weight: q in [-8, 7] (packed eight
-    to an int32, or one to an int8), its zero points [N, groups] in [-8, 7] (per group of 128 or
-    per channel; packed eight to an int32 along N, as compressed-tensors packs them, or one to an
-    int8), so that every value lies in [-15, 15]."""
-    if fmt == _PACKED:
-        q = unpack_int4(_unpack_checkpoint_int4(name, get("weight_packed"), get("weight_shape", required=False), n, k))
-    else:
-        q = get("weight")
-        if q.dtype != torch.int8 or tuple(q.shape) != (n, k):
-            raise ValueError(f"tcgemm.compressed: '{name}.weight' must be int8 [{n}, {k}], got {q.dtype} "
-                             f"{list(q.shape)} (is the checkpoint int-quantized?)")
-    groups = scheme.weights.scale_shape(n, k)[1] if scheme.weight == "group" else 1
-    zp = get("weight_zero_point")
-    if zp.dtype == torch.int32 and tuple(zp.shape) == (-(-n // 8), groups):
-        from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
-
-        zp = unpack_from_int32(zp, _PACKED_BITS, torch.Size([n, groups]), packed_dim=0)
-    elif zp.dtype != torch.int8 or zp.numel() != n * groups:
-        raise ValueError(f"tcgemm.compressed: '{name}.weight_zero_point' must be int32 [{-(-n // 8)}, {groups}] "
-                         f"(packed eight to a word along the output channels) or int8 [{n}, {groups}], got "
-                         f"{zp.dtype} {list(zp.shape)}")
-    zp = zp.reshape(n, groups)
-    for what, t in (("weight", q), ("weight_zero_point", zp)):
-        lo, hi = (int(t.min()), int(t.max())) if t.numel() else (0, 0)
-        if lo < INT4_MIN or hi > INT4_MAX:
-            raise ValueError(f"tcgemm.compressed: '{name}.{what}' holds values in [{lo}, {hi}], outside the "
-                             f"[{INT4_MIN}, {INT4_MAX}] of the config group's 4-bit weights")
-    zp_k = zp.repeat_interleave(SCALE_BLOCK, dim=1)[:, :k] if groups > 1 else zp
-    return (q.to(torch.int16) - zp_k.to(torch.int16)).to(torch.int8)
-
-
 def _runs(scheme: QuantScheme) -> bool:
     """Whether a layer computes with ``scheme``."""
     try:
@@ -471,35 +437,6 @@ def _runs(scheme: QuantScheme) -> bool:
     except SchemeError:
         return False
     return True
-
-
-def _unpack_checkpoint_int4(name: str, packed: torch.Tensor, shape: Optional[torch.Tensor], n: int,
-                            k: int) -> torch.Tensor:
-    """tcgemm's packed uint8 [N, K/2] of a pack-quantized 4-bit weight: int32 [N, ceil(K/8)] words
-    holding ``q + 8`` with value i of a word at bits 4i (the last word zero-padded)."""
-    words = -(-k // 8)
-    if packed.dtype != torch.int32 or tuple(packed.shape) != (n, words):
-        raise ValueError(f"tcgemm.compressed: '{name}.weight_packed' must be int32 [{n}, {words}] (4-bit values "
-                         f"packed eight to a word), got {packed.dtype} {list(packed.shape)}")
-    if shape is not None and shape.tolist() != [n, k]:
-        raise ValueError(f"tcgemm.compressed: '{name}.weight_shape' is {shape.tolist()}, but the layer is [{n}, {k}]")
-    data = packed.contiguous().view(torch.uint8)  # value i of a word in byte i // 2, low nibble first...
-    if sys.byteorder == "big":  # ...counting the word's bytes from its least significant one
-        data = data.view(n, words, 4).flip(-1).reshape(n, 4 * words)
-    # Offset binary (q + 8) to two's complement: flip the top bit of each nibble.
-    return data[:, : k // 2] ^ 0x88
-
-
-def _pack_checkpoint_int4(packed: torch.Tensor) -> torch.Tensor:
-    """The pack-quantized ``weight_packed`` int32 [N, ceil(K/8)] of tcgemm's packed uint8 [N, K/2]
-    (the inverse of :func:`_unpack_checkpoint_int4`; padding bytes 0, as ``pack_to_int32``'s)."""
-    n, half = packed.shape
-    words = -(-half // 4)
-    data = torch.zeros(n, 4 * words, dtype=torch.uint8, device=packed.device)
-    data[:, :half] = packed ^ 0x88
-    if sys.byteorder == "big":
-        data = data.view(n, words, 4).flip(-1).reshape(n, 4 * words)
-    return data.view(torch.int32)
 
 
 def _check_g_idx(name: str, group: str, g_idx: Optional[torch.Tensor], scheme: QuantScheme, k: int) -> None:

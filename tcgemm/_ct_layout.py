@@ -1,0 +1,81 @@
+"""How compressed-tensors lays out integer weights, and tcgemm's reading of them
+(:mod:`tcgemm.compressed`): 4-bit values packed eight to an int32 (``pack-quantized``), and the
+weight zero points of asymmetric 4-bit weights."""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import torch
+
+from ._ops import unpack_int4
+from ._scales import SCALE_BLOCK
+from .int4 import INT4_MAX, INT4_MIN
+from .scheme import QuantScheme
+
+# The format of 4-bit weights packed eight to an int32 (compressed-tensors' pack_to_int32), and
+# the bits tcgemm reads in it.
+PACKED = "pack-quantized"
+PACKED_BITS = 4
+
+
+def unpack_checkpoint_int4(name: str, packed: torch.Tensor, shape: Optional[torch.Tensor], n: int,
+                            k: int) -> torch.Tensor:
+    """tcgemm's packed uint8 [N, K/2] of a pack-quantized 4-bit weight: int32 [N, ceil(K/8)] words
+    holding ``q + 8`` with value i of a word at bits 4i (the last word zero-padded)."""
+    words = -(-k // 8)
+    if packed.dtype != torch.int32 or tuple(packed.shape) != (n, words):
+        raise ValueError(f"tcgemm.compressed: '{name}.weight_packed' must be int32 [{n}, {words}] (4-bit values "
+                         f"packed eight to a word), got {packed.dtype} {list(packed.shape)}")
+    if shape is not None and shape.tolist() != [n, k]:
+        raise ValueError(f"tcgemm.compressed: '{name}.weight_shape' is {shape.tolist()}, but the layer is [{n}, {k}]")
+    data = packed.contiguous().view(torch.uint8)  # value i of a word in byte i // 2, low nibble first...
+    if sys.byteorder == "big":  # ...counting the word's bytes from its least significant one
+        data = data.view(n, words, 4).flip(-1).reshape(n, 4 * words)
+    # Offset binary (q + 8) to two's complement: flip the top bit of each nibble.
+    return data[:, : k // 2] ^ 0x88
+
+
+def pack_checkpoint_int4(packed: torch.Tensor) -> torch.Tensor:
+    """The pack-quantized ``weight_packed`` int32 [N, ceil(K/8)] of tcgemm's packed uint8 [N, K/2]
+    (the inverse of :func:`unpack_checkpoint_int4`; padding bytes 0, as ``pack_to_int32``'s)."""
+    n, half = packed.shape
+    words = -(-half // 4)
+    data = torch.zeros(n, 4 * words, dtype=torch.uint8, device=packed.device)
+    data[:, :half] = packed ^ 0x88
+    if sys.byteorder == "big":
+        data = data.view(n, words, 4).flip(-1).reshape(n, 4 * words)
+    return data.view(torch.int32)
+
+
+def asymmetric_4bit_weight(name: str, scheme: QuantScheme, fmt: str, get, n: int, k: int) -> torch.Tensor:
+    """The int8 [N, K] ``q - zero_point`` of an asymmetric 4-bit weight: q in [-8, 7] (packed eight
+    to an int32, or one to an int8), its zero points [N, groups] in [-8, 7] (per group of 128 or
+    per channel; packed eight to an int32 along N, as compressed-tensors packs them, or one to an
+    int8), so that every value lies in [-15, 15]."""
+    if fmt == PACKED:
+        q = unpack_int4(unpack_checkpoint_int4(name, get("weight_packed"), get("weight_shape", required=False), n, k))
+    else:
+        q = get("weight")
+        if q.dtype != torch.int8 or tuple(q.shape) != (n, k):
+            raise ValueError(f"tcgemm.compressed: '{name}.weight' must be int8 [{n}, {k}], got {q.dtype} "
+                             f"{list(q.shape)} (is the checkpoint int-quantized?)")
+    groups = scheme.weights.scale_shape(n, k)[1] if scheme.weight == "group" else 1
+    zp = get("weight_zero_point")
+    if zp.dtype == torch.int32 and tuple(zp.shape) == (-(-n // 8), groups):
+        from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
+
+        zp = unpack_from_int32(zp, PACKED_BITS, torch.Size([n, groups]), packed_dim=0)
+    elif zp.dtype != torch.int8 or zp.numel() != n * groups:
+        raise ValueError(f"tcgemm.compressed: '{name}.weight_zero_point' must be int32 [{-(-n // 8)}, {groups}] "
+                         f"(packed eight to a word along the output channels) or int8 [{n}, {groups}], got "
+                         f"{zp.dtype} {list(zp.shape)}")
+    zp = zp.reshape(n, groups)
+    for what, t in (("weight", q), ("weight_zero_point", zp)):
+        lo, hi = (int(t.min()), int(t.max())) if t.numel() else (0, 0)
+        if lo < INT4_MIN or hi > INT4_MAX:
+            raise ValueError(f"tcgemm.compressed: '{name}.{what}' holds values in [{lo}, {hi}], outside the "
+                             f"[{INT4_MIN}, {INT4_MAX}] of the config group's 4-bit weights")
+    zp_k = zp.repeat_interleave(SCALE_BLOCK, dim=1)[:, :k] if groups > 1 else zp
+    return (q.to(torch.int16) - zp_k.to(torch.int16)).to(torch.int8)
