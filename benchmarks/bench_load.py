@@ -264,8 +264,8 @@ def _gb(b: Optional[float]) -> str:
 def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, str]:
     meta, ck, load, qol, gen = doc["meta"], doc["checkpoints"], doc["load"], doc["quantize_on_load"], doc["generate"]
     rows = [
-        ["W4A8 checkpoint (compressed-tensors)", f"{ck['w4a8_files']} files, {_gb(ck['w4a8_bytes'])} "
-         f"(bf16: {ck['bf16_files']}, {_gb(ck['bf16_bytes'])}); the loaded model {_gb(ck['quantized_model_bytes'])}", ""],
+        ["W4A8 checkpoint (compressed-tensors)", f"{ck['w4a8_files']} files, {_gb(ck['w4a8_bytes'])} (bf16: "
+         f"{ck['bf16_files']}, {_gb(ck['bf16_bytes'])}); the loaded model {_gb(ck['quantized_model_bytes'])}", ""],
         ["load from the meta device: time", f"{load['seconds']:.1f} s", ""],
         ["load: peak CUDA memory", f"{_gb(load.get('cuda_peak_bytes'))}, "
          f"{load.get('cuda_peak_over_model', float('nan')):.3f}x the loaded model", "<= 1.15x"],

@@ -57,8 +57,11 @@ from torch import nn
 
 from ._scales import SCALE_BLOCK
 from .checkpoint import Reader, load_state, parents, write_sharded
-from ._ct_layout import (PACKED as _PACKED, PACKED_BITS as _PACKED_BITS, asymmetric_4bit_weight as _asymmetric_4bit_weight,
-                         pack_checkpoint_int4 as _pack_checkpoint_int4, unpack_checkpoint_int4 as _unpack_checkpoint_int4)
+from ._ct_layout import PACKED as _PACKED
+from ._ct_layout import PACKED_BITS as _PACKED_BITS
+from ._ct_layout import asymmetric_4bit_weight as _asymmetric_4bit_weight
+from ._ct_layout import pack_checkpoint_int4 as _pack_checkpoint_int4
+from ._ct_layout import unpack_checkpoint_int4 as _unpack_checkpoint_int4
 from .int4 import INT4_MAX, INT4_MIN, factor_group_scales, pack_int4
 from .layer import QuantLinear
 from .scheme import ActivationArgs, QuantScheme, SchemeError, WeightArgs
@@ -338,7 +341,8 @@ def from_pretrained(path: str, *, device: Union[str, torch.device, None] = None,
 
 
 def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[str, torch.Tensor],
-                        scheme: QuantScheme, fmt: str, device, taken: set[str], zero_points: bool = False) -> QuantLinear:
+                        scheme: QuantScheme, fmt: str, device, taken: set[str],
+                        zero_points: bool = False) -> QuantLinear:
     def get(key: str, required: bool = True) -> Optional[torch.Tensor]:
         full = f"{name}.{key}"
         if full not in tensors:
