@@ -21,9 +21,9 @@ bool runs_on_skinny(Backend b, int m, int n, int k, const DeviceInfo& dev, bool 
 
 // Whether resolved GPU backend b computes p with its packed 4-bit B (p.b_int4) as it is: the W4
 // kernel where it takes p (a_w4_order); the skinny kernel on its route, B's rows as it loads them;
-// off that route, the sm90 kernel (its
-// Int4 config) where plan.h's use_sm90_int4 takes the shape, the sums run over all of K (not
-// per_block: the epilogue promotes no K blocks) and TMA can describe A and the packed B.
+// off that route, the sm90 kernel (an Int4 config) where plan.h's use_sm90_int4 takes the shape,
+// the sums run over all of K (not per_block: the epilogue promotes no K blocks) and TMA can
+// describe A and the packed B.
 // Otherwise the binding layer unpacks B into int8 first (kernels/int4/unpack_int4.h) and every
 // backend runs the int8 weight.
 bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block);

@@ -10,15 +10,10 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// st.shared.b32 / st.shared.u8 / st.shared.v2.b32 / ld.shared.f32 / ld.shared.b32 / ld.shared.u8 /
-// ld.shared.v2.f32 / ld.shared.v4.b32 /
-// st.shared.v4.b32 at a .shared window address.
+// st.shared.b32 / st.shared.v2.b32 / ld.shared.f32 / ld.shared.b32 / ld.shared.u8 /
+// ld.shared.v2.f32 / ld.shared.v4.b32 / st.shared.v4.b32 at a .shared window address.
 __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t x) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(x) : "memory");
-}
-
-__device__ __forceinline__ void st_shared_u8(uint32_t addr, uint32_t x) {
-  asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(addr), "r"(x) : "memory");
 }
 
 __device__ __forceinline__ void st_shared_v2(uint32_t addr, int32_t x, int32_t y) {
