@@ -771,6 +771,20 @@ def test_bad_asymmetric_4bit_tensors_are_named(tmp_path, case):
         tc.load_compressed(float_model(), str(tmp_path))
 
 
+@pytest.mark.parametrize("case", [
+    (lambda t: t.__setitem__("0.weight", t["0.weight"].float()),
+     r"'0.weight' must be int8 \[384, 256\], got torch.float32 \[384, 256\] \(is the checkpoint int-quantized\?\)"),
+    (lambda t: t["0.weight"].__setitem__((0, 0), 8), r"'0.weight' holds values in \[-8, 8\], outside the \[-8, 7\]"),
+], ids=["dtype", "range"])
+def test_bad_asymmetric_4bit_int_quantized_weights_are_named(tmp_path, case):
+    """Asymmetric 4-bit weights one to an int8 (int-quantized): an int8 [N, K] in [-8, 7]."""
+    make_asymmetric_4bit_checkpoint(str(tmp_path), quantization_format="int-quantized")
+    edit, match = case
+    _mutate(tmp_path, tensors=edit)
+    with pytest.raises(ValueError, match="tcgemm.compressed: " + match):
+        tc.load_compressed(float_model(), str(tmp_path))
+
+
 def test_8bit_weight_only_pack_quantized_checkpoint_is_refused(tmp_path):
     """W8A16 as llm-compressor writes it (int8 weights packed four to an int32) is not read."""
     model = float_model()
