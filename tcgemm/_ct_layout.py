@@ -49,6 +49,23 @@ def pack_checkpoint_int4(packed: torch.Tensor) -> torch.Tensor:
     return data.view(torch.int32)
 
 
+def int8_weight(name: str, q: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    """``q``, the integers of weight ``name`` one to an int8 (int-quantized), if it is int8 [N, K];
+    else ValueError."""
+    if q.dtype != torch.int8 or tuple(q.shape) != (n, k):
+        raise ValueError(f"tcgemm.compressed: '{name}.weight' must be int8 [{n}, {k}], got {q.dtype} "
+                         f"{list(q.shape)} (is the checkpoint int-quantized?)")
+    return q
+
+
+def check_int4_values(name: str, what: str, t: torch.Tensor) -> None:
+    """ValueError unless the integers of tensor ``name.what`` lie in the 4-bit range [-8, 7]."""
+    lo, hi = (int(t.min()), int(t.max())) if t.numel() else (0, 0)
+    if lo < INT4_MIN or hi > INT4_MAX:
+        raise ValueError(f"tcgemm.compressed: '{name}.{what}' holds values in [{lo}, {hi}], outside the "
+                         f"[{INT4_MIN}, {INT4_MAX}] of the config group's 4-bit weights")
+
+
 def asymmetric_4bit_weight(name: str, scheme: QuantScheme, fmt: str, get, n: int, k: int) -> torch.Tensor:
     """The int8 [N, K] ``q - zero_point`` of an asymmetric 4-bit weight: q in [-8, 7] (packed eight
     to an int32, or one to an int8), its zero points [N, groups] in [-8, 7] (per group of 128 or
@@ -57,10 +74,7 @@ def asymmetric_4bit_weight(name: str, scheme: QuantScheme, fmt: str, get, n: int
     if fmt == PACKED:
         q = unpack_int4(unpack_checkpoint_int4(name, get("weight_packed"), get("weight_shape", required=False), n, k))
     else:
-        q = get("weight")
-        if q.dtype != torch.int8 or tuple(q.shape) != (n, k):
-            raise ValueError(f"tcgemm.compressed: '{name}.weight' must be int8 [{n}, {k}], got {q.dtype} "
-                             f"{list(q.shape)} (is the checkpoint int-quantized?)")
+        q = int8_weight(name, get("weight"), n, k)
     groups = scheme.weights.scale_shape(n, k)[1] if scheme.weight == "group" else 1
     zp = get("weight_zero_point")
     if zp.dtype == torch.int32 and tuple(zp.shape) == (-(-n // 8), groups):
@@ -72,10 +86,7 @@ def asymmetric_4bit_weight(name: str, scheme: QuantScheme, fmt: str, get, n: int
                          f"(packed eight to a word along the output channels) or int8 [{n}, {groups}], got "
                          f"{zp.dtype} {list(zp.shape)}")
     zp = zp.reshape(n, groups)
-    for what, t in (("weight", q), ("weight_zero_point", zp)):
-        lo, hi = (int(t.min()), int(t.max())) if t.numel() else (0, 0)
-        if lo < INT4_MIN or hi > INT4_MAX:
-            raise ValueError(f"tcgemm.compressed: '{name}.{what}' holds values in [{lo}, {hi}], outside the "
-                             f"[{INT4_MIN}, {INT4_MAX}] of the config group's 4-bit weights")
+    check_int4_values(name, "weight", q)
+    check_int4_values(name, "weight_zero_point", zp)
     zp_k = zp.repeat_interleave(SCALE_BLOCK, dim=1)[:, :k] if groups > 1 else zp
     return (q.to(torch.int16) - zp_k.to(torch.int16)).to(torch.int8)

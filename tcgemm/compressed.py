@@ -60,9 +60,11 @@ from .checkpoint import Reader, load_state, parents, write_sharded
 from ._ct_layout import PACKED as _PACKED
 from ._ct_layout import PACKED_BITS as _PACKED_BITS
 from ._ct_layout import asymmetric_4bit_weight as _asymmetric_4bit_weight
+from ._ct_layout import check_int4_values as _check_int4_values
+from ._ct_layout import int8_weight as _int8_weight
 from ._ct_layout import pack_checkpoint_int4 as _pack_checkpoint_int4
 from ._ct_layout import unpack_checkpoint_int4 as _unpack_checkpoint_int4
-from .int4 import INT4_MAX, INT4_MIN, factor_group_scales, pack_int4
+from .int4 import factor_group_scales, pack_int4
 from .layer import QuantLinear
 from .scheme import ActivationArgs, QuantScheme, SchemeError, WeightArgs
 
@@ -361,15 +363,9 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
     elif fmt == _PACKED:
         qw = _unpack_checkpoint_int4(name, get("weight_packed"), get("weight_shape", required=False), n, k)
     else:
-        qw = get("weight")
-        if qw.dtype != torch.int8 or tuple(qw.shape) != (n, k):
-            raise ValueError(f"tcgemm.compressed: '{name}.weight' must be int8 [{n}, {k}], got {qw.dtype} "
-                             f"{list(qw.shape)} (is the checkpoint int-quantized?)")
+        qw = _int8_weight(name, get("weight"), n, k)
         if scheme.bits == _PACKED_BITS:
-            lo, hi = (int(qw.min()), int(qw.max())) if qw.numel() else (0, 0)
-            if lo < INT4_MIN or hi > INT4_MAX:
-                raise ValueError(f"tcgemm.compressed: '{name}.weight' holds values in [{lo}, {hi}], outside the "
-                                 f"[{INT4_MIN}, {INT4_MAX}] of the config group's 4-bit weights")
+            _check_int4_values(name, "weight", qw)
             qw = pack_int4(qw)
     _check_g_idx(name, group, get("weight_g_idx", required=False), scheme, k)
     wz = None if zero_points else get("weight_zero_point", required=False)
