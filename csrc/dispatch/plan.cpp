@@ -109,19 +109,23 @@ bool use_sm90_int4(int m, int n, int sm_count) { return sm90_int4_config(m, n, s
 std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count) {
   if (m <= 16 || m > 512 || k % sm90::W4Rows64::kBK != 0) return std::nullopt;
   W4Plan plan;
-  int rows = 256;
+  int rows = 256, per_sm = sm90::W4Rows256::kBlocksPerSM;
   if (m <= 32) {
     plan.config = W4Config::kRows32;
     rows = 32;
+    per_sm = sm90::W4Rows32::kBlocksPerSM;
   } else if (m <= 64) {
     plan.config = W4Config::kRows64;
     rows = 64;
+    per_sm = sm90::W4Rows64::kBlocksPerSM;
   } else if (m <= 128) {
     plan.config = W4Config::kRows128;
     rows = 128;
+    per_sm = sm90::W4Rows128::kBlocksPerSM;
   } else {
     plan.config = W4Config::kRows256;
   }
+  const long long slots = static_cast<long long>(sm_count) * per_sm;  // blocks the GPU holds at once
   constexpr int kTileN = sm90::W4Rows64::kBN;
   static_assert(sm90::W4Rows32::kBN == kTileN && sm90::W4Rows128::kBN == kTileN && sm90::W4Rows256::kBN == kTileN,
                 "the plan counts tiles of one width");
@@ -135,7 +139,7 @@ std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count) {
   for (int split = 1; split <= 4; split *= 2) {
     if (split < fewest) continue;
     if (split > 1 && k_blocks / split < 4) break;
-    const long long waves = (tiles * split + sm_count - 1) / sm_count;
+    const long long waves = (tiles * split + slots - 1) / slots;
     const double per_block = static_cast<double>((k_blocks + split - 1) / split) + (split > 1 ? 2.0 : 0.0);
     const double cost = static_cast<double>(waves) * per_block;
     if (cost < best) {

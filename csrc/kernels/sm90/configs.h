@@ -166,7 +166,10 @@ using LargeUnpacking = TileConfig<128, 256, 2, 1, 4, false, kAnyScaling, 0, fals
 // two rows, unpacks them into the A fragments of four m64nRowsMk32 wgmma (common/int4.h:
 // unpack_int4x8_scaled_even_odd) and issues them against x's K block tile; the next K block is
 // unpacked while they run (three register sets of A).
-template <int RowsM, int Wgs, int Stages>
+// BlocksPerSM: blocks an SM holds at once (registers and shared memory split between them), so
+// that one block's ring fill and epilogue overlap another's main loop and each scheduler has more
+// warps to pick from while the unpacking waits on its own results.
+template <int RowsM, int Wgs, int Stages, int BlocksPerSM = 1>
 struct W4Config {
   static constexpr unsigned kEpilogues = kAnyScaling;
   static constexpr int kRowsM = RowsM;                  // rows of x per tile: wgmma N
@@ -175,38 +178,43 @@ struct W4Config {
   static constexpr int kBK = 128;
   static constexpr int kMmaK = 32;
   static constexpr int kStages = Stages;
+  static constexpr int kBlocksPerSM = BlocksPerSM;
   static constexpr int kThreads = 128 * (1 + Wgs);
   static constexpr int kConsumerThreads = 128 * Wgs;
   static constexpr int kAccRegs = RowsM / 2;
   static constexpr int kXTileBytes = RowsM * kBK;       // [RowsM][128], 128-byte swizzle
   static constexpr int kWTileBytes = kBN * kBK / 2;     // [kBN][64] packed, unswizzled
   static constexpr int kStageBytes = kXTileBytes + kWTileBytes;
-  // The group scales of a block's K blocks, read once: at most kMaxScaleBlocks (dispatch splits K
-  // further), rows an odd number of words apart.
+  // The group scales of a block's K blocks, read once, after the ring and its mbarriers: at most
+  // kMaxScaleBlocks (dispatch splits K further), rows an odd number of words apart; sized at launch.
   static constexpr int kMaxScaleBlocks = 256;
-  static constexpr int kScaleBytes = kBN * (kMaxScaleBlocks + 4);
+  static constexpr int kMaxScaleBytes = kBN * (kMaxScaleBlocks + 4);
   // The epilogue's tile of int32 sums [RowsM][kTilePitch] in shared memory, over the ring, which
   // the block's K blocks no longer use (a pitch of 4 words past a multiple of 32: no bank conflicts).
   static constexpr int kTilePitch = kBN + 4;
   static constexpr int kTileBytes = RowsM * kTilePitch * 4;
-  static constexpr int kSmemBytes = Stages * kStageBytes + kScaleBytes + 2 * Stages * 8 + 1024;
-  static_assert(kScaleBytes % 8 == 0, "the mbarriers after the group scales need 8-byte alignment");
-  static constexpr int kLaunchRegs = (65536 / kThreads < 255 ? 65536 / kThreads : 255) / 8 * 8;
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = Wgs == 1 ? 240 : Wgs == 2 ? 232 : Wgs == 3 ? 160 : 112;
+  // The ring, its mbarriers, and 1024 bytes to align the ring to the swizzle atom; the scales come on top.
+  static constexpr int kRingSmemBytes = Stages * kStageBytes + 2 * Stages * 8 + 1024;
+  static constexpr int kMaxSmemBytes = kRingSmemBytes + kMaxScaleBytes;
+  static constexpr int kLaunchRegs =
+      (65536 / (kThreads * BlocksPerSM) < 255 ? 65536 / (kThreads * BlocksPerSM) : 255) / 8 * 8;
+  static constexpr int kProducerRegs = BlocksPerSM > 1 ? 32 : 40;
+  static constexpr int kConsumerRegsFit = (kThreads * kLaunchRegs - 128 * kProducerRegs) / kConsumerThreads / 8 * 8;
+  static constexpr int kConsumerRegs = kConsumerRegsFit < 232 ? kConsumerRegsFit : 232;
 
   static_assert(RowsM == 32 || RowsM == 64 || RowsM == 128 || RowsM == 256, "wgmma N of the W4 tiles");
   static_assert(kXTileBytes % 1024 == 0 && kWTileBytes % 1024 == 0, "tiles must keep 1024-byte alignment");
   static_assert(kBN <= 256, "a TMA box holds at most 256 rows");
   static_assert(kTileBytes <= Stages * kStageBytes, "the tile of sums must fit over the ring");
-  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an H100/H200 block can have");
+  static_assert(kMaxSmemBytes <= 227 * 1024, "more shared memory than an H100/H200 block can have");
   static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
                 "the setmaxnreg split exceeds the registers the block holds");
 };
 
 // By rows of x: 17-32, 33-64, 65-128, and 129 up (tiles of 256 rows).
-using W4Rows32 = W4Config<32, 2, 8>;
-using W4Rows64 = W4Config<64, 2, 8>;
+// Up to 64 rows two blocks share an SM (4 stages each at 64 rows, 6 at 32).
+using W4Rows32 = W4Config<32, 2, 6, 2>;
+using W4Rows64 = W4Config<64, 2, 4, 2>;
 using W4Rows128 = W4Config<128, 2, 6>;
 using W4Rows256 = W4Config<256, 2, 4>;
 

@@ -92,7 +92,7 @@ __device__ __forceinline__ void w4_load_group_scales(const W4Params& args, int r
 }
 
 template <class Cfg, class Epi>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
     sm90_w4_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
                    const W4Params args, const Epi epi) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -104,9 +104,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint8_t* smem = reinterpret_cast<uint8_t*>(round_up<uintptr_t>(reinterpret_cast<uintptr_t>(smem_raw), 1024));
   uint8_t* x_tiles = smem;                                  // kStages x [kRowsM][128], swizzled
   uint8_t* w_tiles = smem + kStages * Cfg::kXTileBytes;     // kStages x [kBN][64], packed
-  uint8_t* scales = w_tiles + kStages * Cfg::kWTileBytes;   // [kBN][scale_pitch]: the block's K blocks
-  uint64_t* full = reinterpret_cast<uint64_t*>(scales + Cfg::kScaleBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(w_tiles + kStages * Cfg::kWTileBytes);
   uint64_t* empty = full + kStages;
+  uint8_t* scales = reinterpret_cast<uint8_t*>(empty + kStages);  // [kBN][scale_pitch]: the block's K blocks
 
   const int split = static_cast<int>(gridDim.x);  // the cluster's blocks share the tile's K blocks
   const int rank = static_cast<int>(blockIdx.x);
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   int32_t acc[1][kRegs];
 #pragma unroll
   for (int i = 0; i < kRegs; ++i) acc[0][i] = 0;
-  constexpr int kSets = 3;
+  constexpr int kSets = 2;
   uint32_t a[kSets][4][4];  // register sets of A: [set][k-step][fragment register]
 
   // K block kb (landed in `slot`) read and unpacked into register set Set.
@@ -210,15 +210,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     constexpr int Set = decltype(set)::value;
     issue(set, ring.slot, kb > kb_begin);
     ring.advance();
-    if (kb + 1 < kb_end) {
-      ptx::mbarrier_wait(&full[ring.slot], ring.phase);
-      unpack(std::integral_constant<int, (Set + 1) % kSets>{}, ring.slot, kb + 1);
-    }
     if (kb > kb_begin) {
       ptx::wgmma_wait_group<1>(acc);
       ptx::wgmma_fence_operands(a[(Set + kSets - 1) % kSets]);
       if (lane == 0) ptx::mbarrier_arrive(&empty[retire.slot]);
       retire.advance();
+    }
+    if (kb + 1 < kb_end) {
+      ptx::mbarrier_wait(&full[ring.slot], ring.phase);
+      unpack(std::integral_constant<int, (Set + 1) % kSets>{}, ring.slot, kb + 1);
     }
   };
   ptx::mbarrier_wait(&full[ring.slot], ring.phase);
@@ -226,7 +226,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   for (int kb = kb_begin; kb < kb_end; kb += kSets) {
     step(std::integral_constant<int, 0>{}, kb);
     if (kb + 1 < kb_end) step(std::integral_constant<int, 1>{}, kb + 1);
-    if (kb + 2 < kb_end) step(std::integral_constant<int, 2>{}, kb + 2);
   }
   ptx::wgmma_wait_group<0>(acc);
   // The epilogue. The sums go to shared memory as the tile of D ([kRowsM][kTilePitch] int32, over
@@ -307,9 +306,10 @@ void launch_w4(const GemmProblem& p, const Epi& epi, int split) {
     const CUtensorMap map_x = make_operand_tensor_map(p.a, p.m, p.k, args.x_box_rows, "a");
     const CUtensorMap map_w = make_packed_operand_tensor_map(p.b, p.n, p.k, Cfg::kBN, "b");
     constexpr auto kernel = sm90_w4_kernel<Cfg, Epi>;
-    allow_dynamic_smem<kernel, Cfg::kSmemBytes>();
+    allow_dynamic_smem<kernel, Cfg::kMaxSmemBytes>();
+    const int smem_bytes = Cfg::kRingSmemBytes + (args.group_scale != nullptr ? Cfg::kBN * args.scale_pitch : 0);
     const dim3 grid(split, ceil_div(p.n, Cfg::kBN), ceil_div(p.m, Cfg::kRowsM));
-    launch_kernel_in_clusters(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, p.stream, false,
+    launch_kernel_in_clusters(kernel, grid, dim3(Cfg::kThreads), smem_bytes, p.stream, false,
                               static_cast<unsigned>(split), map_x, map_w, args, epi);
   }
 }
