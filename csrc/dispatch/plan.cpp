@@ -1,6 +1,7 @@
 #include "dispatch/plan.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <stdexcept>
 
@@ -147,6 +148,9 @@ std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count) {
       plan.split = split;
     }
   }
+  // EXPERIMENT ONLY (branch w4-two-blocks): the W4 kernel on every shape it can run, to time it
+  // against main's routes (scripts/dev/ab_device.sh); removed before the branch is merged.
+  if (std::getenv("TCGEMM_W4_EVERYWHERE") != nullptr) return plan;
   const long long blocks = tiles * plan.split, kb_per_block = (k_blocks + plan.split - 1) / plan.split;
   if (m <= 32 && (kb_per_block < 32 || 10 * blocks < 9LL * sm_count)) return std::nullopt;
   if (m <= 128 && kb_per_block < 16) return std::nullopt;
