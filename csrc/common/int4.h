@@ -41,15 +41,23 @@ TCGEMM_HD uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t selector) {
 }
 
 static_assert(8 * kInt4GroupScaleMax <= 128 && 7 * kInt4GroupScaleMax + 128 <= 255, "q * s + 128 must fit a byte");
+// unpack_int4x8_scaled_even_odd's bytes (below) as unsigned q * s + 128 in [0, 240] (five instructions for eight values), for a
+// kernel that takes them as uint8 and subtracts 128 times the other operand's sum over K.
+TCGEMM_HD void unpack_int4x8_scaled_even_odd_biased(uint32_t packed, uint32_t s, uint32_t& even, uint32_t& odd) {
+  const uint32_t bias = 0x80808080u - s * 0x08080808u;                 // 128 - 8 s per byte
+  const uint32_t e = (packed ^ 0x88888888u) & 0x0F0F0F0Fu;             // q + 8 of k, k + 2, k + 4, k + 6
+  const uint32_t o = ((packed >> 4) ^ 0x08080808u) & 0x0F0F0F0Fu;      // of k + 1, k + 3, k + 5, k + 7
+  even = e * s + bias;                                                  // q * s + 128
+  odd = o * s + bias;
+}
+
 // unpack_int4x8_scaled's bytes (below) left in the packed word's order: even = k, k + 2, k + 4,
 // k + 6 and odd = k + 1, k + 3, k + 5, k + 7 (seven instructions for eight values), for a kernel
 // whose other operand takes that order (the W4 kernel's A: the W4 K order below).
 TCGEMM_HD void unpack_int4x8_scaled_even_odd(uint32_t packed, uint32_t s, uint32_t& even, uint32_t& odd) {
-  const uint32_t bias = 0x80808080u - s * 0x08080808u;                 // 128 - 8 s per byte
-  const uint32_t e = (packed ^ 0x88888888u) & 0x0F0F0F0Fu;             // q + 8 of k, k + 2, k + 4, k + 6
-  const uint32_t o = ((packed >> 4) ^ 0x08080808u) & 0x0F0F0F0Fu;      // of k + 1, k + 3, k + 5, k + 7
-  even = (e * s + bias) ^ 0x80808080u;                                  // q * s + 128, then q * s
-  odd = (o * s + bias) ^ 0x80808080u;
+  unpack_int4x8_scaled_even_odd_biased(packed, s, even, odd);
+  even ^= 0x80808080u;  // q * s + 128 -> q * s
+  odd ^= 0x80808080u;
 }
 
 // The eight 4-bit values of a packed word (k .. k + 7) times an integer scale s in

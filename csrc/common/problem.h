@@ -78,6 +78,7 @@ struct GemmProblem {
   // plain: set by the binding layer, which writes A so (a_w4_order in dispatch/launch.h), and read
   // only by that kernel, which takes a packed 4-bit B as wgmma's register operand.
   bool a_w4_order = false;
+  const int32_t* a_w4_rowsum = nullptr;  // with a_w4_order: A's row sums over K, [M]
   cudaStream_t stream = nullptr;
   // B's int8 weight written by the sm90 kernel from a packed one as it runs (set by the binding
   // layer where unpacks_in_gemm allows; b then describes the int8 buffer it fills), or null. Last,

@@ -104,12 +104,19 @@ InGemmUnpacking::InGemmUnpacking(GemmProblem& p, const Tensor& packed)
 std::optional<Tensor> w4_ordered_a(Backend b, GemmProblem& p, const DeviceInfo& dev, bool per_block,
                                    const Tensor& like) {
   if (!a_w4_order(b, p, dev, per_block)) return std::nullopt;
-  Tensor ordered = empty({p.m, p.k}, ScalarType::Char, like);  // K % 128 == 0: rows 16-byte aligned
-  sm90::launch_w4_order(static_cast<const int8_t*>(p.a.ptr), p.a.stride_row, p.a.stride_k, data<int8_t>(ordered), p.k,
-                        p.m, p.k, p.stream);
-  p.a = describe(ordered, false);
+  // The rows (K % 128 == 0: 16-byte aligned), then their int32 sums over K
+  Tensor buffer = empty({p.m * p.k + 4 * p.m}, ScalarType::Byte, like);
+  int8_t* rows = reinterpret_cast<int8_t*>(data<uint8_t>(buffer));
+  int32_t* sums = reinterpret_cast<int32_t*>(data<uint8_t>(buffer) + p.m * p.k);
+  sm90::launch_w4_order(static_cast<const int8_t*>(p.a.ptr), p.a.stride_row, p.a.stride_k, rows, p.k, sums, p.m, p.k,
+                        p.stream);
+  p.a.ptr = rows;
+  p.a.stride_row = p.k;
+  p.a.stride_k = 1;
+  p.a.is_signed = true;
   p.a_w4_order = true;
-  return ordered;
+  p.a_w4_rowsum = sums;
+  return buffer;
 }
 
 namespace {

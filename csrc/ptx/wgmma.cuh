@@ -52,17 +52,17 @@ struct WgmmaInt8 {
 // The same with A from registers: a[0..3] are the thread's four 32-bit words of A's m64k32
 // fragment ("wgmma .m64nNk32 register fragment A"): a[2h + j] holds row 16*warp + lane/4 + 8j,
 // columns 16h + 4*(lane%4) .. + 3. A's registers must not change until the wgmma has completed.
-#define TCGEMM_WGMMA_INT8_RS(N, BTYPE)                                                         \
+#define TCGEMM_WGMMA_INT8_RS(N, ATYPE, BTYPE)                                                  \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " TCGEMM_WGMMA_RS_SCALE_##N ", 0;\n"         \
-               "wgmma.mma_async.sync.aligned.m64n" #N "k32.s32.s8." BTYPE " "                  \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k32.s32." ATYPE "." BTYPE " "            \
                TCGEMM_WGMMA_D_##N ", " TCGEMM_WGMMA_RS_AB_##N ", p;\n}\n"                    \
                : TCGEMM_WGMMA_OUT_##N(d)                                                        \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b),                       \
                  "r"(static_cast<int>(accumulate)))
 
-// One m64nNk32 int8 wgmma with a signed A from registers (the layout above) and B from shared
-// memory; D as in WgmmaInt8.
-template <int N, bool BSigned>
+// One m64nNk32 int8 wgmma with A from registers (the layout above; int8, or uint8 where ASigned
+// is false) and B from shared memory; D as in WgmmaInt8.
+template <int N, bool BSigned, bool ASigned = true>
 struct WgmmaInt8RegA {
   static_assert(N == 32 || N == 64 || N == 128 || N == 256, "add N to SHAPES in csrc/ptx/gen_wgmma_int8.py");
   static constexpr int kAccRegs = N / 2;
@@ -70,17 +70,21 @@ struct WgmmaInt8RegA {
   __device__ __forceinline__ static void mma(const uint32_t (&a)[4], uint64_t desc_b, int32_t (&d)[N / 2],
                                              bool accumulate) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    if constexpr (BSigned) {
-      if constexpr (N == 32) TCGEMM_WGMMA_INT8_RS(32, "s8");
-      else if constexpr (N == 64) TCGEMM_WGMMA_INT8_RS(64, "s8");
-      else if constexpr (N == 128) TCGEMM_WGMMA_INT8_RS(128, "s8");
-      else TCGEMM_WGMMA_INT8_RS(256, "s8");
+#define TCGEMM_WGMMA_INT8_RS_N(ATYPE, BTYPE)                      \
+  if constexpr (N == 32) TCGEMM_WGMMA_INT8_RS(32, ATYPE, BTYPE);   \
+  else if constexpr (N == 64) TCGEMM_WGMMA_INT8_RS(64, ATYPE, BTYPE); \
+  else if constexpr (N == 128) TCGEMM_WGMMA_INT8_RS(128, ATYPE, BTYPE); \
+  else TCGEMM_WGMMA_INT8_RS(256, ATYPE, BTYPE)
+    if constexpr (ASigned && BSigned) {
+      TCGEMM_WGMMA_INT8_RS_N("s8", "s8");
+    } else if constexpr (ASigned) {
+      TCGEMM_WGMMA_INT8_RS_N("s8", "u8");
+    } else if constexpr (BSigned) {
+      TCGEMM_WGMMA_INT8_RS_N("u8", "s8");
     } else {
-      if constexpr (N == 32) TCGEMM_WGMMA_INT8_RS(32, "u8");
-      else if constexpr (N == 64) TCGEMM_WGMMA_INT8_RS(64, "u8");
-      else if constexpr (N == 128) TCGEMM_WGMMA_INT8_RS(128, "u8");
-      else TCGEMM_WGMMA_INT8_RS(256, "u8");
+      TCGEMM_WGMMA_INT8_RS_N("u8", "u8");
     }
+#undef TCGEMM_WGMMA_INT8_RS_N
 #endif
   }
 };

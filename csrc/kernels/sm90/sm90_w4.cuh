@@ -11,7 +11,8 @@
 //   * x is in the W4 K order (common/int4.h: the W4 K order; GemmProblem::a_w4_order): within a
 //     K block, thread t of a quad reads the 16 packed bytes of K 32t .. 32t + 31 of each of its
 //     two weight rows (one shared load each, no bank conflicts), and packed word s unpacked even /
-//     odd is the A fragment of k-step s. Per K block a thread issues four wgmma from one of three
+//     odd is the A fragment of k-step s, as uint8 q * s + 128 (five instructions per eight values;
+//     the epilogue subtracts 128 times x's row sums, which the pass that orders x writes). Per K block a thread issues four wgmma from one of three
 //     register sets of A and, while they run, unpacks the next K block's 64 values into the next
 //     set (56 integer instructions), then waits for the K block before's four and hands their
 //     ring slot back: two K blocks in the tensor cores at a time.
@@ -55,6 +56,7 @@ struct W4Params {
   int x_box_rows;     // rows of x a stage loads: kRowsM, or M rounded up to 8 when M < kRowsM
   void* d;            // [M, N] of the epilogue's OutT, unit stride along N
   int64_t ldd;
+  const int32_t* a_rowsum;    // x's row sums over K: the uint8 weight q * s + 128 adds 128 times them
   const int8_t* group_scale;  // [N, K / 128], rows group_scale_stride apart; or null (every scale 1)
   int64_t group_scale_stride;
   int scale_pitch;            // bytes between the rows of the block's group scales in shared memory
@@ -96,7 +98,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
     sm90_w4_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
                    const W4Params args, const Epi epi) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Mma = ptx::WgmmaInt8RegA<Cfg::kRowsM, true>;
+  using Mma = ptx::WgmmaInt8RegA<Cfg::kRowsM, true, /*ASigned=*/false>;
   constexpr int kStages = Cfg::kStages;
   constexpr int kRegs = Cfg::kAccRegs;
 
@@ -186,8 +188,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
                                   static_cast<uint32_t>(hi.z), static_cast<uint32_t>(hi.w)};
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      unpack_int4x8_scaled_even_odd(words_lo[s], s_lo, a[Set][s][0], a[Set][s][2]);
-      unpack_int4x8_scaled_even_odd(words_hi[s], s_hi, a[Set][s][1], a[Set][s][3]);
+      unpack_int4x8_scaled_even_odd_biased(words_lo[s], s_lo, a[Set][s][0], a[Set][s][2]);
+      unpack_int4x8_scaled_even_odd_biased(words_hi[s], s_hi, a[Set][s][1], a[Set][s][3]);
     }
   };
   // The four wgmma of K block `slot` from register set Set.
@@ -260,6 +262,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
   for (int ml = rank + split * (c / 32); ml < rows; ml += split * (Cfg::kConsumerThreads / 32)) {
     const int m = m0 + ml;
     const auto row_terms = epi.row(m);
+    const int32_t bias = wrap_mul(128, args.a_rowsum[m]);  // what the uint8 weight's + 128 added
     Out* d_row = d + static_cast<int64_t>(m) * args.ldd;
 #pragma unroll
     for (int q = 0; q < kColsPerLane; ++q) {
@@ -273,7 +276,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
         for (int r = 0; r < split; ++r)
           v = wrap_add(v, ptx::ld_shared_cluster(ptx::cluster_map_shared(at, r), int32_t{}));
       }
-      if (n < args.n) d_row[n] = epi.full(v, row_terms, cols[q], m, n);
+      if (n < args.n) d_row[n] = epi.full(wrap_sub(v, bias), row_terms, cols[q], m, n);
     }
   }
   if (split > 1) ptx::cluster_sync();  // the other blocks read this block's tile until here
@@ -297,6 +300,8 @@ void launch_w4(const GemmProblem& p, const Epi& epi, int split) {
     args.x_box_rows = std::min(Cfg::kRowsM, round_up(p.m, 8));
     args.d = p.d.ptr;
     args.ldd = p.d.ld;
+    if (p.a_w4_rowsum == nullptr) throw std::logic_error("tcgemm: the W4 kernel needs A's row sums");
+    args.a_rowsum = p.a_w4_rowsum;
     args.group_scale = p.b_group_scale;
     args.group_scale_stride = p.b_group_scale_stride;
     // rows an odd number of words apart: the 8 rows a warp reads at once fall in distinct banks

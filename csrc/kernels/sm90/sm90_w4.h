@@ -19,8 +19,9 @@ void launch_w4(const GemmProblem& p, const Epi& epi, int split);
 
 // Writes A's rows (m x k int8, element (i, k) at src[i * src_stride + k * src_stride_k]) in the
 // W4 kernel's K order (common/int4.h: the W4 K order) into dst (rows dst_stride bytes apart, a
-// multiple of 16); k a multiple of 128.
+// multiple of 16), and each row's sum over K into rowsum[i] (the kernel's uint8 weight is q * s +
+// 128: it subtracts 128 times these); k a multiple of 128.
 void launch_w4_order(const int8_t* src, int64_t src_stride, int64_t src_stride_k, int8_t* dst, int64_t dst_stride,
-                     int64_t m, int64_t k, cudaStream_t stream);
+                     int32_t* rowsum, int64_t m, int64_t k, cudaStream_t stream);
 
 }  // namespace tcgemm::sm90

@@ -1,5 +1,5 @@
-// A's rows in the W4 kernel's K order (common/int4.h: the W4 K order), for an int8 A that the
-// binding layer did not write so itself (tcgemm.gemm_int4, and A quantized apart).
+// A's rows in the W4 kernel's K order (common/int4.h: the W4 K order), and their sums over K, for
+// an int8 A that the binding layer did not write so itself (tcgemm.gemm_int4, and A quantized apart).
 #include <cstdint>
 
 #include "common/cuda_check.h"
@@ -10,36 +10,50 @@
 namespace tcgemm::sm90 {
 namespace {
 
-// Thread i takes the 8 values at k = 8 (i % (k / 8)) of row i / (k / 8): k = 32 t + 8 s + 0 .. 7 of
-// a K block, whose even values go to slots 32 s + 4 t .. + 3 and odd ones to 32 s + 16 + 4 t .. + 3.
-__global__ void w4_order_kernel(const int8_t* src, int64_t src_stride, int64_t src_stride_k, int8_t* dst,
-                                int64_t dst_stride, int64_t m, int64_t k) {
-  const int64_t per_row = k / 8;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= m * per_row) return;
-  const int64_t row = i / per_row, k0 = 8 * (i % per_row);
-  const int8_t* from = src + row * src_stride + k0 * src_stride_k;
-  uint32_t lo = 0, hi = 0;
-  for (int j = 0; j < 4; ++j) {
-    lo |= static_cast<uint32_t>(static_cast<uint8_t>(from[j * src_stride_k])) << (8 * j);
-    hi |= static_cast<uint32_t>(static_cast<uint8_t>(from[(4 + j) * src_stride_k])) << (8 * j);
+constexpr int kOrderThreads = 256;
+
+// Block r takes row r: thread i the groups of 8 values at k = 8 (i + j * kOrderThreads), k = 32 t +
+// 8 s + 0 .. 7 of a K block, whose even values go to slots 32 s + 4 t .. + 3 and odd ones to
+// 32 s + 16 + 4 t .. + 3; and the row's sum over K into rowsum[r].
+__global__ void __launch_bounds__(kOrderThreads) w4_order_kernel(const int8_t* src, int64_t src_stride,
+                                                                 int64_t src_stride_k, int8_t* dst, int64_t dst_stride,
+                                                                 int32_t* rowsum, int64_t k) {
+  const int64_t row = blockIdx.x;
+  int32_t sum = 0;
+  for (int64_t k0 = 8 * static_cast<int64_t>(threadIdx.x); k0 < k; k0 += 8 * kOrderThreads) {
+    const int8_t* from = src + row * src_stride + k0 * src_stride_k;
+    uint32_t lo = 0, hi = 0;
+    for (int j = 0; j < 4; ++j) {
+      const int8_t a = from[j * src_stride_k], b = from[(4 + j) * src_stride_k];
+      sum += a + b;
+      lo |= static_cast<uint32_t>(static_cast<uint8_t>(a)) << (8 * j);
+      hi |= static_cast<uint32_t>(static_cast<uint8_t>(b)) << (8 * j);
+    }
+    const int64_t block = k0 / 128 * 128;
+    const int in_block = static_cast<int>(k0 % 128), t = in_block / 32, s = (in_block % 32) / 8;
+    int8_t* to = dst + row * dst_stride + block + 32 * s + 4 * t;
+    *reinterpret_cast<uint32_t*>(to) = byte_perm(lo, hi, 0x6420);       // k0, k0 + 2, k0 + 4, k0 + 6
+    *reinterpret_cast<uint32_t*>(to + 16) = byte_perm(lo, hi, 0x7531);  // k0 + 1, ... k0 + 7
   }
-  const int64_t block = k0 / 128 * 128;
-  const int in_block = static_cast<int>(k0 % 128), t = in_block / 32, s = (in_block % 32) / 8;
-  int8_t* to = dst + row * dst_stride + block + 32 * s + 4 * t;
-  *reinterpret_cast<uint32_t*>(to) = byte_perm(lo, hi, 0x6420);       // k0, k0 + 2, k0 + 4, k0 + 6
-  *reinterpret_cast<uint32_t*>(to + 16) = byte_perm(lo, hi, 0x7531);  // k0 + 1, ... k0 + 7
+  // |sum| <= 128 K: no overflow for any K the ops take
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
+  __shared__ int32_t warp_sums[kOrderThreads / 32];
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t total = 0;
+    for (int w = 0; w < kOrderThreads / 32; ++w) total += warp_sums[w];
+    rowsum[row] = total;
+  }
 }
 
 }  // namespace
 
 void launch_w4_order(const int8_t* src, int64_t src_stride, int64_t src_stride_k, int8_t* dst, int64_t dst_stride,
-                     int64_t m, int64_t k, cudaStream_t stream) {
-  const int64_t threads = m * (k / 8);
-  if (threads == 0) return;
-  constexpr int kBlock = 256;
-  w4_order_kernel<<<static_cast<unsigned>(ceil_div<int64_t>(threads, kBlock)), kBlock, 0, stream>>>(
-      src, src_stride, src_stride_k, dst, dst_stride, m, k);
+                     int32_t* rowsum, int64_t m, int64_t k, cudaStream_t stream) {
+  if (m == 0) return;
+  w4_order_kernel<<<static_cast<unsigned>(m), kOrderThreads, 0, stream>>>(src, src_stride, src_stride_k, dst,
+                                                                          dst_stride, rowsum, k);
   TCGEMM_CHECK_LAUNCH();
 }
 
