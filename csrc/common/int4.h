@@ -41,8 +41,9 @@ TCGEMM_HD uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t selector) {
 }
 
 static_assert(8 * kInt4GroupScaleMax <= 128 && 7 * kInt4GroupScaleMax + 128 <= 255, "q * s + 128 must fit a byte");
-// unpack_int4x8_scaled_even_odd's bytes (below) as unsigned q * s + 128 in [0, 240] (five instructions for eight values), for a
-// kernel that takes them as uint8 and subtracts 128 times the other operand's sum over K.
+// unpack_int4x8_scaled_even_odd's bytes (below) as unsigned q * s + 128 in [0, 240] (five
+// instructions for eight values), for a kernel that takes them as uint8 and subtracts 128 times
+// the other operand's sum over K.
 TCGEMM_HD void unpack_int4x8_scaled_even_odd_biased(uint32_t packed, uint32_t s, uint32_t& even, uint32_t& odd) {
   const uint32_t bias = 0x80808080u - s * 0x08080808u;                 // 128 - 8 s per byte
   const uint32_t e = (packed ^ 0x88888888u) & 0x0F0F0F0Fu;             // q + 8 of k, k + 2, k + 4, k + 6
