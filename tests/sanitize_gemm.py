@@ -170,9 +170,10 @@ def main() -> int:
     # More rows, and tiles that fill the SMs: on sm90 the tiled kernel unpacks the packed weight in
     # shared memory (int32 and the scaled epilogue), against the unpacked int8 weight; at prefill
     # rows (2048) the int8 kernel's producer warps unpack it into its B as it runs; the W4 kernel
-    # (the weight as wgmma's register operand) at 129 rows (K split 4 over a cluster) and 100.
+    # (the weight as wgmma's register operand) at 129 rows (K split 4 over a cluster) and 100, and
+    # with two blocks per SM at 24 rows and at 33 (K split 2, uneven).
     for m, n, k in [(300, 12840, 1024 + 32), (33, 13576, 4096), (257, 7000, 96), (2048, 600, 1024 + 96),
-                    (129, 300, 8192), (100, 13000, 2048)]:
+                    (129, 300, 8192), (100, 13000, 2048), (24, 28672, 4096), (33, 9000, 8192 + 1152)]:
         if "sm90" not in tcgemm.available_backends():
             break
         a = torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8).cuda()

@@ -7,6 +7,8 @@ against an int64 reference; a 4-bit quant_linear equals the same op on the unpac
 bit for bit on the same backend. Packing here is written independently of the library.
 """
 
+import re
+
 import pytest
 import torch
 
@@ -214,11 +216,13 @@ def test_packed_weight_route_by_rows(shape, route, rng):
 
 
 # The W4 kernel (17-512 rows, K a multiple of 128, where dispatch/plan.cpp's plan_sm90_w4 takes
-# the shape on a 132-SM Hopper): each tile height (32, 64, 128, 256 rows of A) with partial tiles of
-# A and of the weight, tiles of 256 rows twice (300, 512), K splits of 2 and 4 between the blocks of
-# a cluster, and K blocks that do not divide between the splits (K = 8192 + 1152).
-W4_SHAPES = [(17, 16384, 4096), (32, 8192, 8192), (20, 8192, 16384), (33, 9000, 8192 + 1152), (64, 8192, 4096),
-             (100, 13000, 2048), (128, 4096, 8192), (129, 300, 8192), (300, 5000, 8192 + 1152), (512, 1100, 8192)]
+# the shape on a 132-SM Hopper): each of its six configs (32 and 64 rows of A one block per SM and
+# two, 128 and 256 rows) with partial tiles of A and of the weight, tiles of 256 rows twice (300,
+# 512), K splits of 2 and 4 between the blocks of a cluster, and K blocks that do not divide
+# between the splits (K = 8192 + 1152).
+W4_SHAPES = [(17, 16384, 4096), (32, 8192, 8192), (20, 8192, 16384), (24, 28672, 4096), (30, 10240, 8192 + 1152),
+             (33, 9000, 8192 + 1152), (64, 8192, 4096), (100, 13000, 2048), (128, 4096, 8192), (129, 300, 8192),
+             (300, 5000, 8192 + 1152), (512, 1100, 8192)]
 
 
 def require_w4_routes():
@@ -247,6 +251,20 @@ def test_w4_kernel_exact(m, n, k, scaled, rng):
     # A read through any strides: a transposed copy's view
     a_t = a.t().contiguous().t()
     assert torch.equal(tcgemm.int4_gemm(a_t, packed, gs), got)
+
+
+@pytest.mark.gpu
+def test_w4_shapes_run_every_config(rng):
+    """W4_SHAPES reach all six configs of the W4 kernel (kernels/sm90/configs.h), so that
+    test_w4_kernel_exact checks each."""
+    require_w4_routes()
+    configs = set()
+    for m, n, k in W4_SHAPES:
+        a, q, gs, _ = int4_case(m, n, k, True, rng)
+        a, packed, gs = a.cuda(), pack(q).cuda(), gs.cuda()
+        for name in _kernel_names(lambda: tcgemm.int4_gemm(a, packed, gs)):
+            configs.update(re.findall(r"W4Config<[^>]*>", name))
+    assert len(configs) == 6, sorted(configs)
 
 
 @pytest.mark.gpu

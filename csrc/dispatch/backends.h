@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/problem.h"
+#include "dispatch/plan.h"
 #include "epilogue/epilogues.h"
 
 namespace tcgemm {
@@ -24,6 +25,7 @@ struct DeviceInfo {
   int sm_count = 0;
   int smem_optin = 0;         // largest dynamic shared memory a block may ask for, bytes
   bool sm90_kernels = false;  // this build's sm_90a kernels run on the device (sm90::kernel_available)
+  W4Residency w4_resident;    // where sm90_kernels: what the W4 kernel's configs fit at once (launch.h)
 };
 
 // Whether the device runs programmatic dependent launches (ptx/griddep.cuh): compute

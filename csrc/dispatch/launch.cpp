@@ -61,12 +61,14 @@ void run_sm80(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev
 }
 
 void run_sm90_w4(const GemmProblem& p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
-  const std::optional<W4Plan> plan = plan_sm90_w4(p.m, p.n, p.k, dev.sm_count);
+  const std::optional<W4Plan> plan = plan_sm90_w4(p.m, p.n, p.k, dev.sm_count, dev.w4_resident);
   if (!plan) throw std::logic_error("tcgemm: run_sm90 got an A in the W4 order for a shape the W4 kernel declines");
   with_epilogue(epilogue, p.d.type, [&](const auto& epi) {
     switch (plan->config) {
       case W4Config::kRows32: return sm90::launch_w4<sm90::W4Rows32>(p, epi, plan->split);
+      case W4Config::kRows32Paired: return sm90::launch_w4<sm90::W4Rows32Paired>(p, epi, plan->split);
       case W4Config::kRows64: return sm90::launch_w4<sm90::W4Rows64>(p, epi, plan->split);
+      case W4Config::kRows64Paired: return sm90::launch_w4<sm90::W4Rows64Paired>(p, epi, plan->split);
       case W4Config::kRows128: return sm90::launch_w4<sm90::W4Rows128>(p, epi, plan->split);
       case W4Config::kRows256: return sm90::launch_w4<sm90::W4Rows256>(p, epi, plan->split);
     }
@@ -142,8 +144,24 @@ int skinny_int4_split(int m, int n, int k, const DeviceInfo& dev, bool per_block
   return !per_block && dev.major >= 9 && dev.sm90_kernels ? plan_skinny_int4_split(m, n, k, dev.sm_count) : 1;
 }
 
+W4Residency w4_residency() {
+  W4Residency r;
+  constexpr int kSplits[3] = {1, 2, 4};
+  for (int i = 0; i < 3; ++i) {
+    r.blocks[static_cast<int>(W4Config::kRows32)][i] = sm90::w4_resident_blocks<sm90::W4Rows32>(kSplits[i]);
+    r.blocks[static_cast<int>(W4Config::kRows32Paired)][i] =
+        sm90::w4_resident_blocks<sm90::W4Rows32Paired>(kSplits[i]);
+    r.blocks[static_cast<int>(W4Config::kRows64)][i] = sm90::w4_resident_blocks<sm90::W4Rows64>(kSplits[i]);
+    r.blocks[static_cast<int>(W4Config::kRows64Paired)][i] =
+        sm90::w4_resident_blocks<sm90::W4Rows64Paired>(kSplits[i]);
+    r.blocks[static_cast<int>(W4Config::kRows128)][i] = sm90::w4_resident_blocks<sm90::W4Rows128>(kSplits[i]);
+    r.blocks[static_cast<int>(W4Config::kRows256)][i] = sm90::w4_resident_blocks<sm90::W4Rows256>(kSplits[i]);
+  }
+  return r;
+}
+
 bool runs_on_w4(Backend b, int m, int n, int k, const Operand& packed_b, const DeviceInfo& dev, bool per_block) {
-  return b == Backend::kSm90 && !per_block && plan_sm90_w4(m, n, k, dev.sm_count).has_value() &&
+  return b == Backend::kSm90 && !per_block && plan_sm90_w4(m, n, k, dev.sm_count, dev.w4_resident).has_value() &&
          sm90::packed_tma_describable(packed_b, n, k);
 }
 

@@ -28,6 +28,10 @@ bool runs_on_skinny(Backend b, int m, int n, int k, const DeviceInfo& dev, bool 
 // backend runs the int8 weight.
 bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block);
 
+// The W4 kernel's configs' blocks the current device runs at once, per K split (plan.h W4Residency);
+// for a device whose sm90 kernels run (DeviceInfo::w4_resident, read once per device).
+W4Residency w4_residency();
+
 // Whether resolved GPU backend b computes an M x N x K GEMM with packed 4-bit B `b` on the W4
 // kernel (kernels/sm90/sm90_w4.h; plan.h plan_sm90_w4): the sm90 backend, the sums over all of K
 // (not per_block), K a multiple of 128 and B's bytes TMA-describable. A must then be given in the

@@ -93,70 +93,94 @@ bool use_sm90_int4(int m, int n, int sm_count) { return sm90_int4_config(m, n, s
 
 // The W4 kernel's tiles cover 128 weight rows by 32, 64, 128 or 256 rows of A (the fewest rows
 // that hold M, tiles of 256 above); a K split where it shortens the waves of tiles enough to pay
-// for the reduction (about two K blocks of time per tile), each share at least 4 K blocks.
-// It takes a shape where it beats the routes before it (the few-rows kernel, the tiled kernel's
-// shared-memory unpacking, the unpacking pass): a block's fixed costs (its ring's first K blocks,
-// the group scales, the epilogue) want long K per block, and its K block time grows with its rows
-// (about 900 + 5.5 x rows cycles, docs/design/int4.md). H200, 2026-11-29, bench_decode --decode-only
-// --methods quantlinear,w4a8, us, this kernel against the routes before it (the same bench an hour
-// earlier): at 32 rows it wins where its blocks fill the SMs with 32 K blocks or more each (8B
-// gate+up 33.6 against 41.8, 70B o 22.4 / 23.5, 70B down 52.1 / 63.9) and loses elsewhere (8B down
-// 33.4 / 20.7, 70B qkv 35.1 / 32.3, 8B o 19.7 / 10.1); at 33-128 rows it wins with 16 K blocks or
-// more per block (8B qkv 64 rows 19.4 / 20.8, 128 rows 25.1 / 29.1; 70B qkv 41.5 / 48.2; 70B down
-// 59.3 / 121.2) but not on the narrow layers the few-rows kernel takes at 33-64 (8B down 38.1 /
-// 35.2), nor with 8 K blocks a block (8B o 23.0 / 15.1); above 128 rows it wins only on the long-K
-// layers of at most 8192 columns (70B o 50.3 / 56.8 at 256 rows, 70B down 124.7 / 174.7, 8B down
-// 75.4 / 93.5 at 512; 8B gate+up 74.1 / 70.9 and 214 / 132.9, 70B qkv 80.8 / 66.9 lose).
-std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count) {
-  if (m <= 16 || m > 512 || k % sm90::W4Rows64::kBK != 0) return std::nullopt;
+// for the reduction (about two K blocks of time per tile), each share at least 4 K blocks, with
+// the blocks that fit at once as the device reports them (clusters of 4 do not fill every SM).
+namespace {
+
+struct W4Choice {
   W4Plan plan;
-  int rows = 256, per_sm = sm90::W4Rows256::kBlocksPerSM;
-  if (m <= 32) {
-    plan.config = W4Config::kRows32;
-    rows = 32;
-    per_sm = sm90::W4Rows32::kBlocksPerSM;
-  } else if (m <= 64) {
-    plan.config = W4Config::kRows64;
-    rows = 64;
-    per_sm = sm90::W4Rows64::kBlocksPerSM;
-  } else if (m <= 128) {
-    plan.config = W4Config::kRows128;
-    rows = 128;
-    per_sm = sm90::W4Rows128::kBlocksPerSM;
-  } else {
-    plan.config = W4Config::kRows256;
-  }
-  const long long slots = static_cast<long long>(sm_count) * per_sm;  // blocks the GPU holds at once
-  constexpr int kTileN = sm90::W4Rows64::kBN;
-  static_assert(sm90::W4Rows32::kBN == kTileN && sm90::W4Rows128::kBN == kTileN && sm90::W4Rows256::kBN == kTileN,
-                "the plan counts tiles of one width");
-  const long long tiles = static_cast<long long>((m + rows - 1) / rows) * ((n + kTileN - 1) / kTileN);
-  const long long k_blocks = k / sm90::W4Rows64::kBK;
-  double best = 1e300;
+  double cost = 0;  // waves x K blocks per block (+ 2 for a split's reduction)
+  long long blocks = 0, kb_per_block = 0;
+};
+
+template <class Cfg>
+std::optional<W4Choice> plan_w4_split(W4Config config, int m, int n, int k, int sm_count,
+                                      const W4Residency& resident) {
+  W4Choice best;
+  best.plan.config = config;
+  best.cost = 1e300;
+  const long long tiles = static_cast<long long>((m + Cfg::kRowsM - 1) / Cfg::kRowsM) * ((n + Cfg::kBN - 1) / Cfg::kBN);
+  const long long k_blocks = k / Cfg::kBK;
   // A block holds the group scales of at most kMaxScaleBlocks K blocks.
-  const long long fewest = (k_blocks + sm90::W4Rows64::kMaxScaleBlocks - 1) / sm90::W4Rows64::kMaxScaleBlocks;
-  if (fewest > 4) return std::nullopt;
-  plan.split = static_cast<int>(fewest);
-  for (int split = 1; split <= 4; split *= 2) {
-    if (split < fewest) continue;
-    if (split > 1 && k_blocks / split < 4) break;
+  const long long fewest = (k_blocks + Cfg::kMaxScaleBlocks - 1) / Cfg::kMaxScaleBlocks;
+  constexpr int kSplits[3] = {1, 2, 4};
+  for (int i = 0; i < 3; ++i) {
+    const int split = kSplits[i];
+    if (split < fewest || (split > 1 && k_blocks / split < 4)) continue;
+    const int known = resident.blocks[static_cast<int>(config)][i];
+    const long long slots = known > 0 ? known : static_cast<long long>(sm_count) * Cfg::kBlocksPerSM;
     const long long waves = (tiles * split + slots - 1) / slots;
-    const double per_block = static_cast<double>((k_blocks + split - 1) / split) + (split > 1 ? 2.0 : 0.0);
-    const double cost = static_cast<double>(waves) * per_block;
-    if (cost < best) {
-      best = cost;
-      plan.split = split;
+    const long long kb_per_block = (k_blocks + split - 1) / split;
+    const double cost = static_cast<double>(waves) * (static_cast<double>(kb_per_block) + (split > 1 ? 2.0 : 0.0));
+    if (cost < best.cost) {
+      best.cost = cost;
+      best.plan.split = split;
+      best.blocks = tiles * split;
+      best.kb_per_block = kb_per_block;
     }
   }
-  // EXPERIMENT ONLY (branch w4-two-blocks): the W4 kernel on every shape it can run, to time it
-  // against main's routes (scripts/dev/ab_device.sh); removed before the branch is merged.
-  if (std::getenv("TCGEMM_W4_EVERYWHERE") != nullptr) return plan;
-  const long long blocks = tiles * plan.split, kb_per_block = (k_blocks + plan.split - 1) / plan.split;
-  if (m <= 32 && (kb_per_block < 32 || 10 * blocks < 9LL * sm_count)) return std::nullopt;
-  if (m <= 128 && kb_per_block < 16) return std::nullopt;
-  if (m <= 64 && n < 8192 && use_skinny_int4(m, n, sm_count)) return std::nullopt;
+  if (best.blocks == 0) return std::nullopt;  // more K blocks than 4 blocks' shared memory holds scales for
+  return best;
+}
+
+// Up to 64 rows: two blocks per SM where they run fewer waves by more than the time a block loses
+// to sharing its SM. A paired block takes about 1.5x a lone one (H200, 2026-11-29, 8B gate+up at
+// 64 rows, 224 tiles: two waves of lone blocks 39.8 us, one wave of pairs 30.6), and one alone on
+// its SM, with half the ring, is slower than a lone block with all of it (70B o at 64 rows, split
+// 2, 128 blocks: 29.2 us paired, 26.5 lone).
+constexpr double kW4PairedCost = 1.5;
+
+template <class Lone, class Paired>
+std::optional<W4Choice> plan_w4_lone_or_paired(W4Config lone, W4Config paired, int m, int n, int k, int sm_count,
+                                               const W4Residency& resident) {
+  std::optional<W4Choice> a = plan_w4_split<Lone>(lone, m, n, k, sm_count, resident);
+  std::optional<W4Choice> b = plan_w4_split<Paired>(paired, m, n, k, sm_count, resident);
+  if (b && b->blocks > sm_count && (!a || kW4PairedCost * b->cost < a->cost)) return b;
+  return a;
+}
+
+}  // namespace
+
+// The W4 kernel takes a shape where it beats the routes before it (the few-rows kernel, the
+// tiled kernel's shared-memory unpacking, the unpacking pass): a block's fixed costs (its ring's
+// first K blocks, the group scales, the epilogue) want long K per block, and its K block time
+// grows with its rows. H200, 2026-11-29, A/B runs of bench_decode --decode-only --methods
+// quantlinear,w4a8 with this kernel on every shape it runs against the routes without it, W4A8 TOPS:
+//   17-32 rows: wins where its blocks fill 90% of the SMs with 32 K blocks or more each (8B
+//   gate+up 274 / 224, 70B qkv 184 / 166), loses elsewhere (8B qkv 95 / 109 with 192 blocks of 8
+//   K blocks, 8B o 67 / 107, 8B down 140 / 176);
+//   33-64 rows: wins on every layer but 8B o (8B qkv 171 / 157, 8B down 250 / 213, 70B qkv 320 /
+//   256, 8B gate+up 491 / 390; 8B o 120 / 142, 32 tiles of 32 K blocks);
+//   65-128 rows: wins or ties with 16 K blocks or more per block (8B down 346 / 308, 8B gate+up
+//   638 / 619, 70B qkv 402 / 401), loses with 8 (8B o 172 / 196);
+//   above 128 rows: wins only on the long-K layers of at most 8192 columns (8B down 466 / 412 at
+//   256 rows, 70B o 707 / 689, 70B down 1013 / 956; 8B gate+up 803 / 857, 70B qkv 540 / 643 lose).
+std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count, const W4Residency& resident) {
+  if (m <= 16 || m > 512 || k % sm90::W4Rows64::kBK != 0) return std::nullopt;
+  const std::optional<W4Choice> c =
+      m <= 32    ? plan_w4_lone_or_paired<sm90::W4Rows32, sm90::W4Rows32Paired>(
+                       W4Config::kRows32, W4Config::kRows32Paired, m, n, k, sm_count, resident)
+      : m <= 64  ? plan_w4_lone_or_paired<sm90::W4Rows64, sm90::W4Rows64Paired>(
+                       W4Config::kRows64, W4Config::kRows64Paired, m, n, k, sm_count, resident)
+      : m <= 128 ? plan_w4_split<sm90::W4Rows128>(W4Config::kRows128, m, n, k, sm_count, resident)
+                 : plan_w4_split<sm90::W4Rows256>(W4Config::kRows256, m, n, k, sm_count, resident);
+  if (!c) return std::nullopt;
+  const long long k_blocks = k / sm90::W4Rows64::kBK, tiles = c->blocks / c->plan.split;
+  if (m <= 32 && (c->kb_per_block < 32 || 10 * c->blocks < 9LL * sm_count)) return std::nullopt;
+  if (m <= 64 && tiles * k_blocks < 8LL * sm_count) return std::nullopt;
+  if (m > 64 && m <= 128 && c->kb_per_block < 16) return std::nullopt;
   if (m > 128 && (k < 8192 || n > 8192)) return std::nullopt;
-  return plan;
+  return c->plan;
 }
 
 // Two blocks per tile where the tiles alone leave every SM's second block slot idle (at most one

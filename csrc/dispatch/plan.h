@@ -30,12 +30,19 @@ bool use_sm90_int4(int m, int n, int sm_count);
 // Packed 4-bit B on sm90 where the W4 kernel (kernels/sm90/sm90_w4.cuh, the weight as wgmma's
 // register operand) takes it: 17-512 rows, K a multiple of 128. Its config by rows of A, and the
 // blocks of a cluster that share each tile's K blocks (1, 2 or 4); none outside those shapes.
-enum class W4Config { kRows32, kRows64, kRows128, kRows256 };
+enum class W4Config { kRows32, kRows32Paired, kRows64, kRows64Paired, kRows128, kRows256 };
+constexpr int kW4Configs = 6;
 struct W4Plan {
   W4Config config = W4Config::kRows64;
   int split = 1;
 };
-std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count);
+// Blocks of each W4 config (by W4Config) the device runs at once in clusters of 1, 2 and 4
+// (kernels/sm90/sm90_w4.h: w4_resident_blocks); 0: unknown, taken as the config's blocks per SM
+// on every SM.
+struct W4Residency {
+  int blocks[kW4Configs][3] = {};
+};
+std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count, const W4Residency& resident);
 
 enum class Sm80Config { kLarge, kSmall, kBlock };
 struct Sm80Plan {

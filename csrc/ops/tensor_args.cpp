@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "common/math.h"
+#include "dispatch/launch.h"
 
 namespace tcgemm {
 
@@ -96,6 +97,7 @@ DeviceInfo read_device_info(int32_t index) {
   dev.smem_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
   const CudaDeviceScope scope(index);
   dev.sm90_kernels = sm90_kernels_available();
+  if (dev.sm90_kernels) dev.w4_resident = w4_residency();
   return dev;
 }
 

@@ -164,8 +164,8 @@ using LargeUnpacking = TileConfig<128, 256, 2, 1, 4, false, kAnyScaling, 0, fals
 // warpgroup (one thread issues the TMA loads of x and the packed weight) and Wgs consumer
 // warpgroups, each owning 64 weight rows: per K block a thread reads two 16-byte pieces of its
 // two rows, unpacks them into the A fragments of four m64nRowsMk32 wgmma (common/int4.h:
-// unpack_int4x8_scaled_even_odd) and issues them against x's K block tile; the next K block is
-// unpacked while they run (three register sets of A).
+// unpack_int4x8_scaled_even_odd_biased) and issues them against x's K block tile; the next K
+// block is unpacked while they run (two register sets of A).
 // BlocksPerSM: blocks an SM holds at once (registers and shared memory split between them), so
 // that one block's ring fill and epilogue overlap another's main loop and each scheduler has more
 // warps to pick from while the unpacking waits on its own results.
@@ -185,17 +185,21 @@ struct W4Config {
   static constexpr int kXTileBytes = RowsM * kBK;       // [RowsM][128], 128-byte swizzle
   static constexpr int kWTileBytes = kBN * kBK / 2;     // [kBN][64] packed, unswizzled
   static constexpr int kStageBytes = kXTileBytes + kWTileBytes;
-  // The group scales of a block's K blocks, read once, after the ring and its mbarriers: at most
+  // The ring, its mbarriers, and 1024 bytes to align the ring to the swizzle atom; the scales come on top.
+  static constexpr int kRingSmemBytes = Stages * kStageBytes + 2 * Stages * 8 + 1024;
+  // Shared memory a block may use: an SM's 228 KiB shared by its blocks, 1 KiB of each the driver's.
+  static constexpr int kSmemBudget =
+      (228 * 1024 / BlocksPerSM - 1024) < 227 * 1024 ? (228 * 1024 / BlocksPerSM - 1024) : 227 * 1024;
+  // The group scales of a block's K blocks, read once into what the ring leaves: at most
   // kMaxScaleBlocks (dispatch splits K further), rows an odd number of words apart; sized at launch.
-  static constexpr int kMaxScaleBlocks = 256;
+  static constexpr int kMaxScaleBlocksFit = ((kSmemBudget - kRingSmemBytes) / kBN - 4) / 4 * 4;
+  static constexpr int kMaxScaleBlocks = kMaxScaleBlocksFit < 256 ? kMaxScaleBlocksFit : 256;
   static constexpr int kMaxScaleBytes = kBN * (kMaxScaleBlocks + 4);
+  static constexpr int kMaxSmemBytes = kRingSmemBytes + kMaxScaleBytes;
   // The epilogue's tile of int32 sums [RowsM][kTilePitch] in shared memory, over the ring, which
   // the block's K blocks no longer use (a pitch of 4 words past a multiple of 32: no bank conflicts).
   static constexpr int kTilePitch = kBN + 4;
   static constexpr int kTileBytes = RowsM * kTilePitch * 4;
-  // The ring, its mbarriers, and 1024 bytes to align the ring to the swizzle atom; the scales come on top.
-  static constexpr int kRingSmemBytes = Stages * kStageBytes + 2 * Stages * 8 + 1024;
-  static constexpr int kMaxSmemBytes = kRingSmemBytes + kMaxScaleBytes;
   static constexpr int kLaunchRegs =
       (65536 / (kThreads * BlocksPerSM) < 255 ? 65536 / (kThreads * BlocksPerSM) : 255) / 8 * 8;
   static constexpr int kProducerRegs = BlocksPerSM > 1 ? 32 : 40;
@@ -206,15 +210,19 @@ struct W4Config {
   static_assert(kXTileBytes % 1024 == 0 && kWTileBytes % 1024 == 0, "tiles must keep 1024-byte alignment");
   static_assert(kBN <= 256, "a TMA box holds at most 256 rows");
   static_assert(kTileBytes <= Stages * kStageBytes, "the tile of sums must fit over the ring");
-  static_assert(kMaxSmemBytes <= 227 * 1024, "more shared memory than an H100/H200 block can have");
+  static_assert(kMaxScaleBlocks >= 64, "too little shared memory left for the group scales");
+  static_assert(kMaxSmemBytes <= kSmemBudget, "more shared memory than the block's share of the SM");
   static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
                 "the setmaxnreg split exceeds the registers the block holds");
 };
 
-// By rows of x: 17-32, 33-64, 65-128, and 129 up (tiles of 256 rows).
-// Up to 64 rows two blocks share an SM (4 stages each at 64 rows, 6 at 32).
-using W4Rows32 = W4Config<32, 2, 6, 2>;
-using W4Rows64 = W4Config<64, 2, 4, 2>;
+// By rows of x: 17-32, 33-64, 65-128, and 129 up (tiles of 256 rows). Up to 64 rows, two configs:
+// one block per SM with a deep ring, and two blocks per SM ("paired") with half of it each, where
+// the tiles fill the second slots (dispatch/plan.cpp: plan_sm90_w4).
+using W4Rows32 = W4Config<32, 2, 8>;
+using W4Rows32Paired = W4Config<32, 2, 6, 2>;
+using W4Rows64 = W4Config<64, 2, 8>;
+using W4Rows64Paired = W4Config<64, 2, 4, 2>;
 using W4Rows128 = W4Config<128, 2, 6>;
 using W4Rows256 = W4Config<256, 2, 4>;
 

@@ -12,10 +12,10 @@
 //     K block, thread t of a quad reads the 16 packed bytes of K 32t .. 32t + 31 of each of its
 //     two weight rows (one shared load each, no bank conflicts), and packed word s unpacked even /
 //     odd is the A fragment of k-step s, as uint8 q * s + 128 (five instructions per eight values;
-//     the epilogue subtracts 128 times x's row sums, which the pass that orders x writes). Per K block a thread issues four wgmma from one of three
-//     register sets of A and, while they run, unpacks the next K block's 64 values into the next
-//     set (56 integer instructions), then waits for the K block before's four and hands their
-//     ring slot back: two K blocks in the tensor cores at a time.
+//     the epilogue subtracts 128 times x's row sums, which the pass that orders x writes).
+//   * Per K block a thread issues four wgmma from one of two register sets of A, waits for the
+//     four of the K block before (which read the other set) and hands its ring slot back, then
+//     unpacks the next K block's 64 values into the other set while its four run.
 //   * Epilogue: each thread's sums are D^T's (weight row n, x row m) pairs; they go to shared
 //     memory as the tile of D, from which the consumer warps apply the epilogue functor and store
 //     whole rows of D. With a K split, block r of the cluster adds every block's tile (in rank
@@ -319,8 +319,29 @@ void launch_w4(const GemmProblem& p, const Epi& epi, int split) {
   }
 }
 
+template <class Cfg>
+int w4_resident_blocks(int split) {
+  constexpr auto kernel = sm90_w4_kernel<Cfg, Int32Epilogue>;
+  allow_dynamic_smem<kernel, Cfg::kMaxSmemBytes>();
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim = {static_cast<unsigned>(split), 1, 1};
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(split), 1, 1);
+  config.blockDim = dim3(Cfg::kThreads);
+  config.dynamicSmemBytes = Cfg::kMaxSmemBytes;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  TCGEMM_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+  return clusters * split;
+}
+
 }  // namespace tcgemm::sm90
 
 // The launchers of one W4 config for every epilogue it serves (one translation unit per config).
 #define TCGEMM_SM90_W4_INSTANTIATE_ONE(Epi, Cfg) \
   template void tcgemm::sm90::launch_w4<Cfg, Epi>(const tcgemm::GemmProblem&, const Epi&, int);
+#define TCGEMM_SM90_W4_INSTANTIATE(Cfg)                                \
+  TCGEMM_FOR_EACH_EPILOGUE(TCGEMM_SM90_W4_INSTANTIATE_ONE, Cfg)        \
+  template int tcgemm::sm90::w4_resident_blocks<Cfg>(int);

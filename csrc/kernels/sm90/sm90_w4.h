@@ -17,6 +17,13 @@ namespace tcgemm::sm90 {
 template <class Cfg, class Epi>
 void launch_w4(const GemmProblem& p, const Epi& epi, int split);
 
+// Blocks of Cfg the current device runs at once in clusters of `split` (1, 2 or 4), at the most
+// shared memory a block of Cfg asks for: a cluster's blocks go to the SMs of one GPC, so clusters
+// of 4 leave some SMs' slots empty where clusters of 2 fill them (H200, two blocks per SM: 62
+// clusters of 4, 248 of 264 slots).
+template <class Cfg>
+int w4_resident_blocks(int split);
+
 // Writes A's rows (m x k int8, element (i, k) at src[i * src_stride + k * src_stride_k]) in the
 // W4 kernel's K order (common/int4.h: the W4 K order) into dst (rows dst_stride bytes apart, a
 // multiple of 16), and each row's sum over K into rowsum[i] (the kernel's uint8 weight is q * s +

@@ -1,4 +1,4 @@
 // The W4 kernel's launchers for tiles of 128 rows of x (W4Rows128; one translation unit per config).
 #include "kernels/sm90/sm90_w4.cuh"
 
-TCGEMM_FOR_EACH_EPILOGUE(TCGEMM_SM90_W4_INSTANTIATE_ONE, tcgemm::sm90::W4Rows128)
+TCGEMM_SM90_W4_INSTANTIATE(tcgemm::sm90::W4Rows128)

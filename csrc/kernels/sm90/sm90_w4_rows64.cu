@@ -1,4 +1,4 @@
 // The W4 kernel's launchers for tiles of 64 rows of x (W4Rows64; one translation unit per config).
 #include "kernels/sm90/sm90_w4.cuh"
 
-TCGEMM_FOR_EACH_EPILOGUE(TCGEMM_SM90_W4_INSTANTIATE_ONE, tcgemm::sm90::W4Rows64)
+TCGEMM_SM90_W4_INSTANTIATE(tcgemm::sm90::W4Rows64)

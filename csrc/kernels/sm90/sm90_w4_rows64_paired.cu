@@ -1,0 +1,5 @@
+// The W4 kernel's launchers for tiles of 64 rows of x, two blocks per SM (W4Rows64Paired; one
+// translation unit per config).
+#include "kernels/sm90/sm90_w4.cuh"
+
+TCGEMM_SM90_W4_INSTANTIATE(tcgemm::sm90::W4Rows64Paired)
