@@ -103,6 +103,31 @@ struct W4Choice {
   long long blocks = 0, kb_per_block = 0;
 };
 
+// Where the W4 kernel beats the routes before it (the few-rows kernel, the tiled kernel's
+// shared-memory unpacking, the unpacking pass): a block's fixed costs (its ring's
+// first K blocks, the group scales, the epilogue) want long K per block, and its K block time
+// grows with its rows. H200, 2026-11-29, A/B runs of bench_decode --decode-only --methods
+// quantlinear,w4a8 with this kernel on every shape it runs against the routes without it, W4A8 TOPS:
+//   17-32 rows: wins where its blocks fill 90% of the SMs with 32 K blocks or more each (8B
+//   gate+up 274 / 224, 70B qkv 184 / 166), loses elsewhere (8B qkv 95 / 109 with 192 blocks of 8
+//   K blocks, 8B o 67 / 107, 8B down 140 / 176);
+//   33-64 rows: wins on every layer but 8B o (8B qkv 171 / 157, 8B down 250 / 213, 70B qkv 320 /
+//   256, 8B gate+up 491 / 390; 8B o 120 / 142, 32 tiles of 32 K blocks);
+//   65-128 rows: wins or ties with 16 K blocks or more per block (8B down 346 / 308, 8B gate+up
+//   638 / 619, 70B qkv 402 / 401), loses with 8 (8B o 172 / 196);
+//   above 128 rows: wins only on the long-K layers of at most 8192 columns (8B down 466 / 412 at
+//   256 rows, 70B o 707 / 689, 70B down 1013 / 956; 8B gate+up 803 / 857, 70B qkv 540 / 643 lose).
+// Whether it does at m x n x k with `blocks` blocks of `kb_per_block` K blocks each, in
+// clusters of `split`.
+bool w4_wins(int m, int n, int k, int sm_count, long long blocks, long long kb_per_block, int split) {
+  const long long tiles = blocks / split, k_blocks = k / sm90::W4Rows64::kBK;
+  if (m <= 32) return kb_per_block >= 32 && 10 * blocks >= 9LL * sm_count;
+  if (m <= 64) return tiles * k_blocks >= 8LL * sm_count;
+  if (m <= 128) return kb_per_block >= 16;
+  return k >= 8192 && n <= 8192;
+}
+
+// The cheapest plan of Cfg among the splits where the kernel wins.
 template <class Cfg>
 std::optional<W4Choice> plan_w4_split(W4Config config, int m, int n, int k, int sm_count,
                                       const W4Residency& resident) {
@@ -121,6 +146,7 @@ std::optional<W4Choice> plan_w4_split(W4Config config, int m, int n, int k, int 
     const long long slots = known > 0 ? known : static_cast<long long>(sm_count) * Cfg::kBlocksPerSM;
     const long long waves = (tiles * split + slots - 1) / slots;
     const long long kb_per_block = (k_blocks + split - 1) / split;
+    if (!w4_wins(m, n, k, sm_count, tiles * split, kb_per_block, split)) continue;
     const double cost = static_cast<double>(waves) * (static_cast<double>(kb_per_block) + (split > 1 ? 2.0 : 0.0));
     if (cost < best.cost) {
       best.cost = cost;
@@ -129,7 +155,7 @@ std::optional<W4Choice> plan_w4_split(W4Config config, int m, int n, int k, int 
       best.kb_per_block = kb_per_block;
     }
   }
-  if (best.blocks == 0) return std::nullopt;  // more K blocks than 4 blocks' shared memory holds scales for
+  if (best.blocks == 0) return std::nullopt;  // no split wins, or too many K blocks for the scales' shared memory
   return best;
 }
 
@@ -151,20 +177,7 @@ std::optional<W4Choice> plan_w4_lone_or_paired(W4Config lone, W4Config paired, i
 
 }  // namespace
 
-// The W4 kernel takes a shape where it beats the routes before it (the few-rows kernel, the
-// tiled kernel's shared-memory unpacking, the unpacking pass): a block's fixed costs (its ring's
-// first K blocks, the group scales, the epilogue) want long K per block, and its K block time
-// grows with its rows. H200, 2026-11-29, A/B runs of bench_decode --decode-only --methods
-// quantlinear,w4a8 with this kernel on every shape it runs against the routes without it, W4A8 TOPS:
-//   17-32 rows: wins where its blocks fill 90% of the SMs with 32 K blocks or more each (8B
-//   gate+up 274 / 224, 70B qkv 184 / 166), loses elsewhere (8B qkv 95 / 109 with 192 blocks of 8
-//   K blocks, 8B o 67 / 107, 8B down 140 / 176);
-//   33-64 rows: wins on every layer but 8B o (8B qkv 171 / 157, 8B down 250 / 213, 70B qkv 320 /
-//   256, 8B gate+up 491 / 390; 8B o 120 / 142, 32 tiles of 32 K blocks);
-//   65-128 rows: wins or ties with 16 K blocks or more per block (8B down 346 / 308, 8B gate+up
-//   638 / 619, 70B qkv 402 / 401), loses with 8 (8B o 172 / 196);
-//   above 128 rows: wins only on the long-K layers of at most 8192 columns (8B down 466 / 412 at
-//   256 rows, 70B o 707 / 689, 70B down 1013 / 956; 8B gate+up 803 / 857, 70B qkv 540 / 643 lose).
+// The W4 kernel's plan: the cheapest of its configs and splits that wins (w4_wins), or none.
 std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count, const W4Residency& resident) {
   if (m <= 16 || m > 512 || k % sm90::W4Rows64::kBK != 0) return std::nullopt;
   const std::optional<W4Choice> c =
@@ -175,11 +188,6 @@ std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count, const W4Re
       : m <= 128 ? plan_w4_split<sm90::W4Rows128>(W4Config::kRows128, m, n, k, sm_count, resident)
                  : plan_w4_split<sm90::W4Rows256>(W4Config::kRows256, m, n, k, sm_count, resident);
   if (!c) return std::nullopt;
-  const long long k_blocks = k / sm90::W4Rows64::kBK, tiles = c->blocks / c->plan.split;
-  if (m <= 32 && (c->kb_per_block < 32 || 10 * c->blocks < 9LL * sm_count)) return std::nullopt;
-  if (m <= 64 && tiles * k_blocks < 8LL * sm_count) return std::nullopt;
-  if (m > 64 && m <= 128 && c->kb_per_block < 16) return std::nullopt;
-  if (m > 128 && (k < 8192 || n > 8192)) return std::nullopt;
   return c->plan;
 }
 
