@@ -114,7 +114,9 @@ struct W4Choice {
 //   33-64 rows: wins on every layer but 8B o (8B qkv 171 / 157, 8B down 250 / 213, 70B qkv 320 /
 //   256, 8B gate+up 491 / 390; 8B o 120 / 142, 32 tiles of 32 K blocks);
 //   65-128 rows: wins or ties with 16 K blocks or more per block (8B down 346 / 308, 8B gate+up
-//   638 / 619, 70B qkv 402 / 401), loses with 8 (8B o 172 / 196);
+//   638 / 619, 70B qkv 402 / 401), loses on 8B o (172 / 196 with 8 K blocks a block; with 16, a
+//   split of 2, the kernel and the ordering pass took 24.7 us in a sweep of splits, the route's
+//   whole layer 24.8 in a separate run of the bench);
 //   above 128 rows: wins only on the long-K layers of at most 8192 columns (8B down 466 / 412 at
 //   256 rows, 70B o 707 / 689, 70B down 1013 / 956; 8B gate+up 803 / 857, 70B qkv 540 / 643 lose).
 // Whether it does at m x n x k with `blocks` blocks of `kb_per_block` K blocks each, in
@@ -122,7 +124,8 @@ struct W4Choice {
 bool w4_wins(int m, int n, int k, int sm_count, long long blocks, long long kb_per_block, int split) {
   const long long tiles = blocks / split, k_blocks = k / sm90::W4Rows64::kBK;
   if (m <= 32) return kb_per_block >= 32 && 10 * blocks >= 9LL * sm_count;
-  if (m <= 64) return tiles * k_blocks >= 8LL * sm_count;
+  if (m <= 128 && tiles * k_blocks < 8LL * sm_count) return false;  // one tile row: all the layer's K blocks
+  if (m <= 64) return true;
   if (m <= 128) return kb_per_block >= 16;
   return k >= 8192 && n <= 8192;
 }
