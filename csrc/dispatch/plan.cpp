@@ -163,10 +163,11 @@ std::optional<W4Choice> plan_w4_split(W4Config config, int m, int n, int k, int 
 }
 
 // Up to 64 rows: two blocks per SM where they run fewer waves by more than the time a block loses
-// to sharing its SM. A paired block takes about 1.5x a lone one (H200, 2026-11-29, 8B gate+up at
-// 64 rows, 224 tiles: two waves of lone blocks 39.8 us, one wave of pairs 30.6), and one alone on
-// its SM, with half the ring, is slower than a lone block with all of it (70B o at 64 rows, split
-// 2, 128 blocks: 29.2 us paired, 26.5 lone).
+// to sharing its SM. A paired block takes about 1.5x a lone one (H200, 2026-11-29, one A/B run, 8B
+// gate+up at 64 rows, 224 tiles: two waves of lone blocks 38.5 us, one wave of pairs 30.6), and
+// one alone on its SM, with half the ring, is slower than a lone block with all of it (70B o at
+// 64 rows, 128 blocks: paired, split 2, 29.2 us for the kernel and the ordering pass in a sweep of
+// splits; lone, the whole layer with its quantization, 27.0 in the bench of docs/performance.md).
 constexpr double kW4PairedCost = 1.5;
 
 template <class Lone, class Paired>
