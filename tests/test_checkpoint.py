@@ -13,6 +13,8 @@ import tcgemm
 from tcgemm import checkpoint
 
 transformers = pytest.importorskip("transformers")
+# Every test here saves a compressed-tensors checkpoint first.
+pytest.importorskip("compressed_tensors")
 tc = pytest.importorskip("tcgemm.compressed")
 
 
@@ -87,7 +89,6 @@ def test_transformers_reads_a_sharded_tcgemm_checkpoint(tmp_path):
     """transformers (with compressed-tensors' quantizer) loads the shards tcgemm writes: its
     layers hold tcgemm's int8 weights and scales, and its logits are tcgemm's up to the rounding
     of the activations, which it keeps in float."""
-    pytest.importorskip("compressed_tensors")
     _, model = saved_model(tmp_path, "w8a8", False, max_shard_size="300KB")
     theirs = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32).eval()
     layers = [(n, m) for n, m in model.named_modules() if isinstance(m, tcgemm.QuantLinear)]

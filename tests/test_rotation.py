@@ -247,6 +247,7 @@ def test_rotated_layer_needs_whole_blocks_and_no_compressed_checkpoint(tmp_path)
     with pytest.raises(ValueError, match="rotate=True"):
         ROTATED["w4a8"].to_compressed_tensors()
     pytest.importorskip("safetensors")
+    pytest.importorskip("compressed_tensors")
     import tcgemm.compressed as ct
 
     model = nn.Sequential(QuantLinear.from_linear(nn.Linear(256, 64), scheme=ROTATED["w4a8"]))
