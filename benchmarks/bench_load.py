@@ -249,7 +249,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ckpt = make_checkpoints(workdir, args.layers, LLAMA_8B, device, args.shard)
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        steps = {step: _subprocess(step, ckpt, args) for step in ("load", "quantize_on_load", "generate")}
+        print(f"checkpoints: {json.dumps(ckpt)}", file=sys.stderr, flush=True)
+        steps = {}
+        for step in ("load", "quantize_on_load", "generate"):
+            steps[step] = _subprocess(step, ckpt, args)
+            print(f"{step}: {json.dumps(steps[step])}", file=sys.stderr, flush=True)
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -124,9 +124,16 @@ class TcgemmHfQuantizer(HfQuantizer):
                  for child_name, child in parent._modules.items() if isinstance(child, nn.Linear)]
         for parent, child_name, name, child in slots:
             if skip_reason(name, child, parent, skip, 0, self.scheme) is None:
-                setattr(parent, child_name, QuantLinear(child.in_features, child.out_features,
-                                                        bias=child.bias is not None, device=child.weight.device,
-                                                        scheme=self.scheme))
+                layer = QuantLinear(child.in_features, child.out_features, bias=child.bias is not None,
+                                    device=child.weight.device, scheme=self.scheme)
+                if child.weight.is_meta:
+                    # A float placeholder where the integer weight will be: transformers 5.17 (not
+                    # 5.24) casts a tensor quantized on load to its placeholder's dtype before the
+                    # conversion sees it, which would turn the float weight into int8. The
+                    # conversion's weight replaces it; one that never arrives is named below.
+                    layer._buffers["weight"] = torch.empty(child.weight.shape, dtype=child.weight.dtype,
+                                                           device="meta")
+                setattr(parent, child_name, layer)
 
     def param_needs_quantization(self, model: nn.Module, param_name: str, **kwargs: Any) -> bool:
         """Whether ``param_name`` is a QuantLinear's float weight or bias arriving from the checkpoint.
@@ -148,8 +155,11 @@ class TcgemmHfQuantizer(HfQuantizer):
         return _QuantizeOnLoad(self)
 
     def _process_model_after_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
-        for module in model.modules():
+        for name, module in model.named_modules():
             if isinstance(module, QuantLinear):
+                if module.weight.dtype not in (torch.int8, torch.uint8):
+                    raise ValueError(f"tcgemm.hf: layer '{name}' got no weight from the checkpoint (its weight "
+                                     f"is still {module.weight.dtype}, not quantized)")
                 module.refresh_weight_colsum()
         return model
 

@@ -53,6 +53,9 @@ def test_readme_python_blocks_run(tmp_path, monkeypatch):
                        "LOCAL_RANK": "0", "WORLD_SIZE": "1"}.items():
         monkeypatch.setenv(key, value)
     try:
+        # gloo, which the README block's init_device_mesh then uses: left to itself on a machine with
+        # a GPU it would start nccl alone, which has no backend for CPU tensors.
+        dist.init_process_group("gloo")
         exec(compile(parallel, "README.md (tensor parallel)", "exec"), namespace)
         assert loaded[0].tensor_parallel.style == "colwise" and loaded[2].tensor_parallel.style == "rowwise"
         with torch.no_grad():
