@@ -10,7 +10,8 @@ greedily from the same prompt with a static KV cache; the script prints the text
 tokens per second. Then it saves the quantized model (a compressed-tensors checkpoint), loads it
 back at its compressed size with ``tcgemm.compressed.from_pretrained``, and checks that the
 reloaded model generates the same tokens. ``--compile`` runs the decode step under
-``torch.compile``. A folder without a tokenizer gets a prompt of random token ids.
+``torch.compile`` (on a GPU with CUDA graphs: :func:`timed_generate`). A folder without a
+tokenizer gets a prompt of random token ids.
 """
 
 from __future__ import annotations
@@ -22,12 +23,21 @@ import time
 import torch
 
 
-def _generate(model, ids, new_tokens: int, compile_step: bool) -> tuple[torch.Tensor, float]:
-    """Greedy tokens after ``ids`` with a static cache, and tokens per second (second run timed)."""
-    if compile_step:
-        model.forward = torch.compile(model.forward)
+def timed_generate(model, ids, new_tokens: int, compile_step: bool) -> tuple[torch.Tensor, float]:
+    """Greedy tokens after ``ids`` with a static KV cache, and tokens per second (the second of two
+    runs timed). ``compile_step``: on a GPU, transformers compiles the decode step itself with CUDA
+    graphs (``CompileConfig(mode="reduce-overhead")``; the prompt runs eager); on the CPU, which has
+    no graphs, the forward runs under ``torch.compile``. Without it generate() runs eager."""
+    import transformers
+
     kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
                   cache_implementation="static")
+    if compile_step and ids.is_cuda:
+        kwargs["compile_config"] = transformers.CompileConfig(mode="reduce-overhead", dynamic=False)
+    else:
+        kwargs["disable_compile"] = True
+        if compile_step:
+            model.forward = torch.compile(model.forward)
     with torch.no_grad():
         model.generate(ids, **kwargs)  # warm-up (and compilation)
         if ids.is_cuda:
@@ -74,7 +84,7 @@ def main(argv=None) -> int:
         placement = {"device_map": device} if importlib.util.find_spec("accelerate") else {}
         model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype, **placement,
                                                                   **extra).to(device).eval()
-        out, rate = _generate(model, ids, args.max_new_tokens, args.compile)
+        out, rate = timed_generate(model, ids, args.max_new_tokens, args.compile)
         results[label] = (out, rate)
         print(f"{label:>8}: {rate:8.1f} tokens/s  {text(out)!r}")
         if extra:
@@ -84,7 +94,7 @@ def main(argv=None) -> int:
     print(f"{args.scheme} / {next(iter(results))}: {results[args.scheme][1] / base_rate:.2f}x tokens per second")
 
     reloaded = tcgemm.compressed.from_pretrained(args.out, device=device, dtype=dtype)
-    out, rate = _generate(reloaded, ids, args.max_new_tokens, args.compile)
+    out, rate = timed_generate(reloaded, ids, args.max_new_tokens, args.compile)
     same = torch.equal(out, results[args.scheme][0])
     print(f"reloaded from {args.out}: {rate:8.1f} tokens/s, {'the same' if same else 'other'} tokens")
     return 0 if same else 1

@@ -150,6 +150,23 @@ class TcgemmHfQuantizer(HfQuantizer):
             return False
         return isinstance(module, QuantLinear) and attr in ("weight", "bias")
 
+    def param_element_size(self, model: nn.Module, param_name: str, param: torch.Tensor) -> float:
+        """Bytes per element of ``param`` once loaded: a QuantLinear's float placeholder weight
+        counts as the integer weight that replaces it (1 byte per value, 0.5 for 4-bit), so that
+        transformers' warm-up of the CUDA caching allocator reserves the quantized size, not the
+        float one.
+
+        Args:
+            model: the model being loaded.
+            param_name: a qualified tensor name.
+            param: the tensor (on the meta device).
+        """
+        prefix, _, attr = param_name.rpartition(".")
+        module = model.get_submodule(prefix) if prefix else model
+        if isinstance(module, QuantLinear) and attr == "weight" and param.is_floating_point():
+            return module.bits / 8
+        return param.element_size()
+
     def get_quantize_ops(self) -> ConversionOps:
         """The conversion transformers applies to each weight :meth:`param_needs_quantization` names."""
         return _QuantizeOnLoad(self)

@@ -91,3 +91,40 @@ def test_a_checkpoint_marked_tcgemm_is_refused():
     with pytest.raises(ValueError, match="tcgemm saves compressed-tensors checkpoints; load them with "
                                          "tcgemm.compressed.from_pretrained"):
         quantizer.validate_environment()
+
+
+@pytest.mark.parametrize("scheme", ["w8a8", "w4a8"])
+def test_placeholders_count_as_the_quantized_bytes(scheme):
+    """Before loading, each QuantLinear's weight is a float placeholder on the meta device (the
+    float weight must arrive uncast); param_element_size counts it as the integer weight it
+    becomes, so transformers' warm-up of the CUDA allocator reserves the quantized model's bytes."""
+    config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    quantizer = hf.TcgemmHfQuantizer(hf.TcgemmConfig(scheme))
+    quantizer._process_model_before_weight_loading(model)
+    assert model.model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16
+    expected = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    tcgemm.quantize_model(expected, scheme=scheme, skip=["lm_head"])
+    placeholders, state = model.state_dict(), expected.state_dict()
+    assert placeholders.keys() == state.keys()
+    for key, tensor in placeholders.items():
+        assert tensor.numel() * quantizer.param_element_size(model, key, tensor) == \
+            state[key].numel() * state[key].element_size(), key
+
+
+def test_a_weight_missing_from_the_checkpoint_is_named(tmp_path):
+    safetensors = pytest.importorskip("safetensors.torch")
+    float_checkpoint(tmp_path / "float")
+    path = tmp_path / "float"
+    for shard in path.glob("*.safetensors"):
+        tensors = safetensors.load_file(str(shard))
+        if tensors.pop("model.layers.1.mlp.up_proj.weight", None) is not None:
+            safetensors.save_file(tensors, str(shard), metadata={"format": "pt"})
+    index = json.load(open(path / "model.safetensors.index.json"))
+    del index["weight_map"]["model.layers.1.mlp.up_proj.weight"]
+    json.dump(index, open(path / "model.safetensors.index.json", "w"))
+    with pytest.raises(ValueError, match="layer 'model.layers.1.mlp.up_proj' got no weight from the checkpoint"):
+        transformers.AutoModelForCausalLM.from_pretrained(str(path), quantization_config=hf.TcgemmConfig("w8a8"),
+                                                          dtype=torch.float32)
