@@ -12,7 +12,8 @@ quantizes each weight as it arrives (round to nearest, the scheme's scales), so 
 weights are never all in memory at once: the same layers, bit for bit, as
 :func:`tcgemm.quantize_model` on the model loaded in float. ``save_pretrained`` writes the
 compressed-tensors checkpoint of :func:`tcgemm.compressed.save_compressed`; load it back at its
-compressed size with :func:`tcgemm.compressed.from_pretrained`.
+compressed size with :func:`tcgemm.compressed.from_pretrained`. Checked with transformers 5.17 and
+5.24.
 """
 
 from __future__ import annotations
