@@ -187,11 +187,16 @@ def measure_quantize_on_load(bf16_dir: str, device: torch.device, quantized_byte
 def tokens_per_second(model, vocab: int, device: torch.device, new_tokens: int, compile_forward: bool) -> dict:
     """Greedy generate() after a random prompt, batch 1, static cache: tokens/s of the second run
     (``examples.hf_llm.timed_generate``: compiled, the decode step in CUDA graphs on a GPU)."""
+    from torch._dynamo.utils import counters
+
     from examples.hf_llm import timed_generate
 
     ids = torch.randint(0, vocab, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(0)).to(device)
+    skips = counters["inductor"]["cudagraph_skips"]
     out, rate = timed_generate(model, ids, new_tokens, compile_forward)
-    return {"tokens_per_s": rate, "new_tokens": int(out.shape[1] - ids.shape[1])}
+    # graphs torch.compile declined to capture (inductor's count): 0 where the decode step ran in CUDA graphs
+    return {"tokens_per_s": rate, "new_tokens": int(out.shape[1] - ids.shape[1]),
+            "cudagraph_skips": counters["inductor"]["cudagraph_skips"] - skips}
 
 
 def measure_generate(bf16_dir: str, w4_dir: str, device: torch.device, new_tokens: int,
