@@ -192,11 +192,18 @@ def tokens_per_second(model, vocab: int, device: torch.device, new_tokens: int, 
     from examples.hf_llm import timed_generate
 
     ids = torch.randint(0, vocab, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(0)).to(device)
-    skips = counters["inductor"]["cudagraph_skips"]
+    def compile_counts() -> dict[str, int]:
+        # what torch.compile made of the run: graphs compiled, graph breaks, and graphs it declined
+        # to capture in CUDA graphs (0 where the decode step ran in graphs)
+        return {"graphs_compiled": counters["stats"]["unique_graphs"],
+                "graph_breaks": sum(counters["graph_break"].values()),
+                "cudagraph_skips": counters["inductor"]["cudagraph_skips"]}
+
+    before = compile_counts()
     out, rate = timed_generate(model, ids, new_tokens, compile_forward)
-    # graphs torch.compile declined to capture (inductor's count): 0 where the decode step ran in CUDA graphs
+    after = compile_counts()
     return {"tokens_per_s": rate, "new_tokens": int(out.shape[1] - ids.shape[1]),
-            "cudagraph_skips": counters["inductor"]["cudagraph_skips"] - skips}
+            **{key: after[key] - before[key] for key in after}}
 
 
 def measure_generate(bf16_dir: str, w4_dir: str, device: torch.device, new_tokens: int,
