@@ -88,6 +88,17 @@ class _QuantizeOnLoad(ConversionOps):
         return out
 
 
+def _quant_linear_of(model: nn.Module, param_name: str) -> tuple[Optional[QuantLinear], str]:
+    """The QuantLinear that holds tensor ``param_name`` (None if another module, or none, does),
+    and the tensor's name in it."""
+    prefix, _, attr = param_name.rpartition(".")
+    try:
+        module = model.get_submodule(prefix)
+    except AttributeError:
+        return None, attr
+    return (module if isinstance(module, QuantLinear) else None), attr
+
+
 @register_quantizer(QUANT_METHOD)
 class TcgemmHfQuantizer(HfQuantizer):
     """transformers' side of :class:`TcgemmConfig`: swaps the model's ``nn.Linear`` layers for
@@ -144,12 +155,8 @@ class TcgemmHfQuantizer(HfQuantizer):
             param_name: a qualified tensor name.
             kwargs: transformers' (unused).
         """
-        prefix, _, attr = param_name.rpartition(".")
-        try:
-            module = model.get_submodule(prefix)
-        except AttributeError:
-            return False
-        return isinstance(module, QuantLinear) and attr in ("weight", "bias")
+        layer, attr = _quant_linear_of(model, param_name)
+        return layer is not None and attr in ("weight", "bias")
 
     def param_element_size(self, model: nn.Module, param_name: str, param: torch.Tensor) -> float:
         """Bytes per element of ``param`` once loaded: a QuantLinear's float placeholder weight
@@ -162,10 +169,9 @@ class TcgemmHfQuantizer(HfQuantizer):
             param_name: a qualified tensor name.
             param: the tensor (on the meta device).
         """
-        prefix, _, attr = param_name.rpartition(".")
-        module = model.get_submodule(prefix) if prefix else model
-        if isinstance(module, QuantLinear) and attr == "weight" and param.is_floating_point():
-            return module.bits / 8
+        layer, attr = _quant_linear_of(model, param_name)
+        if layer is not None and attr == "weight" and param.is_floating_point():
+            return layer.bits / 8
         return param.element_size()
 
     def get_quantize_ops(self) -> ConversionOps:
