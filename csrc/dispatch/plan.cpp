@@ -1,7 +1,6 @@
 #include "dispatch/plan.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 #include <stdexcept>
 
