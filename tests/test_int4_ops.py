@@ -284,6 +284,49 @@ def test_w4_kernel_layer(m, n, k, out_dtype, rng):
     assert torch.equal(y3.reshape(m, n), y4)
 
 
+# The W4 kernel with fp32 weight scales per group of 128 (scheme "w4a8-group", the scales of most
+# published 4-bit checkpoints): its configs of 32 and 64 rows, which promote every K block's sums
+# into fp32 (dispatch/plan.cpp: plan_sm90_w4 with per_block), unsplit and with K splits of 2 and 4
+# (uneven: K = 8192 + 1152), partial tiles of x and of the weight, and K past what one block's
+# shared memory holds the scales of (28672: split).
+W4_FLOAT_SHAPES = [(17, 28672, 4096), (24, 16384, 4096), (32, 8192, 8192), (33, 6144, 4096), (48, 4096, 14336),
+                   (40, 9000, 8192 + 1152), (64, 10240, 8192 + 1152), (64, 8192, 28672)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", W4_FLOAT_SHAPES)
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_w4_kernel_float_group_scales(m, n, k, out_dtype, rng):
+    """quant_linear with fp32 group scales on the W4 kernel: the per-block layer of the unpacked int8
+    weight up to the order of the fp32 sums (a K split adds its blocks' sums at the end), and the
+    float64 reference within the rounding of the output; 2-D and 3-D x, a bias."""
+    require_w4_routes()
+    q = random_q4(n, k, rng)
+    scale = (torch.rand(n, k // 128, generator=rng) * 0.01 + 1e-3).cuda()
+    bias = torch.randn(n, generator=rng).cuda()
+    x = torch.randn(m, k, generator=rng).to(out_dtype).cuda()  # the output takes x's dtype
+    packed, w8 = pack(q).cuda(), q.cuda()
+
+    def layer(x, w):
+        return tcgemm.quant_linear(x, w, scale, bias=bias)
+
+    names = _kernel_names(lambda: layer(x, packed))
+    assert any("sm90_w4_kernel" in name for name in names), names
+    assert not any("unpack_int4" in name for name in names), names
+    y4, y8 = layer(x, packed), layer(x, w8)
+    assert y4.dtype == out_dtype and y4.shape == (m, n)
+    if out_dtype == torch.float32:
+        torch.testing.assert_close(y4, y8, rtol=1e-5, atol=1e-5 * y8.abs().max().item())
+    else:
+        torch.testing.assert_close(y4.float(), y8.float(), rtol=2**-7, atol=2**-7 * y8.abs().max().item())
+    qx, sx = tcgemm.quantize(x, "token")
+    ref = tcgemm.reference.scaled_gemm_reference(qx.cpu(), w8.cpu().t(), sx.cpu(), scale.cpu(), bias.cpu(),
+                                                 return_float64=True)
+    assert torch.allclose(y4.double().cpu(), ref, rtol=2**-7, atol=1e-3 * ref.abs().max().item())
+    x3 = x.reshape(2, m // 2, k) if m % 2 == 0 else x.reshape(1, m, k)
+    assert torch.equal(layer(x3, packed).reshape(m, n), y4)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("m, n, k", [(256, 14336, 4096 + 64), (37, 13576, 1024 + 32)])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)

@@ -61,7 +61,8 @@ void run_sm80(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev
 }
 
 void run_sm90_w4(const GemmProblem& p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
-  const std::optional<W4Plan> plan = plan_sm90_w4(p.m, p.n, p.k, dev.sm_count, dev.w4_resident);
+  const bool per_block = epilogue_family_of(epilogue) == kEpiPerBlock;
+  const std::optional<W4Plan> plan = plan_sm90_w4(p.m, p.n, p.k, dev.sm_count, dev.w4_resident, per_block);
   if (!plan) throw std::logic_error("tcgemm: run_sm90 got an A in the W4 order for a shape the W4 kernel declines");
   with_epilogue(epilogue, p.d.type, [&](const auto& epi) {
     switch (plan->config) {
@@ -161,12 +162,14 @@ W4Residency w4_residency() {
 }
 
 bool runs_on_w4(Backend b, int m, int n, int k, const Operand& packed_b, const DeviceInfo& dev, bool per_block) {
-  return b == Backend::kSm90 && !per_block && plan_sm90_w4(m, n, k, dev.sm_count, dev.w4_resident).has_value() &&
+  return b == Backend::kSm90 && plan_sm90_w4(m, n, k, dev.sm_count, dev.w4_resident, per_block).has_value() &&
          sm90::packed_tma_describable(packed_b, n, k);
 }
 
 bool a_w4_order(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block) {
-  return p.b_int4 && p.a.is_signed && runs_on_w4(b, p.m, p.n, p.k, p.b, dev, per_block);
+  // int8 group scales and fp32 scales per K block together: not on the W4 kernel
+  return p.b_int4 && p.a.is_signed && !(per_block && p.b_group_scale != nullptr) &&
+         runs_on_w4(b, p.m, p.n, p.k, p.b, dev, per_block);
 }
 
 bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block) {

@@ -33,12 +33,12 @@ bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool
 W4Residency w4_residency();
 
 // Whether resolved GPU backend b computes an M x N x K GEMM with packed 4-bit B `b` on the W4
-// kernel (kernels/sm90/sm90_w4.h; plan.h plan_sm90_w4): the sm90 backend, the sums over all of K
-// (not per_block), K a multiple of 128 and B's bytes TMA-describable. A must then be given in the
-// kernel's K order (a_w4_order).
+// kernel (kernels/sm90/sm90_w4.h; plan.h plan_sm90_w4): the sm90 backend, a plan for the shape
+// (per_block: fp32 scales per K block, promoted, at up to 64 rows), K a multiple of 128 and B's
+// bytes TMA-describable. A must then be given in the kernel's K order (a_w4_order).
 bool runs_on_w4(Backend b, int m, int n, int k, const Operand& packed_b, const DeviceInfo& dev, bool per_block);
 // Whether p (a packed B, a signed A) runs on the W4 kernel: the binding layer then writes A in its
-// K order (GemmProblem::a_w4_order).
+// K order (GemmProblem::a_w4_order). Not int8 group scales with per_block scales.
 bool a_w4_order(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block);
 
 // Whether resolved GPU backend b, where it does not read p's packed 4-bit B as it is

@@ -129,17 +129,20 @@ bool w4_wins(int m, int n, int k, int sm_count, long long blocks, long long kb_p
   return k >= 8192 && n <= 8192;
 }
 
-// The cheapest plan of Cfg among the splits where the kernel wins.
+// The cheapest plan of Cfg among the splits where the kernel wins; per_block: fp32 scales per K
+// block, of which a block's shared memory holds fewer.
 template <class Cfg>
 std::optional<W4Choice> plan_w4_split(W4Config config, int m, int n, int k, int sm_count,
-                                      const W4Residency& resident) {
+                                      const W4Residency& resident, bool per_block = false) {
   W4Choice best;
   best.plan.config = config;
   best.cost = 1e300;
   const long long tiles = static_cast<long long>((m + Cfg::kRowsM - 1) / Cfg::kRowsM) * ((n + Cfg::kBN - 1) / Cfg::kBN);
   const long long k_blocks = k / Cfg::kBK;
-  // A block holds the group scales of at most kMaxScaleBlocks K blocks.
-  const long long fewest = (k_blocks + Cfg::kMaxScaleBlocks - 1) / Cfg::kMaxScaleBlocks;
+  // A block holds the scales of at most kMaxScaleBlocks (fp32: kMaxFloatScaleBlocks) K blocks.
+  const long long most = per_block ? Cfg::kMaxFloatScaleBlocks : Cfg::kMaxScaleBlocks;
+  if (most <= 0) return std::nullopt;
+  const long long fewest = (k_blocks + most - 1) / most;
   constexpr int kSplits[3] = {1, 2, 4};
   for (int i = 0; i < 3; ++i) {
     const int split = kSplits[i];
@@ -180,9 +183,20 @@ std::optional<W4Choice> plan_w4_lone_or_paired(W4Config lone, W4Config paired, i
 
 }  // namespace
 
-// The W4 kernel's plan: the cheapest of its configs and splits that wins (w4_wins), or none.
-std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count, const W4Residency& resident) {
+// The W4 kernel's plan: the cheapest of its configs and splits that wins (w4_wins), or none. With
+// fp32 scales per K block (per_block), the configs that promote them: one block per SM, at most
+// 64 rows (configs.h), under the same rules.
+std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count, const W4Residency& resident, bool per_block) {
   if (m <= 16 || m > 512 || k % sm90::W4Rows64::kBK != 0) return std::nullopt;
+  if (per_block) {
+    static_assert(sm90::W4Rows32::kPromotes && sm90::W4Rows64::kPromotes, "the configs that promote");
+    if (m > 64) return std::nullopt;
+    const std::optional<W4Choice> c =
+        m <= 32 ? plan_w4_split<sm90::W4Rows32>(W4Config::kRows32, m, n, k, sm_count, resident, true)
+                : plan_w4_split<sm90::W4Rows64>(W4Config::kRows64, m, n, k, sm_count, resident, true);
+    if (!c) return std::nullopt;
+    return c->plan;
+  }
   const std::optional<W4Choice> c =
       m <= 32    ? plan_w4_lone_or_paired<sm90::W4Rows32, sm90::W4Rows32Paired>(
                        W4Config::kRows32, W4Config::kRows32Paired, m, n, k, sm_count, resident)

@@ -42,7 +42,7 @@ struct W4Plan {
 struct W4Residency {
   int blocks[kW4Configs][3] = {};
 };
-std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count, const W4Residency& resident);
+std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count, const W4Residency& resident, bool per_block);
 
 enum class Sm80Config { kLarge, kSmall, kBlock };
 struct Sm80Plan {

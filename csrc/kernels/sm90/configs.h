@@ -169,9 +169,12 @@ using LargeUnpacking = TileConfig<128, 256, 2, 1, 4, false, kAnyScaling, 0, fals
 // BlocksPerSM: blocks an SM holds at once (registers and shared memory split between them), so
 // that one block's ring fill and epilogue overlap another's main loop and each scheduler has more
 // warps to pick from while the unpacking waits on its own results.
-template <int RowsM, int Wgs, int Stages, int BlocksPerSM = 1>
+// Epilogues: kAnyScaling, with kEpiPerBlock for the configs whose registers hold the fp32
+// accumulators and the second int32 set that per-K-block promotion takes (sm90_w4.cuh).
+template <int RowsM, int Wgs, int Stages, int BlocksPerSM = 1, unsigned Epilogues = kAnyScaling>
 struct W4Config {
-  static constexpr unsigned kEpilogues = kAnyScaling;
+  static constexpr unsigned kEpilogues = Epilogues;
+  static constexpr bool kPromotes = (Epilogues & kEpiPerBlock) != 0;
   static constexpr int kRowsM = RowsM;                  // rows of x per tile: wgmma N
   static constexpr int kWgs = Wgs;                      // consumer warpgroups
   static constexpr int kBN = 64 * Wgs;                  // weight rows per tile
@@ -195,7 +198,12 @@ struct W4Config {
   static constexpr int kMaxScaleBlocksFit = ((kSmemBudget - kRingSmemBytes) / kBN - 4) / 4 * 4;
   static constexpr int kMaxScaleBlocks = kMaxScaleBlocksFit < 256 ? kMaxScaleBlocksFit : 256;
   static constexpr int kMaxScaleBytes = kBN * (kMaxScaleBlocks + 4);
-  static constexpr int kMaxSmemBytes = kRingSmemBytes + kMaxScaleBytes;
+  // The same for fp32 per-K-block weight scales (kPromotes; rows an odd number of words apart).
+  static constexpr int kMaxFloatScaleBlocksFit = kPromotes ? ((kSmemBudget - kRingSmemBytes) / (4 * kBN) - 1) / 2 * 2 : 0;
+  static constexpr int kMaxFloatScaleBlocks = kMaxFloatScaleBlocksFit < 256 ? kMaxFloatScaleBlocksFit : 256;
+  static constexpr int kMaxFloatScaleBytes = 4 * kBN * (kMaxFloatScaleBlocks + 1);
+  static constexpr int kMaxSmemBytes =
+      kRingSmemBytes + (kMaxScaleBytes > kMaxFloatScaleBytes ? kMaxScaleBytes : kMaxFloatScaleBytes);
   // The epilogue's tile of int32 sums [RowsM][kTilePitch] in shared memory, over the ring, which
   // the block's K blocks no longer use (a pitch of 4 words past a multiple of 32: no bank conflicts).
   static constexpr int kTilePitch = kBN + 4;
@@ -211,6 +219,9 @@ struct W4Config {
   static_assert(kBN <= 256, "a TMA box holds at most 256 rows");
   static_assert(kTileBytes <= Stages * kStageBytes, "the tile of sums must fit over the ring");
   static_assert(kMaxScaleBlocks >= 64, "too little shared memory left for the group scales");
+  static_assert(!kPromotes || kMaxFloatScaleBlocks >= 64, "too little shared memory left for fp32 block scales");
+  static_assert(!kPromotes || (BlocksPerSM == 1 && RowsM <= 64),
+                "promotion holds two int32 sets and an fp32 set of accumulators: lone blocks of at most 64 rows");
   static_assert(kMaxSmemBytes <= kSmemBudget, "more shared memory than the block's share of the SM");
   static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
                 "the setmaxnreg split exceeds the registers the block holds");
@@ -218,10 +229,11 @@ struct W4Config {
 
 // By rows of x: 17-32, 33-64, 65-128, and 129 up (tiles of 256 rows). Up to 64 rows, two configs:
 // one block per SM with a deep ring, and two blocks per SM ("paired") with half of it each, where
-// the tiles fill the second slots (dispatch/plan.cpp: plan_sm90_w4).
-using W4Rows32 = W4Config<32, 2, 8>;
+// the tiles fill the second slots (dispatch/plan.cpp: plan_sm90_w4). fp32 group scales (promoted
+// per K block) on the lone ones only.
+using W4Rows32 = W4Config<32, 2, 8, 1, kAnyScaling | kEpiPerBlock>;
 using W4Rows32Paired = W4Config<32, 2, 6, 2>;
-using W4Rows64 = W4Config<64, 2, 8>;
+using W4Rows64 = W4Config<64, 2, 8, 1, kAnyScaling | kEpiPerBlock>;
 using W4Rows64Paired = W4Config<64, 2, 4, 2>;
 using W4Rows128 = W4Config<128, 2, 6>;
 using W4Rows256 = W4Config<256, 2, 4>;

@@ -16,6 +16,13 @@
 //   * Per K block a thread issues four wgmma from one of two register sets of A, waits for the
 //     four of the K block before (which read the other set) and hands its ring slot back, then
 //     unpacks the next K block's 64 values into the other set while its four run.
+//   * fp32 weight scales per K block (Epi::kPromotes, the W4A8 layers with float group scales):
+//     the weight is unpacked as signed q * 16 (common/int4.h: unpack_int4x8_times16, three
+//     instructions per eight values), each K block's wgmma start a fresh int32 set (two sets, in
+//     turn), and once a K block's wgmma retire its exact sums are promoted into fp32 accumulators
+//     with scale_a(m, kb) * scale_b(n, kb) / 16 (the 16 taken out exactly), while the next K
+//     block's run. The weight scales of the block's K blocks come into shared memory first, as
+//     the two-level group scales do.
 //   * Epilogue: each thread's sums are D^T's (weight row n, x row m) pairs; they go to shared
 //     memory as the tile of D, from which the consumer warps apply the epilogue functor and store
 //     whole rows of D. With a K split, block r of the cluster adds every block's tile (in rank
@@ -59,38 +66,50 @@ struct W4Params {
   const int32_t* a_rowsum;    // x's row sums over K: the uint8 weight q * s + 128 adds 128 times them
   const int8_t* group_scale;  // [N, K / 128], rows group_scale_stride apart; or null (every scale 1)
   int64_t group_scale_stride;
-  int scale_pitch;            // bytes between the rows of the block's group scales in shared memory
+  int scale_pitch;            // scales (bytes, or fp32 when promoting) between the rows of the block's
+                              // group scales in shared memory
 };
+
+// The factor the weight's unpacking as q * 16 puts on every int32 sum, and its exact inverse.
+constexpr float kW4Times16Unscale = 1.0f / 16.0f;
 
 // The named barrier of the consumer warpgroups: their group scales loaded, and later, with a K
 // split, every warpgroup past the ring before their sums overwrite it.
 constexpr int kW4ConsumersBarrier = 1;
 
-// The tile's group scales of the block's K blocks into shared memory (`scales`: row r's at
-// r * pitch + kb - kb_begin; 1 past N), by threads `thread` of `threads`, 16 loads in flight each:
-// read once at the start, while the first K blocks' copies are on their way, rather than per K
-// block on the main loop's chain.
-template <class Cfg>
-__device__ __forceinline__ void w4_load_group_scales(const W4Params& args, int row0, int kb_begin, int kb_count,
-                                                     uint8_t* scales, int thread, int threads) {
+// The tile's scales of the block's K blocks into shared memory (`scales`: row r's at
+// r * pitch + kb - kb_begin; value(r, kb) gives them, for r past N too), by threads `thread` of
+// `threads`, 16 loads in flight each: read once at the start, while the first K blocks' copies
+// are on their way, rather than per K block on the main loop's chain.
+template <class Cfg, class T, class Value>
+__device__ __forceinline__ void w4_load_block_scales(const Value& value, int kb_count, int pitch, T* scales,
+                                                     int thread, int threads) {
   constexpr int kInFlight = 16;
   const int total = Cfg::kBN * kb_count;
   for (int first = thread; first < total; first += kInFlight * threads) {
-    uint8_t v[kInFlight];
+    T v[kInFlight];
 #pragma unroll
     for (int j = 0; j < kInFlight; ++j) {
       const int i = first + j * threads, r = i / kb_count, kb = i - r * kb_count;
-      v[j] = 1;
-      if (i < total && row0 + r < args.n)
-        v[j] = static_cast<uint8_t>(
-            args.group_scale[static_cast<int64_t>(row0 + r) * args.group_scale_stride + kb_begin + kb]);
+      v[j] = i < total ? value(r, kb) : T{};
     }
 #pragma unroll
     for (int j = 0; j < kInFlight; ++j) {
       const int i = first + j * threads, r = i / kb_count, kb = i - r * kb_count;
-      if (i < total) scales[r * args.scale_pitch + kb] = v[j];
+      if (i < total) scales[r * pitch + kb] = v[j];
     }
   }
+}
+
+// Promotion: x's scales of K block kb for a consumer thread's rows of x (thread t of its quad:
+// rows m0 + 8j + 2t + e, e = 0, 1, at 2j + e; rows past M read the last row's).
+template <class Cfg, class Epi>
+__device__ __forceinline__ void w4_a_scales(const Epi& epi, int m0, int m, int t, int kb,
+                                            float (&out)[Cfg::kAccRegs / 2]) {
+#pragma unroll
+  for (int j = 0; j < Cfg::kAccRegs / 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) out[2 * j + e] = epi.a_block_scale(min(m0 + 8 * j + 2 * t + e, m - 1), kb);
 }
 
 template <class Cfg, class Epi>
@@ -98,9 +117,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
     sm90_w4_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
                    const W4Params args, const Epi epi) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Mma = ptx::WgmmaInt8RegA<Cfg::kRowsM, true, /*ASigned=*/false>;
+  constexpr bool kPromotes = Epi::kPromotes;  // fp32 scales per K block
+  using Mma = ptx::WgmmaInt8RegA<Cfg::kRowsM, true, /*ASigned=*/kPromotes>;
+  using Scale = std::conditional_t<kPromotes, float, uint8_t>;  // the block scales kept in shared memory
   constexpr int kStages = Cfg::kStages;
   constexpr int kRegs = Cfg::kAccRegs;
+  constexpr int kAccSets = kPromotes ? 2 : 1;  // int32 sets: one per K block in turn when promoting
 
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(round_up<uintptr_t>(reinterpret_cast<uintptr_t>(smem_raw), 1024));
@@ -108,7 +130,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
   uint8_t* w_tiles = smem + kStages * Cfg::kXTileBytes;     // kStages x [kBN][64], packed
   uint64_t* full = reinterpret_cast<uint64_t*>(w_tiles + kStages * Cfg::kWTileBytes);
   uint64_t* empty = full + kStages;
-  uint8_t* scales = reinterpret_cast<uint8_t*>(empty + kStages);  // [kBN][scale_pitch]: the block's K blocks
+  Scale* scales = reinterpret_cast<Scale*>(empty + kStages);  // [kBN][scale_pitch]: the block's K blocks
 
   const int split = static_cast<int>(gridDim.x);  // the cluster's blocks share the tile's K blocks
   const int rank = static_cast<int>(blockIdx.x);
@@ -116,7 +138,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
   const int m0 = blockIdx.z * Cfg::kRowsM;        // and first row of x (row of D)
   const int kb_begin = rank * args.kb_per_split;
   const int kb_end = min(args.k_blocks, kb_begin + args.kb_per_split);
-  const bool scaled = args.group_scale != nullptr;
+  const bool scaled = kPromotes || args.group_scale != nullptr;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -152,8 +174,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
   }
   ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
   if (scaled) {
-    w4_load_group_scales<Cfg>(args, row0, kb_begin, kb_end - kb_begin, scales, threadIdx.x - 128,
-                              Cfg::kConsumerThreads);
+    const int kb_count = kb_end - kb_begin, thread = threadIdx.x - 128;
+    if constexpr (kPromotes) {  // scale_b(n, kb): 1 where the epilogue applies it (per channel)
+      w4_load_block_scales<Cfg>([&](int r, int kb) { return epi.b_block_scale(min(row0 + r, args.n - 1), kb_begin + kb); },
+                                kb_count, args.scale_pitch, scales, thread, Cfg::kConsumerThreads);
+    } else {
+      w4_load_block_scales<Cfg>(
+          [&](int r, int kb) {
+            return row0 + r < args.n
+                       ? static_cast<uint8_t>(
+                             args.group_scale[static_cast<int64_t>(row0 + r) * args.group_scale_stride + kb_begin + kb])
+                       : uint8_t{1};
+          },
+          kb_count, args.scale_pitch, scales, thread, Cfg::kConsumerThreads);
+    }
     ptx::named_barrier_sync(kW4ConsumersBarrier, Cfg::kConsumerThreads);
   }
 
@@ -164,9 +198,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
   const uint32_t w0 = ptx::smem_addr(w_tiles), s0 = ptx::smem_addr(scales);
   const uint64_t desc_x0 = ptx::wgmma_desc_k_major_sw128(x_tiles);
 
-  int32_t acc[1][kRegs];
+  // acc[set][4j + 2h + e]: weight row r_lo + 8h (column of D), x row 8j + 2t + e (row of D).
+  // Left unset: every K block's first wgmma (or the first K block's, without promotion) starts
+  // from zero. Setting them, ptxas may sink the stores among the wgmma and serialize them (C7515).
+  int32_t acc[kAccSets][kRegs];
+  float accf[kPromotes ? kRegs : 1];  // the promoted sums
 #pragma unroll
-  for (int i = 0; i < kRegs; ++i) acc[0][i] = 0;
+  for (int i = 0; i < (kPromotes ? kRegs : 1); ++i) accf[i] = 0.0f;
   constexpr int kSets = 2;
   uint32_t a[kSets][4][4];  // register sets of A: [set][k-step][fragment register]
 
@@ -176,74 +214,141 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
     const uint32_t w = w0 + slot * Cfg::kWTileBytes + 16 * t;
     const int4 lo = ptx::ld_shared_v4(w + r_lo * (Cfg::kBK / 2));
     const int4 hi = ptx::ld_shared_v4(w + (r_lo + 8) * (Cfg::kBK / 2));
-    uint32_t s_lo = 1, s_hi = 1;
-    if (scaled) {
-      const uint32_t at = s0 + r_lo * args.scale_pitch + kb - kb_begin;
-      s_lo = ptx::ld_shared_u8(at);
-      s_hi = ptx::ld_shared_u8(at + 8 * args.scale_pitch);
-    }
     const uint32_t words_lo[4] = {static_cast<uint32_t>(lo.x), static_cast<uint32_t>(lo.y),
                                   static_cast<uint32_t>(lo.z), static_cast<uint32_t>(lo.w)};
     const uint32_t words_hi[4] = {static_cast<uint32_t>(hi.x), static_cast<uint32_t>(hi.y),
                                   static_cast<uint32_t>(hi.z), static_cast<uint32_t>(hi.w)};
+    if constexpr (kPromotes) {
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      unpack_int4x8_scaled_even_odd_biased(words_lo[s], s_lo, a[Set][s][0], a[Set][s][2]);
-      unpack_int4x8_scaled_even_odd_biased(words_hi[s], s_hi, a[Set][s][1], a[Set][s][3]);
+      for (int s = 0; s < 4; ++s) {
+        unpack_int4x8_times16(words_lo[s], a[Set][s][0], a[Set][s][2]);
+        unpack_int4x8_times16(words_hi[s], a[Set][s][1], a[Set][s][3]);
+      }
+    } else {
+      uint32_t s_lo = 1, s_hi = 1;
+      if (scaled) {
+        const uint32_t at = s0 + r_lo * args.scale_pitch + kb - kb_begin;
+        s_lo = ptx::ld_shared_u8(at);
+        s_hi = ptx::ld_shared_u8(at + 8 * args.scale_pitch);
+      }
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        unpack_int4x8_scaled_even_odd_biased(words_lo[s], s_lo, a[Set][s][0], a[Set][s][2]);
+        unpack_int4x8_scaled_even_odd_biased(words_hi[s], s_hi, a[Set][s][1], a[Set][s][3]);
+      }
     }
   };
-  // The four wgmma of K block `slot` from register set Set.
+  // The four wgmma of K block `slot` from register set Set, into int32 set Set when promoting
+  // (fresh sums per K block), else added to the one set.
   auto issue = [&](auto set, int slot, bool accumulate) {
     constexpr int Set = decltype(set)::value;
+    constexpr int AccSet = kPromotes ? Set : 0;
     ptx::wgmma_fence();
     const uint64_t desc = ptx::wgmma_desc_advance(desc_x0, slot * Cfg::kXTileBytes);
 #pragma unroll
     for (int s = 0; s < 4; ++s)
-      Mma::mma(a[Set][s], ptx::wgmma_desc_advance(desc, s * Cfg::kMmaK), acc[0], accumulate || s > 0);
+      Mma::mma(a[Set][s], ptx::wgmma_desc_advance(desc, s * Cfg::kMmaK), acc[AccSet],
+               (!kPromotes && accumulate) || s > 0);
     ptx::wgmma_commit_group();
   };
-  // K block kb from set Set: its wgmma issued, the next K block unpacked into the next set while
-  // they run, then the wgmma of the K block before retire and its slot goes back. A set is written
-  // only once no pending wgmma reads it: with two sets (and a wait for all before the next K
-  // block's unpacking) the tensor cores drained every K block; writing a set that a pending wgmma
-  // reads makes ptxas serialize every wgmma (warning C7513).
-  RingPosition<kStages> ring, retire;  // the next K block to issue; the oldest one not handed back
-  auto step = [&](auto set, int kb) {
+  // Promotion (kPromotes): K block kb's int32 set Set folded into accf with x's scales of kb
+  // (a_scales, w4_a_scales) and the weight rows' scales of kb.
+  float a_scales[kPromotes ? kRegs / 2 : 1];
+  auto promote_block = [&](auto set, int kb) {
     constexpr int Set = decltype(set)::value;
-    issue(set, ring.slot, kb > kb_begin);
-    ring.advance();
-    if (kb > kb_begin) {
-      ptx::wgmma_wait_group<1>(acc);
-      ptx::wgmma_fence_operands(a[(Set + kSets - 1) % kSets]);
-      if (lane == 0) ptx::mbarrier_arrive(&empty[retire.slot]);
-      retire.advance();
+    const uint32_t at = s0 + 4 * (r_lo * args.scale_pitch + kb - kb_begin);
+    const float b_scales[2] = {ptx::ld_shared_f32(at) * kW4Times16Unscale,
+                               ptx::ld_shared_f32(at + 4 * 8 * args.scale_pitch) * kW4Times16Unscale};
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) {
+      const int j = i / 4, h = (i / 2) % 2, e = i % 2;
+      accf[i] = promote(accf[i], acc[Set][i], a_scales[2 * j + e] * b_scales[h]);
     }
+  };
+  RingPosition<kStages> ring, retire;  // the next K block to issue; the oldest one not handed back
+  auto hand_back = [&](auto before) {  // the K block before has retired: its A set is free, its slot goes back
+    ptx::wgmma_fence_operands(a[decltype(before)::value]);
+    if (lane == 0) ptx::mbarrier_arrive(&empty[retire.slot]);
+    retire.advance();
+  };
+  auto unpack_next = [&](auto set, int kb) {  // K block kb + 1, if any, into the other set
     if (kb + 1 < kb_end) {
       ptx::mbarrier_wait(&full[ring.slot], ring.phase);
-      unpack(std::integral_constant<int, (Set + 1) % kSets>{}, ring.slot, kb + 1);
+      unpack(std::integral_constant<int, (decltype(set)::value + 1) % kSets>{}, ring.slot, kb + 1);
     }
   };
   ptx::mbarrier_wait(&full[ring.slot], ring.phase);
   unpack(std::integral_constant<int, 0>{}, ring.slot, kb_begin);
-  for (int kb = kb_begin; kb < kb_end; kb += kSets) {
-    step(std::integral_constant<int, 0>{}, kb);
-    if (kb + 1 < kb_end) step(std::integral_constant<int, 1>{}, kb + 1);
+  if constexpr (!kPromotes) {
+    // K block kb from set Set: its wgmma issued, then the wgmma of the K block before retire and
+    // its slot goes back, and the next K block is unpacked into the other set while kb's run. A
+    // set is written only once no pending wgmma reads it: with two sets (and a wait for all before
+    // the next K block's unpacking) the tensor cores drained every K block; writing a set that a
+    // pending wgmma reads makes ptxas serialize every wgmma (warning C7513).
+    auto step = [&](auto set, int kb) {
+      constexpr int Set = decltype(set)::value;
+      issue(set, ring.slot, kb > kb_begin);
+      ring.advance();
+      if (kb > kb_begin) {
+        ptx::wgmma_wait_group<1>(acc);
+        hand_back(std::integral_constant<int, (Set + kSets - 1) % kSets>{});
+      }
+      unpack_next(set, kb);
+    };
+    for (int kb = kb_begin; kb < kb_end; kb += kSets) {
+      step(std::integral_constant<int, 0>{}, kb);
+      if (kb + 1 < kb_end) step(std::integral_constant<int, 1>{}, kb + 1);
+    }
+    ptx::wgmma_wait_group<0>(acc);
+  } else {
+    // Promoting, K block kb (kb > kb_begin) from set Set: the K block before retires first (a
+    // wait for all, as the per-block main loop does: reading its sums between issuing kb and a
+    // wait_group 1 makes ptxas serialize every wgmma, C7514), kb's wgmma are issued into int32
+    // set Set, and while they run the K block before is promoted and the next one unpacked. The
+    // branch on M (never false) keeps the promotion out of the wgmma's basic block (per-block
+    // main loop: ptxas otherwise schedules it between them).
+    auto step = [&](auto set, int kb) {
+      constexpr int Set = decltype(set)::value, Before = (Set + kSets - 1) % kSets;
+      w4_a_scales<Cfg>(epi, m0, args.m, t, kb - 1, a_scales);
+      ptx::wgmma_wait_group<0>(acc);
+      hand_back(std::integral_constant<int, Before>{});
+      issue(set, ring.slot, false);
+      ring.advance();
+      if (args.m > 0) promote_block(std::integral_constant<int, Before>{}, kb - 1);
+      unpack_next(set, kb);
+    };
+    issue(std::integral_constant<int, 0>{}, ring.slot, false);
+    ring.advance();
+    unpack_next(std::integral_constant<int, 0>{}, kb_begin);
+    for (int kb = kb_begin + 1; kb < kb_end; kb += kSets) {
+      step(std::integral_constant<int, 1>{}, kb);
+      if (kb + 1 == kb_end) break;
+      step(std::integral_constant<int, 0>{}, kb + 1);
+    }
+    w4_a_scales<Cfg>(epi, m0, args.m, t, kb_end - 1, a_scales);
+    ptx::wgmma_wait_group<0>(acc);
+    if ((kb_end - kb_begin) % kSets == 0) {  // the last K block: in set 1, or 0
+      promote_block(std::integral_constant<int, 1>{}, kb_end - 1);
+    } else {
+      promote_block(std::integral_constant<int, 0>{}, kb_end - 1);
+    }
   }
-  ptx::wgmma_wait_group<0>(acc);
-  // The epilogue. The sums go to shared memory as the tile of D ([kRowsM][kTilePitch] int32, over
-  // the ring, which every warpgroup is past): acc[4j + 2h + e] is weight row r_lo + 8h (column of
-  // D), x row 8j + 2t + e; a pitch of 4 words past a multiple of 32 puts a warp's stores in 32
-  // distinct banks. Then warp w of the consumers takes the tile's rows w, w + 8, ..., each lane the
-  // columns lane, lane + 32, ...: one pass of compact code (fully unrolled per register it would
-  // be fetched once and run once, bound by instruction fetch), stores of whole rows of D, and with a
-  // K split the cluster's tiles added in rank order, block r taking the rows r, r + split, ...
+  // The epilogue. The sums go to shared memory as the tile of D ([kRowsM][kTilePitch] int32 or
+  // fp32, over the ring, which every warpgroup is past): acc[4j + 2h + e] is weight row r_lo + 8h
+  // (column of D), x row 8j + 2t + e; a pitch of 4 words past a multiple of 32 puts a warp's
+  // stores in 32 distinct banks. Then warp w of the consumers takes the tile's rows w, w + 8, ...,
+  // each lane the columns lane, lane + 32, ...: one pass of compact code (fully unrolled per
+  // register it would be fetched once and run once, bound by instruction fetch), stores of whole
+  // rows of D, and with a K split the cluster's tiles added in rank order, block r taking the rows
+  // r, r + split, ...
   constexpr int kPitch = Cfg::kTilePitch;
   const uint32_t tile = ptx::smem_addr(smem);
   ptx::named_barrier_sync(kW4ConsumersBarrier, Cfg::kConsumerThreads);
 #pragma unroll
   for (int i = 0; i < kRegs; ++i) {
     const int j = i / 4, h = (i / 2) % 2, e = i % 2;
-    ptx::st_shared_b32(tile + 4 * ((8 * j + 2 * t + e) * kPitch + r_lo + 8 * h), acc[0][i]);
+    const uint32_t v = kPromotes ? __float_as_uint(accf[kPromotes ? i : 0]) : static_cast<uint32_t>(acc[0][i]);
+    ptx::st_shared_b32(tile + 4 * ((8 * j + 2 * t + e) * kPitch + r_lo + 8 * h), v);
   }
   if (split > 1) {
     ptx::cluster_sync();
@@ -252,6 +357,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
   }
   using Col = decltype(epi.col(0));
   using Out = typename Epi::OutT;
+  using Sum = std::conditional_t<kPromotes, float, int32_t>;
   constexpr int kColsPerLane = Cfg::kBN / 32;
   Col cols[kColsPerLane];
 #pragma unroll
@@ -262,21 +368,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
   for (int ml = rank + split * (c / 32); ml < rows; ml += split * (Cfg::kConsumerThreads / 32)) {
     const int m = m0 + ml;
     const auto row_terms = epi.row(m);
-    const int32_t bias = wrap_mul(128, args.a_rowsum[m]);  // what the uint8 weight's + 128 added
+    // what the uint8 weight's + 128 added (the signed weight of promotion adds nothing)
+    const int32_t bias = kPromotes ? 0 : wrap_mul(128, args.a_rowsum[m]);
     Out* d_row = d + static_cast<int64_t>(m) * args.ldd;
 #pragma unroll
     for (int q = 0; q < kColsPerLane; ++q) {
       const int nl = lane + 32 * q, n = row0 + nl;
       const uint8_t* at = smem + 4 * (ml * kPitch + nl);
-      int32_t v;
+      Sum v;
       if (split == 1) {
-        v = static_cast<int32_t>(ptx::ld_shared_b32(ptx::smem_addr(at)));
+        const uint32_t bits = ptx::ld_shared_b32(ptx::smem_addr(at));
+        if constexpr (kPromotes) {
+          v = __uint_as_float(bits);
+        } else {
+          v = static_cast<int32_t>(bits);
+        }
       } else {
-        v = 0;
-        for (int r = 0; r < split; ++r)
-          v = wrap_add(v, ptx::ld_shared_cluster(ptx::cluster_map_shared(at, r), int32_t{}));
+        v = Sum{0};
+        for (int r = 0; r < split; ++r) {
+          const Sum part = ptx::ld_shared_cluster(ptx::cluster_map_shared(at, r), Sum{});
+          if constexpr (kPromotes) {
+            v += part;
+          } else {
+            v = wrap_add(v, part);
+          }
+        }
       }
-      if (n < args.n) d_row[n] = epi.full(wrap_sub(v, bias), row_terms, cols[q], m, n);
+      if (n < args.n) {
+        if constexpr (kPromotes) {
+          d_row[n] = epi.full(v, row_terms, cols[q], m, n);
+        } else {
+          d_row[n] = epi.full(wrap_sub(v, bias), row_terms, cols[q], m, n);
+        }
+      }
     }
   }
   if (split > 1) ptx::cluster_sync();  // the other blocks read this block's tile until here
@@ -300,19 +424,31 @@ void launch_w4(const GemmProblem& p, const Epi& epi, int split) {
     args.x_box_rows = std::min(Cfg::kRowsM, round_up(p.m, 8));
     args.d = p.d.ptr;
     args.ldd = p.d.ld;
-    if (p.a_w4_rowsum == nullptr) throw std::logic_error("tcgemm: the W4 kernel needs A's row sums");
-    args.a_rowsum = p.a_w4_rowsum;
     args.group_scale = p.b_group_scale;
     args.group_scale_stride = p.b_group_scale_stride;
-    // rows an odd number of words apart: the 8 rows a warp reads at once fall in distinct banks
-    args.scale_pitch = 4 * (ceil_div(args.kb_per_split, 4) | 1);
-    if (args.kb_per_split > Cfg::kMaxScaleBlocks)
-      throw std::logic_error("tcgemm: a W4 block holds the group scales of at most kMaxScaleBlocks K blocks");
+    int scale_bytes = 0;
+    if constexpr (Epi::kPromotes) {
+      if (p.b_group_scale != nullptr)
+        throw std::logic_error("tcgemm: the W4 kernel takes int8 group scales or fp32 block scales, not both");
+      // fp32 rows an odd number of words apart: the 8 rows a warp reads at once fall in distinct banks
+      args.scale_pitch = args.kb_per_split | 1;
+      if (args.kb_per_split > Cfg::kMaxFloatScaleBlocks)
+        throw std::logic_error("tcgemm: a W4 block holds the fp32 scales of at most kMaxFloatScaleBlocks K blocks");
+      scale_bytes = 4 * Cfg::kBN * args.scale_pitch;
+    } else {
+      if (p.a_w4_rowsum == nullptr) throw std::logic_error("tcgemm: the W4 kernel needs A's row sums");
+      args.a_rowsum = p.a_w4_rowsum;
+      // byte rows an odd number of words apart, likewise
+      args.scale_pitch = 4 * (ceil_div(args.kb_per_split, 4) | 1);
+      if (args.kb_per_split > Cfg::kMaxScaleBlocks)
+        throw std::logic_error("tcgemm: a W4 block holds the group scales of at most kMaxScaleBlocks K blocks");
+      scale_bytes = args.group_scale != nullptr ? Cfg::kBN * args.scale_pitch : 0;
+    }
     const CUtensorMap map_x = make_operand_tensor_map(p.a, p.m, p.k, args.x_box_rows, "a");
     const CUtensorMap map_w = make_packed_operand_tensor_map(p.b, p.n, p.k, Cfg::kBN, "b");
     constexpr auto kernel = sm90_w4_kernel<Cfg, Epi>;
     allow_dynamic_smem<kernel, Cfg::kMaxSmemBytes>();
-    const int smem_bytes = Cfg::kRingSmemBytes + (args.group_scale != nullptr ? Cfg::kBN * args.scale_pitch : 0);
+    const int smem_bytes = Cfg::kRingSmemBytes + scale_bytes;
     const dim3 grid(split, ceil_div(p.n, Cfg::kBN), ceil_div(p.m, Cfg::kRowsM));
     launch_kernel_in_clusters(kernel, grid, dim3(Cfg::kThreads), smem_bytes, p.stream, false,
                               static_cast<unsigned>(split), map_x, map_w, args, epi);

@@ -10,8 +10,10 @@
 
 namespace tcgemm::sm90 {
 
-// Needs p.b_int4 (two-level or unscaled; sums over all of K), p.a_w4_order (A written in the
-// kernel's K order, a signed int8 A that TMA can describe), K a multiple of 128 and B's bytes
+// Needs p.b_int4 (two-level or unscaled, sums over all of K; or, with an epilogue that promotes
+// per-block scales, on the configs built for it, unscaled with fp32 scales per K block),
+// p.a_w4_order (A written in the kernel's K order, a signed int8 A that TMA can describe; its row
+// sums in p.a_w4_rowsum unless promoting), K a multiple of 128 and B's bytes
 // TMA-describable (sm90_tensor_map.h: packed_tma_describable). split: the blocks of a cluster that
 // share each tile's K blocks (1, 2 or 4), their sums added in distributed shared memory.
 template <class Cfg, class Epi>
