@@ -199,7 +199,8 @@ struct W4Config {
   static constexpr int kMaxScaleBlocks = kMaxScaleBlocksFit < 256 ? kMaxScaleBlocksFit : 256;
   static constexpr int kMaxScaleBytes = kBN * (kMaxScaleBlocks + 4);
   // The same for fp32 per-K-block weight scales (kPromotes; rows an odd number of words apart).
-  static constexpr int kMaxFloatScaleBlocksFit = kPromotes ? ((kSmemBudget - kRingSmemBytes) / (4 * kBN) - 1) / 2 * 2 : 0;
+  static constexpr int kMaxFloatScaleBlocksFit =
+      kPromotes ? ((kSmemBudget - kRingSmemBytes) / (4 * kBN) - 1) / 2 * 2 : 0;
   static constexpr int kMaxFloatScaleBlocks = kMaxFloatScaleBlocksFit < 256 ? kMaxFloatScaleBlocksFit : 256;
   static constexpr int kMaxFloatScaleBytes = 4 * kBN * (kMaxFloatScaleBlocks + 1);
   static constexpr int kMaxSmemBytes =

@@ -176,8 +176,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
   if (scaled) {
     const int kb_count = kb_end - kb_begin, thread = threadIdx.x - 128;
     if constexpr (kPromotes) {  // scale_b(n, kb): 1 where the epilogue applies it (per channel)
-      w4_load_block_scales<Cfg>([&](int r, int kb) { return epi.b_block_scale(min(row0 + r, args.n - 1), kb_begin + kb); },
-                                kb_count, args.scale_pitch, scales, thread, Cfg::kConsumerThreads);
+      w4_load_block_scales<Cfg>(
+          [&](int r, int kb) { return epi.b_block_scale(min(row0 + r, args.n - 1), kb_begin + kb); }, kb_count,
+          args.scale_pitch, scales, thread, Cfg::kConsumerThreads);
     } else {
       w4_load_block_scales<Cfg>(
           [&](int r, int kb) {
