@@ -112,6 +112,13 @@ __device__ __forceinline__ void w4_a_scales(const Epi& epi, int m0, int m, int t
     for (int e = 0; e < 2; ++e) out[2 * j + e] = epi.a_block_scale(min(m0 + 8 * j + 2 * t + e, m - 1), kb);
 }
 
+// Whether x's scales change with the K block (activations per block of 128) rather than being one
+// per row (per token: then read once, before the main loop).
+template <class Epi>
+__device__ __forceinline__ bool w4_a_scales_by_block(const Epi& epi) {
+  return epi.a_block_scales(0).stride_kb != 0;
+}
+
 template <class Cfg, class Epi>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
     sm90_w4_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
@@ -253,7 +260,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
     ptx::wgmma_commit_group();
   };
   // Promotion (kPromotes): K block kb's int32 set Set folded into accf with x's scales of kb
-  // (a_scales, w4_a_scales) and the weight rows' scales of kb.
+  // (a_scales: w4_a_scales, read once for x per token) and the weight rows' scales of kb.
   float a_scales[kPromotes ? kRegs / 2 : 1];
   auto promote_block = [&](auto set, int kb) {
     constexpr int Set = decltype(set)::value;
@@ -308,9 +315,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
     // set Set, and while they run the K block before is promoted and the next one unpacked. The
     // branch on M (never false) keeps the promotion out of the wgmma's basic block (per-block
     // main loop: ptxas otherwise schedules it between them).
+    const bool a_by_block = w4_a_scales_by_block(epi);
+    w4_a_scales<Cfg>(epi, m0, args.m, t, kb_begin, a_scales);
     auto step = [&](auto set, int kb) {
       constexpr int Set = decltype(set)::value, Before = (Set + kSets - 1) % kSets;
-      w4_a_scales<Cfg>(epi, m0, args.m, t, kb - 1, a_scales);
+      if (a_by_block) w4_a_scales<Cfg>(epi, m0, args.m, t, kb - 1, a_scales);
       ptx::wgmma_wait_group<0>(acc);
       hand_back(std::integral_constant<int, Before>{});
       issue(set, ring.slot, false);
@@ -326,7 +335,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
       if (kb + 1 == kb_end) break;
       step(std::integral_constant<int, 0>{}, kb + 1);
     }
-    w4_a_scales<Cfg>(epi, m0, args.m, t, kb_end - 1, a_scales);
+    if (a_by_block) w4_a_scales<Cfg>(epi, m0, args.m, t, kb_end - 1, a_scales);
     ptx::wgmma_wait_group<0>(acc);
     if ((kb_end - kb_begin) % kSets == 0) {  // the last K block: in set 1, or 0
       promote_block(std::integral_constant<int, 1>{}, kb_end - 1);
