@@ -328,6 +328,32 @@ def test_w4_kernel_float_group_scales(m, n, k, out_dtype, rng):
 
 
 @pytest.mark.gpu
+def test_w4_kernel_float_group_scales_graph_and_compile(rng):
+    """The W4 kernel's promoting path under torch.compile (fullgraph) and in a CUDA graph replayed
+    on new x: the bits of the eager call."""
+    require_w4_routes()
+    m, n, k = 48, 8192, 4096
+    packed = pack(random_q4(n, k, rng)).cuda()
+    scale = (torch.rand(n, k // 128, generator=rng) * 0.01 + 1e-3).cuda()
+    x = torch.randn(m, k, generator=rng).bfloat16().cuda()
+
+    def layer(t):
+        return tcgemm.quant_linear(t, packed, scale)
+
+    assert any("sm90_w4_kernel" in name for name in _kernel_names(lambda: layer(x))), "not on the W4 kernel"
+    eager = layer(x)
+    assert torch.equal(torch.compile(layer, fullgraph=True)(x), eager)
+    graph = torch.cuda.CUDAGraph()
+    static_x = x.clone()
+    with torch.cuda.graph(graph):
+        static_y = layer(static_x)
+    x2 = torch.randn(m, k, generator=rng).bfloat16().cuda()
+    static_x.copy_(x2)
+    graph.replay()
+    assert torch.equal(static_y, layer(x2))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("m, n, k", [(256, 14336, 4096 + 64), (37, 13576, 1024 + 32)])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_sm90_reads_the_packed_weight_in_place(m, n, k, out_dtype, rng):
