@@ -60,19 +60,25 @@ void run_sm80(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev
   });
 }
 
+// f(Cfg{}) with the W4 config type of `config`.
+template <class F>
+void with_w4_config(W4Config config, F&& f) {
+  switch (config) {
+    case W4Config::kRows32: return f(sm90::W4Rows32{});
+    case W4Config::kRows32Paired: return f(sm90::W4Rows32Paired{});
+    case W4Config::kRows64: return f(sm90::W4Rows64{});
+    case W4Config::kRows64Paired: return f(sm90::W4Rows64Paired{});
+    case W4Config::kRows128: return f(sm90::W4Rows128{});
+    case W4Config::kRows256: return f(sm90::W4Rows256{});
+  }
+}
+
 void run_sm90_w4(const GemmProblem& p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
   const bool per_block = epilogue_family_of(epilogue) == kEpiPerBlock;
   const std::optional<W4Plan> plan = plan_sm90_w4(p.m, p.n, p.k, dev.sm_count, dev.w4_resident, per_block);
   if (!plan) throw std::logic_error("tcgemm: run_sm90 got an A in the W4 order for a shape the W4 kernel declines");
   with_epilogue(epilogue, p.d.type, [&](const auto& epi) {
-    switch (plan->config) {
-      case W4Config::kRows32: return sm90::launch_w4<sm90::W4Rows32>(p, epi, plan->split);
-      case W4Config::kRows32Paired: return sm90::launch_w4<sm90::W4Rows32Paired>(p, epi, plan->split);
-      case W4Config::kRows64: return sm90::launch_w4<sm90::W4Rows64>(p, epi, plan->split);
-      case W4Config::kRows64Paired: return sm90::launch_w4<sm90::W4Rows64Paired>(p, epi, plan->split);
-      case W4Config::kRows128: return sm90::launch_w4<sm90::W4Rows128>(p, epi, plan->split);
-      case W4Config::kRows256: return sm90::launch_w4<sm90::W4Rows256>(p, epi, plan->split);
-    }
+    with_w4_config(plan->config, [&](auto cfg) { sm90::launch_w4<decltype(cfg)>(p, epi, plan->split); });
   });
 }
 
@@ -147,16 +153,10 @@ int skinny_int4_split(int m, int n, int k, const DeviceInfo& dev, bool per_block
 
 W4Residency w4_residency() {
   W4Residency r;
-  constexpr int kSplits[3] = {1, 2, 4};
-  for (int i = 0; i < 3; ++i) {
-    r.blocks[static_cast<int>(W4Config::kRows32)][i] = sm90::w4_resident_blocks<sm90::W4Rows32>(kSplits[i]);
-    r.blocks[static_cast<int>(W4Config::kRows32Paired)][i] =
-        sm90::w4_resident_blocks<sm90::W4Rows32Paired>(kSplits[i]);
-    r.blocks[static_cast<int>(W4Config::kRows64)][i] = sm90::w4_resident_blocks<sm90::W4Rows64>(kSplits[i]);
-    r.blocks[static_cast<int>(W4Config::kRows64Paired)][i] =
-        sm90::w4_resident_blocks<sm90::W4Rows64Paired>(kSplits[i]);
-    r.blocks[static_cast<int>(W4Config::kRows128)][i] = sm90::w4_resident_blocks<sm90::W4Rows128>(kSplits[i]);
-    r.blocks[static_cast<int>(W4Config::kRows256)][i] = sm90::w4_resident_blocks<sm90::W4Rows256>(kSplits[i]);
+  for (int c = 0; c < kW4Configs; ++c) {
+    with_w4_config(static_cast<W4Config>(c), [&](auto cfg) {
+      for (int i = 0; i < 3; ++i) r.blocks[c][i] = sm90::w4_resident_blocks<decltype(cfg)>(kW4Splits[i]);
+    });
   }
   return r;
 }

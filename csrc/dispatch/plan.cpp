@@ -143,9 +143,8 @@ std::optional<W4Choice> plan_w4_split(W4Config config, int m, int n, int k, int 
   const long long most = per_block ? Cfg::kMaxFloatScaleBlocks : Cfg::kMaxScaleBlocks;
   if (most <= 0) return std::nullopt;
   const long long fewest = (k_blocks + most - 1) / most;
-  constexpr int kSplits[3] = {1, 2, 4};
   for (int i = 0; i < 3; ++i) {
-    const int split = kSplits[i];
+    const int split = kW4Splits[i];
     if (split < fewest || (split > 1 && k_blocks / split < 4)) continue;
     const int known = resident.blocks[static_cast<int>(config)][i];
     const long long slots = known > 0 ? known : static_cast<long long>(sm_count) * Cfg::kBlocksPerSM;

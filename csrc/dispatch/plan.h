@@ -36,9 +36,11 @@ struct W4Plan {
   W4Config config = W4Config::kRows64;
   int split = 1;
 };
-// Blocks of each W4 config (by W4Config) the device runs at once in clusters of 1, 2 and 4
-// (kernels/sm90/sm90_w4.h: w4_resident_blocks); 0: unknown, taken as the config's blocks per SM
-// on every SM.
+// The K splits the W4 plan tries: the blocks of a cluster that share each tile's K blocks.
+constexpr int kW4Splits[3] = {1, 2, 4};
+// Blocks of each W4 config (by W4Config) the device runs at once in clusters of each of
+// kW4Splits (kernels/sm90/sm90_w4.h: w4_resident_blocks); 0: unknown, taken as the config's
+// blocks per SM on every SM.
 struct W4Residency {
   int blocks[kW4Configs][3] = {};
 };
