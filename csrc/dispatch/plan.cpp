@@ -151,6 +151,11 @@ std::optional<W4Choice> plan_w4_split(W4Config config, int m, int n, int k, int 
     const long long waves = (tiles * split + slots - 1) / slots;
     const long long kb_per_block = (k_blocks + split - 1) / split;
     if (!w4_wins(m, n, k, sm_count, tiles * split, kb_per_block, split)) continue;
+    // Promoting fp32 scales at up to 32 rows, one block per SM: a last wave under 80% full loses to
+    // the routes before it (H200, 2026-11-29, A/B of bench_decode --decode-only, W4A8 with group
+    // scales at 17 / 32 rows: 70B qkv, 160 blocks in two waves of 132, 0.85x / 0.96x; 8B gate+up,
+    // 224 blocks, 1.34x / 1.35x; 70B o and down, 128 blocks, 1.18x / 1.16x and 1.30x / 1.27x).
+    if (per_block && m <= 32 && 5 * tiles * split < 4 * waves * slots) continue;
     const double cost = static_cast<double>(waves) * (static_cast<double>(kb_per_block) + (split > 1 ? 2.0 : 0.0));
     if (cost < best.cost) {
       best.cost = cost;
