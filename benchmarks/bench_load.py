@@ -225,6 +225,19 @@ def measure_generate(bf16_dir: str, w4_dir: str, device: torch.device, new_token
     out[SCHEME] = tokens_per_second(w4, vocab, device, new_tokens, compile_forward)
     out["speedup"] = out[SCHEME]["tokens_per_s"] / out["bf16"]["tokens_per_s"]
     out["compile"] = compile_forward
+    del w4
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    torch._dynamo.reset()
+    # The same generate() of the architecture with one decoder layer: what a token costs with
+    # almost no weights to read (the host's loop, the embedding and lm_head), the floor under
+    # both models' time per token.
+    config = transformers.AutoConfig.from_pretrained(bf16_dir)
+    config.num_hidden_layers = 1
+    torch.manual_seed(0)
+    with torch.device(device):
+        one = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    out["one_layer"] = tokens_per_second(one, vocab, device, new_tokens, compile_forward)
     return out
 
 
@@ -289,6 +302,10 @@ def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, st
          f"bf16 {gen['bf16']['tokens_per_s']:.1f} tok/s, W4A8 {gen[SCHEME]['tokens_per_s']:.1f} tok/s "
          f"({gen['speedup']:.2f}x)", ">= 1.8x"],
     ]
+    if "one_layer" in gen:
+        rows.append(["generate() of the same model with one decoder layer (the floor per token)",
+                     f"{gen['one_layer']['tokens_per_s']:.1f} tok/s, {1e3 / gen['one_layer']['tokens_per_s']:.2f} "
+                     "ms a token", ""])
     text = "\n".join([
         "## Checkpoints at their compressed size: Llama-3-8B-shaped, W4A8",
         "",

@@ -71,7 +71,7 @@ def test_both_loads_equal_the_model_quantized_in_memory(checkpoints):
 def test_generate_runs_both_models_and_the_table_renders(checkpoints):
     ck = checkpoints
     gen = bench_load.measure_generate(ck["bf16_dir"], ck["w4a8_dir"], torch.device("cpu"), 4, compile_forward=False)
-    assert gen["bf16"]["new_tokens"] == 4 and gen["w4a8"]["new_tokens"] == 4
+    assert gen["bf16"]["new_tokens"] == 4 and gen["w4a8"]["new_tokens"] == 4 and gen["one_layer"]["new_tokens"] == 4
     assert gen["speedup"] == pytest.approx(gen["w4a8"]["tokens_per_s"] / gen["bf16"]["tokens_per_s"])
     load = {"seconds": 1.5, "model_bytes": 5.4e9, "host_peak_bytes": 2.1e9, "cuda_peak_bytes": 5.6e9,
             "cuda_peak_over_model": 5.6 / 5.4}
@@ -85,6 +85,7 @@ def test_generate_runs_both_models_and_the_table_renders(checkpoints):
     assert "| load: peak host memory above the start | 2.10 GB | <= 6 GB |" in body
     assert "1.00 GB above the quantized model" in body
     assert f"({gen['speedup']:.2f}x) | >= 1.8x |" in body
+    assert f"one decoder layer (the floor per token) | {gen['one_layer']['tokens_per_s']:.1f} tok/s" in body
 
 
 def test_a_step_runs_in_a_process_of_its_own(checkpoints):
