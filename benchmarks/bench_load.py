@@ -3,7 +3,7 @@ in shards and loaded from the meta device, its bf16 checkpoint quantized on load
 transformers, and generate() of the loaded model against bf16.
 
     python3 -m benchmarks.bench_load [--layers 32] [--workdir DIR] [--shard 5GB] [--compile {on,off}]
-                                     [--json PATH] [--markdown docs/performance.md]
+                                     [--profile] [--json PATH] [--markdown docs/performance.md]
     python3 -m benchmarks.bench_load --render RESULTS_JSON --markdown docs/performance.md
 
 Steps (transformers needed), each measurement in a process of its own so that its peaks are its own:
@@ -25,7 +25,9 @@ Steps (transformers needed), each measurement in a process of its own so that it
    one process: greedy ``generate()`` of ``--new-tokens`` tokens after a 32-token prompt of random
    ids, batch 1, static KV cache, the decode step compiled by transformers with CUDA graphs
    (``--compile on``, the default; ``examples.hf_llm.timed_generate``); tokens per second of
-   the second of two runs.
+   the second of two runs; the same for the architecture with one decoder layer (the floor per
+   token); with ``--profile``, a third run of each under torch.profiler (wall and device time
+   per token, the events that took the most).
 
 The bars this checks (the issue's): peak CUDA memory of the load at most 1.15x the quantized model,
 peak host memory at most 6 GB above the start; quantize on load at most the quantized size + 2 GB;
@@ -184,9 +186,40 @@ def measure_quantize_on_load(bf16_dir: str, device: torch.device, quantized_byte
     return out
 
 
-def tokens_per_second(model, vocab: int, device: torch.device, new_tokens: int, compile_forward: bool) -> dict:
+def generate_profile(model, ids: torch.Tensor, new_tokens: int, compile_forward: bool) -> dict[str, Any]:
+    """One more generate() (as timed) under torch.profiler: per token its wall time and the time the
+    device's events took (kernels, copies and fills on a GPU; operators on the CPU), and the
+    events that took the most, so that a run shows whether the time between the decode steps is
+    the host's or the device's."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from examples.hf_llm import generate_kwargs
+
+    cuda = ids.is_cuda
+    activity = ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU
+    kind = torch.autograd.DeviceType.CUDA if cuda else torch.autograd.DeviceType.CPU
+    with torch.no_grad(), profile(activities=[activity]) as prof:
+        start = time.perf_counter()
+        model.generate(ids, **generate_kwargs(ids, new_tokens, compile_forward))
+        _sync(ids.device)
+        wall = time.perf_counter() - start
+    totals: dict[str, list[float]] = {}
+    for e in prof.events():
+        if e.device_type == kind:
+            total = totals.setdefault(e.name, [0, 0.0])
+            total[0] += 1
+            total[1] += e.time_range.end - e.time_range.start
+    busy_us = sum(t for _, t in totals.values())
+    top = sorted(totals.items(), key=lambda item: -item[1][1])[:8]
+    return {"wall_ms_per_token": 1e3 * wall / new_tokens, "device_ms_per_token": busy_us / 1e3 / new_tokens,
+            "top": [{"name": name[:100], "count": count, "us": us} for name, (count, us) in top]}
+
+
+def tokens_per_second(model, vocab: int, device: torch.device, new_tokens: int, compile_forward: bool,
+                      profile: bool = False) -> dict:
     """Greedy generate() after a random prompt, batch 1, static cache: tokens/s of the second run
-    (``examples.hf_llm.timed_generate``: compiled, the decode step in CUDA graphs on a GPU)."""
+    (``examples.hf_llm.timed_generate``: compiled, the decode step in CUDA graphs on a GPU); with
+    ``profile``, a third run's profile (:func:`generate_profile`)."""
     from torch._dynamo.utils import counters
 
     from examples.hf_llm import timed_generate
@@ -202,13 +235,17 @@ def tokens_per_second(model, vocab: int, device: torch.device, new_tokens: int, 
     before = compile_counts()
     out, rate = timed_generate(model, ids, new_tokens, compile_forward)
     after = compile_counts()
-    return {"tokens_per_s": rate, "new_tokens": int(out.shape[1] - ids.shape[1]),
-            **{key: after[key] - before[key] for key in after}}
+    rec = {"tokens_per_s": rate, "new_tokens": int(out.shape[1] - ids.shape[1]),
+           **{key: after[key] - before[key] for key in after}}
+    if profile:
+        rec["profile"] = generate_profile(model, ids, new_tokens, compile_forward)
+    return rec
 
 
 def measure_generate(bf16_dir: str, w4_dir: str, device: torch.device, new_tokens: int,
-                     compile_forward: bool) -> dict[str, Any]:
-    """Step 4: generate() of the bf16 model and of the loaded W4A8 one, in turn."""
+                     compile_forward: bool, profile: bool = False) -> dict[str, Any]:
+    """Step 4: generate() of the bf16 model and of the loaded W4A8 one, in turn (with ``profile``,
+    each one's profile as well)."""
     import transformers
 
     import tcgemm.compressed
@@ -216,13 +253,13 @@ def measure_generate(bf16_dir: str, w4_dir: str, device: torch.device, new_token
     bf16 = transformers.AutoModelForCausalLM.from_pretrained(bf16_dir, dtype=torch.bfloat16,
                                                              **_placement(device)).eval()
     vocab = bf16.config.vocab_size
-    out = {"bf16": tokens_per_second(bf16, vocab, device, new_tokens, compile_forward)}
+    out = {"bf16": tokens_per_second(bf16, vocab, device, new_tokens, compile_forward, profile)}
     del bf16
     if device.type == "cuda":
         torch.cuda.empty_cache()
     torch._dynamo.reset()
     w4 = tcgemm.compressed.from_pretrained(w4_dir, device=device, dtype=torch.bfloat16)
-    out[SCHEME] = tokens_per_second(w4, vocab, device, new_tokens, compile_forward)
+    out[SCHEME] = tokens_per_second(w4, vocab, device, new_tokens, compile_forward, profile)
     out["speedup"] = out[SCHEME]["tokens_per_s"] / out["bf16"]["tokens_per_s"]
     out["compile"] = compile_forward
     del w4
@@ -237,7 +274,7 @@ def measure_generate(bf16_dir: str, w4_dir: str, device: torch.device, new_token
     torch.manual_seed(0)
     with torch.device(device):
         one = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
-    out["one_layer"] = tokens_per_second(one, vocab, device, new_tokens, compile_forward)
+    out["one_layer"] = tokens_per_second(one, vocab, device, new_tokens, compile_forward, profile)
     return out
 
 
@@ -247,7 +284,8 @@ def _in_process(step: str, args: argparse.Namespace) -> dict[str, Any]:
         return measure_load(args.w4a8_dir, device)
     if step == "quantize_on_load":
         return measure_quantize_on_load(args.bf16_dir, device, args.quantized_bytes)
-    return measure_generate(args.bf16_dir, args.w4a8_dir, device, args.new_tokens, args.compile == "on")
+    return measure_generate(args.bf16_dir, args.w4a8_dir, device, args.new_tokens, args.compile == "on",
+                            args.profile)
 
 
 def _subprocess(step: str, ckpt: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -255,7 +293,7 @@ def _subprocess(step: str, ckpt: dict[str, Any], args: argparse.Namespace) -> di
     cmd = [sys.executable, "-m", "benchmarks.bench_load", "--step", step, "--device", args.device,
            "--bf16-dir", ckpt["bf16_dir"], "--w4a8-dir", ckpt["w4a8_dir"],
            "--quantized-bytes", str(ckpt["quantized_model_bytes"]), "--new-tokens", str(args.new_tokens),
-           "--compile", args.compile]
+           "--compile", args.compile] + (["--profile"] if args.profile else [])
     root = Path(__file__).resolve().parent.parent
     done = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
     if done.returncode != 0:
@@ -328,6 +366,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--shard", default="5GB", help="max_shard_size of both checkpoints (default 5GB)")
     p.add_argument("--new-tokens", type=int, default=64, help="tokens generate() makes (default 64)")
     p.add_argument("--compile", choices=("on", "off"), default="on", help="generate() under torch.compile")
+    p.add_argument("--profile", action="store_true",
+                   help="profile one more generate() of each model: per token its wall and device time, and "
+                        "the events that took the most (in the JSON)")
     p.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     # one measurement step in this process (what the run starts in a fresh process per step)
     p.add_argument("--step", choices=("load", "quantize_on_load", "generate"), default=None, help=argparse.SUPPRESS)

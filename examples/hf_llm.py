@@ -23,11 +23,11 @@ import time
 import torch
 
 
-def timed_generate(model, ids, new_tokens: int, compile_step: bool) -> tuple[torch.Tensor, float]:
-    """Greedy tokens after ``ids`` with a static KV cache, and tokens per second (the second of two
-    runs timed). ``compile_step``: on a GPU, transformers compiles the decode step itself with CUDA
-    graphs (``CompileConfig(mode="reduce-overhead")``; the prompt runs eager); on the CPU, which has
-    no graphs, the forward runs under ``torch.compile``. Without it generate() runs eager."""
+def generate_kwargs(ids, new_tokens: int, compile_step: bool) -> dict:
+    """generate()'s arguments for greedy tokens after ``ids`` with a static KV cache.
+    ``compile_step``: on a GPU, transformers compiles the decode step itself with CUDA graphs
+    (``CompileConfig(mode="reduce-overhead")``; the prompt runs eager); elsewhere transformers'
+    compilation is off (:func:`timed_generate` compiles the forward on the CPU)."""
     import transformers
 
     kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
@@ -36,8 +36,17 @@ def timed_generate(model, ids, new_tokens: int, compile_step: bool) -> tuple[tor
         kwargs["compile_config"] = transformers.CompileConfig(mode="reduce-overhead", dynamic=False)
     else:
         kwargs["disable_compile"] = True
-        if compile_step:
-            model.forward = torch.compile(model.forward)
+    return kwargs
+
+
+def timed_generate(model, ids, new_tokens: int, compile_step: bool) -> tuple[torch.Tensor, float]:
+    """Greedy tokens after ``ids`` with a static KV cache (:func:`generate_kwargs`), and tokens per
+    second (the second of two runs timed). ``compile_step``: on a GPU, transformers compiles the
+    decode step itself with CUDA graphs; on the CPU, which has no graphs, the forward runs under
+    ``torch.compile``. Without it generate() runs eager."""
+    kwargs = generate_kwargs(ids, new_tokens, compile_step)
+    if compile_step and not ids.is_cuda:
+        model.forward = torch.compile(model.forward)
     with torch.no_grad():
         model.generate(ids, **kwargs)  # warm-up (and compilation)
         if ids.is_cuda:

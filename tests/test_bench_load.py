@@ -70,7 +70,12 @@ def test_both_loads_equal_the_model_quantized_in_memory(checkpoints):
 
 def test_generate_runs_both_models_and_the_table_renders(checkpoints):
     ck = checkpoints
-    gen = bench_load.measure_generate(ck["bf16_dir"], ck["w4a8_dir"], torch.device("cpu"), 4, compile_forward=False)
+    gen = bench_load.measure_generate(ck["bf16_dir"], ck["w4a8_dir"], torch.device("cpu"), 4, compile_forward=False,
+                                      profile=True)
+    for model in ("bf16", "w4a8", "one_layer"):  # a third run's profile: wall and device time per token, top events
+        prof = gen[model]["profile"]
+        assert prof["wall_ms_per_token"] > 0 and prof["device_ms_per_token"] > 0
+        assert prof["top"] and all(e["count"] > 0 and e["us"] >= 0 for e in prof["top"])
     assert gen["bf16"]["new_tokens"] == 4 and gen["w4a8"]["new_tokens"] == 4 and gen["one_layer"]["new_tokens"] == 4
     assert gen["speedup"] == pytest.approx(gen["w4a8"]["tokens_per_s"] / gen["bf16"]["tokens_per_s"])
     load = {"seconds": 1.5, "model_bytes": 5.4e9, "host_peak_bytes": 2.1e9, "cuda_peak_bytes": 5.6e9,
@@ -92,7 +97,7 @@ def test_a_step_runs_in_a_process_of_its_own(checkpoints):
     """What the run does per measurement: the step in a fresh process, its figures as JSON."""
     import argparse
 
-    args = argparse.Namespace(device="cpu", new_tokens=2, compile="off")
+    args = argparse.Namespace(device="cpu", new_tokens=2, compile="off", profile=False)
     load = bench_load._subprocess("load", checkpoints, args)
     assert load["model_bytes"] == pytest.approx(checkpoints["quantized_model_bytes"], abs=1024)
     assert load["seconds"] > 0
