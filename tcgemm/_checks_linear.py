@@ -59,8 +59,9 @@ def _packed_checks(op: str, name: str, k: Callable[[Args], Any], k_from: str,
     return [c for c in checks if not reachable or c.name[len(name) + 1:] in reachable]
 
 
-def _group_scale_checks(op: str, name: str, nk: Callable[[Args], Any], ref: str) -> list[Check]:
-    """csrc/ops/int4.cpp check_group_scale (its values are checked on CPU tensors after these)."""
+def _group_table_checks(op: str, name: str, nk: Callable[[Args], Any], ref: str) -> list[Check]:
+    """csrc/ops/int4.cpp check_group_table: int8 group scales or zero points (their values are
+    checked on CPU tensors after these)."""
     def given(cond):
         return lambda x: x[name] is None or cond(x)
 
@@ -163,7 +164,11 @@ def _quant_linear_checks() -> list[Check]:
               lambda x: x["weight_group_scale"] is None or not _ql_per_block_weight(x),
               lambda x: f"{op}: argument 'weight_group_scale' (two-level scales) needs a per-channel "
               "'weight_scale' [N]"),
-        *_group_scale_checks(op, "weight_group_scale", lambda x: _ql_nkm(x)[:2], "x"),
+        *_group_table_checks(op, "weight_group_scale", lambda x: _ql_nkm(x)[:2], "x"),
+        Check("weight_zero_point_unpacked", ValueError, lambda x: x["weight_zero_point"] is None or _ql_packed(x),
+              lambda x: f"{op}: argument 'weight_zero_point' is used only with a 4-bit 'weight' (torch.uint8)"),
+        _zero_point_alone(op, "weight_group_scale", "weight_zero_point"),
+        *_group_table_checks(op, "weight_zero_point", lambda x: _ql_nkm(x)[:2], "x"),
         Check("bias_shape", ValueError,
               lambda x: x["bias"] is None or (x["bias"].dim() == 1 and x["bias"].shape[0] == _ql_nkm(x)[0]),
               lambda x: f"{op}: argument 'bias' must have shape [N] = [{_ql_nkm(x)[0]}], got {_shape(x['bias'])}"),
@@ -197,6 +202,14 @@ def _quant_linear_checks() -> list[Check]:
     ]
 
 
+def _zero_point_alone(op: str, group_scale: str, zero_point: str) -> Check:
+    """Zero points (asymmetric 4-bit weights) come with fp32 scales, not int8 group scales."""
+    return Check(f"{zero_point}_with_group_scale", ValueError,
+                 lambda x: x[zero_point] is None or x[group_scale] is None,
+                 lambda x: f"{op}: arguments '{group_scale}' and '{zero_point}' exclude each other (asymmetric "
+                 "4-bit weights have fp32 scales, no int8 group scales)")
+
+
 def _unpack_int4_checks() -> list[Check]:
     """csrc/ops/int4.cpp unpack_int4."""
     op = "tcgemm.unpack_int4"
@@ -207,7 +220,9 @@ def _unpack_int4_checks() -> list[Check]:
     return [
         *_packed_checks(op, "packed", k, "twice the bytes of a row",
                         reachable=("packed_dim", "packed_dtype", "packed_stride", "packed_size")),
-        *_group_scale_checks(op, "group_scale", lambda x: (x["packed"].shape[0], k(x)), "packed"),
+        *_group_table_checks(op, "group_scale", lambda x: (x["packed"].shape[0], k(x)), "packed"),
+        _zero_point_alone(op, "group_scale", "zero_point"),
+        *_group_table_checks(op, "zero_point", lambda x: (x["packed"].shape[0], k(x)), "packed"),
     ]
 
 
@@ -219,7 +234,7 @@ def _gemm_int4_checks() -> list[Check]:
         *_operand(op, "a", "[M, K]", (torch.int8,)),
         _same_device(op, "b"),
         *_packed_checks(op, "b", lambda x: x["a"].shape[1], "the columns of 'a'"),
-        *_group_scale_checks(op, "group_scale", lambda x: (x["b"].shape[0], x["a"].shape[1]), "a"),
+        *_group_table_checks(op, "group_scale", lambda x: (x["b"].shape[0], x["a"].shape[1]), "a"),
         Check("k_overflow", ValueError, lambda x: x["a"].shape[1] <= _MAX_UNBLOCKED_K,
               lambda x: f"{op}: K = {x['a'].shape[1]} > {_MAX_UNBLOCKED_K} could overflow the int32 accumulator"),
         _cpu_backend(op, lambda x: x["a"].shape[0] == 0 or x["b"].shape[0] == 0 or x["a"].shape[1] == 0),

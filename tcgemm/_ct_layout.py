@@ -9,10 +9,8 @@ from typing import Optional
 
 import torch
 
-from ._ops import unpack_int4
 from ._scales import SCALE_BLOCK
-from .int4 import INT4_MAX, INT4_MIN
-from .scheme import QuantScheme
+from .int4 import INT4_MAX, INT4_MIN, pack_int4
 
 # The format of 4-bit weights packed eight to an int32 (compressed-tensors' pack_to_int32), and
 # the bits tcgemm reads in it.
@@ -66,27 +64,47 @@ def check_int4_values(name: str, what: str, t: torch.Tensor) -> None:
                          f"[{INT4_MIN}, {INT4_MAX}] of the config group's 4-bit weights")
 
 
-def asymmetric_4bit_weight(name: str, scheme: QuantScheme, fmt: str, get, n: int, k: int) -> torch.Tensor:
-    """The int8 [N, K] ``q - zero_point`` of an asymmetric 4-bit weight: q in [-8, 7] (packed eight
-    to an int32, or one to an int8), its zero points [N, groups] in [-8, 7] (per group of 128 or
-    per channel; packed eight to an int32 along N, as compressed-tensors packs them, or one to an
-    int8), so that every value lies in [-15, 15]."""
+def asymmetric_4bit_tables(name: str, strategy: str, fmt: str, get, n: int, k: int
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """An asymmetric 4-bit weight as tcgemm holds it: the packed uint8 [N, K/2] of q in [-8, 7]
+    (packed eight to an int32, or one to an int8, in the checkpoint) and its int8 zero points [N,
+    ceil(K/128)] in [-8, 7] (``strategy`` "group": one per group of 128; "channel": one per
+    channel, repeated over the groups), read packed eight to an int32 along N, as compressed-tensors
+    packs them, or one to an int8."""
     if fmt == PACKED:
-        q = unpack_int4(unpack_checkpoint_int4(name, get("weight_packed"), get("weight_shape", required=False), n, k))
+        packed = unpack_checkpoint_int4(name, get("weight_packed"), get("weight_shape", required=False), n, k)
     else:
         q = int8_weight(name, get("weight"), n, k)
-    groups = scheme.weights.scale_shape(n, k)[1] if scheme.weight == "group" else 1
+        check_int4_values(name, "weight", q)
+        packed = pack_int4(q)
+    groups = -(-k // SCALE_BLOCK) if strategy == "group" else 1
     zp = get("weight_zero_point")
     if zp.dtype == torch.int32 and tuple(zp.shape) == (-(-n // 8), groups):
-        from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
-
-        zp = unpack_from_int32(zp, PACKED_BITS, torch.Size([n, groups]), packed_dim=0)
+        zp = unpack_checkpoint_zero_points(zp, n)
     elif zp.dtype != torch.int8 or zp.numel() != n * groups:
         raise ValueError(f"tcgemm.compressed: '{name}.weight_zero_point' must be int32 [{-(-n // 8)}, {groups}] "
                          f"(packed eight to a word along the output channels) or int8 [{n}, {groups}], got "
                          f"{zp.dtype} {list(zp.shape)}")
     zp = zp.reshape(n, groups)
-    check_int4_values(name, "weight", q)
     check_int4_values(name, "weight_zero_point", zp)
-    zp_k = zp.repeat_interleave(SCALE_BLOCK, dim=1)[:, :k] if groups > 1 else zp
-    return (q.to(torch.int16) - zp_k.to(torch.int16)).to(torch.int8)
+    return packed, zp.expand(n, -(-k // SCALE_BLOCK)).contiguous() if groups == 1 else zp
+
+
+def unpack_checkpoint_zero_points(words: torch.Tensor, n: int) -> torch.Tensor:
+    """The int8 [N, G] zero points of compressed-tensors' int32 [ceil(N/8), G]: ``z + 8`` of row
+    8j + i at bits 4i of word j (pack_to_int32 along dim 0)."""
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=words.device)
+    nibbles = (words.unsqueeze(1) >> shifts.view(1, 8, 1)) & 0xF  # [words, 8, G]
+    return (nibbles.reshape(-1, words.shape[1])[:n] - 8).to(torch.int8)
+
+
+def pack_checkpoint_zero_points(zp: torch.Tensor) -> torch.Tensor:
+    """compressed-tensors' int32 [ceil(N/8), G] of int8 zero points [N, G] in [-8, 7] (the inverse
+    of :func:`unpack_checkpoint_zero_points`; padding rows 0, as ``pack_to_int32``'s)."""
+    n, g = zp.shape
+    words = -(-n // 8)
+    nibbles = torch.zeros(words * 8, g, dtype=torch.int64, device=zp.device)
+    nibbles[:n] = zp.to(torch.int64) + 8
+    shifts = torch.arange(0, 32, 4, dtype=torch.int64, device=zp.device)
+    value = (nibbles.view(words, 8, g) << shifts.view(1, 8, 1)).sum(dim=1)
+    return torch.where(value >= 2**31, value - 2**32, value).to(torch.int32)

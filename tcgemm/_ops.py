@@ -262,6 +262,7 @@ def quant_linear(
     weight_colsum: Optional[torch.Tensor] = None,
     weight_group_scale: Optional[torch.Tensor] = None,
     rotate: bool = False,
+    weight_zero_point: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """The W8A8 (or W4A8) linear layer as one op: ``x @ (weight * weight_scale).T + bias`` with ``x``
     quantized on the fly, what :class:`tcgemm.QuantLinear` computes.
@@ -277,7 +278,7 @@ def quant_linear(
         x: [..., K] bf16, fp16 or fp32; any strides.
         weight: int8 [N, K] (``nn.Linear`` layout), or 4-bit weights packed two per byte along K:
             uint8 [N, K/2] (:func:`tcgemm.pack_int4`; K even), whose int8 weight is
-            :func:`unpack_int4` ``(weight, weight_group_scale)``.
+            :func:`unpack_int4` ``(weight, weight_group_scale, weight_zero_point)``.
         weight_scale: fp32 ``[N]`` per channel, ``[ceil(N/128), ceil(K/128)]`` per 128x128 block,
             or ``[N, ceil(K/128)]`` per channel and 1x128 block (told apart by rank); ``[N, 1]``
             (what :func:`tcgemm.quantize` returns for a weight's rows) is per channel too.
@@ -308,6 +309,11 @@ def quant_linear(
             kernel), for a weight quantized as ``W R``: bit for bit ``tcgemm.quantize(x2d, g,
             rotate=True)`` then the scaled GEMM. Dynamic symmetric activations ("token" or
             "block") without ``smooth``, K a multiple of 128.
+        weight_zero_point: zero points of an asymmetric 4-bit ``weight``: int8 ``[N, ceil(K/128)]``
+            in [-8, 7], one per 1x128 group: the layer computes with the int8 weight ``q -
+            weight_zero_point`` (in [-15, 15]) and fp32 scales (per channel or per group; not with
+            ``weight_group_scale``). The weight is unpacked into int8 before the GEMM (values
+            outside [-8, 7] raise ValueError for CPU tensors; CUDA tensors are not read on the host).
 
     Returns:
         [..., N] of ``x.dtype``.
@@ -319,13 +325,14 @@ def quant_linear(
     if not (type(x) is Tensor and type(weight) is Tensor and type(weight_scale) is Tensor
             and (bias is None or type(bias) is Tensor) and input_scale is None and smooth is None
             and asymmetric is False and input_zero_point is None and weight_colsum is None
-            and weight_group_scale is None and rotate is False and type(activation) is str
+            and weight_group_scale is None and rotate is False and weight_zero_point is None
+            and type(activation) is str
             and type(backend) is str):
         for name, value in (("x", x), ("weight", weight), ("weight_scale", weight_scale)):
             require_tensor(_QUANT_LINEAR, name, value)
         for name, value in (("bias", bias), ("input_scale", input_scale), ("smooth", smooth),
                             ("input_zero_point", input_zero_point), ("weight_colsum", weight_colsum),
-                            ("weight_group_scale", weight_group_scale)):
+                            ("weight_group_scale", weight_group_scale), ("weight_zero_point", weight_zero_point)):
             require_tensor(_QUANT_LINEAR, name, value, optional=True)
         require_str(_QUANT_LINEAR, "activation", activation)
         require_str(_QUANT_LINEAR, "backend", backend)
@@ -335,7 +342,7 @@ def quant_linear(
     try:
         return _OPS["quant_linear"](
             x, weight, weight_scale, bias, activation, input_scale, smooth, backend, asymmetric, input_zero_point,
-            weight_colsum, weight_group_scale, rotate,
+            weight_colsum, weight_group_scale, rotate, weight_zero_point,
         )
     except RuntimeError as exc:
         raise typed_error(exc) from None
@@ -344,18 +351,20 @@ def quant_linear(
 @torch.library.register_fake("tcgemm::quant_linear")
 def _quant_linear_fake(x, weight, weight_scale, bias=None, activation="token", input_scale=None, smooth=None,
                        backend="auto", asymmetric=False, input_zero_point=None, weight_colsum=None,
-                       weight_group_scale=None, rotate=False):
+                       weight_group_scale=None, rotate=False, weight_zero_point=None):
     check_args(
         "quant_linear", x=x, weight=weight, weight_scale=weight_scale, bias=bias, activation=activation,
         input_scale=input_scale, smooth=smooth, backend=backend, asymmetric=asymmetric,
         input_zero_point=input_zero_point, weight_colsum=weight_colsum, weight_group_scale=weight_group_scale,
-        rotate=rotate,
+        rotate=rotate, weight_zero_point=weight_zero_point,
     )
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-def unpack_int4(packed: torch.Tensor, group_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """The int8 weight of a packed 4-bit one: ``q[n, k]`` (times ``group_scale[n, k // 128]``).
+def unpack_int4(packed: torch.Tensor, group_scale: Optional[torch.Tensor] = None,
+                zero_point: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The int8 weight of a packed 4-bit one: ``q[n, k]`` (times ``group_scale[n, k // 128]``, or
+    less ``zero_point[n, k // 128]``).
 
     Packing (:func:`tcgemm.pack_int4`): byte ``j`` of row ``n`` holds ``q[n, 2j]`` in its low
     nibble and ``q[n, 2j + 1]`` in its high nibble, two's complement values in [-8, 7].
@@ -367,6 +376,8 @@ def unpack_int4(packed: torch.Tensor, group_scale: Optional[torch.Tensor] = None
             the host (that would synchronise): there the result of such a value is unspecified
             (it differs between kernels) but memory-safe; :class:`tcgemm.QuantLinear` refuses
             such tables when they are assigned or loaded.
+        zero_point: optional int8 ``[N, ceil(K/128)]`` zero points of asymmetric 4-bit weights,
+            in [-8, 7] (checked as ``group_scale`` is), not with ``group_scale``.
 
     Returns:
         int8 [N, K] on ``packed``'s device.
@@ -376,15 +387,16 @@ def unpack_int4(packed: torch.Tensor, group_scale: Optional[torch.Tensor] = None
     """
     require_tensor(_UNPACK_INT4, "packed", packed)
     require_tensor(_UNPACK_INT4, "group_scale", group_scale, optional=True)
+    require_tensor(_UNPACK_INT4, "zero_point", zero_point, optional=True)
     try:
-        return _OPS["unpack_int4"](packed, group_scale)
+        return _OPS["unpack_int4"](packed, group_scale, zero_point)
     except RuntimeError as exc:
         raise typed_error(exc) from None
 
 
 @torch.library.register_fake("tcgemm::unpack_int4")
-def _unpack_int4_fake(packed, group_scale=None):
-    check_args("unpack_int4", packed=packed, group_scale=group_scale)
+def _unpack_int4_fake(packed, group_scale=None, zero_point=None):
+    check_args("unpack_int4", packed=packed, group_scale=group_scale, zero_point=zero_point)
     return packed.new_empty((packed.shape[0], 2 * packed.shape[1]), dtype=torch.int8)
 
 

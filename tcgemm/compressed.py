@@ -26,10 +26,11 @@ checkpoint's). tcgemm runs:
   than k // 128 (``actorder: group``) is refused;
 - asymmetric 4-bit weights (``symmetric: false``, a ``weight_zero_point`` per group of 128 or per
   channel: ``W4A16_ASYM``, what llm-compressor's AWQ writes), packed or one to an int8, with their
-  zero points packed eight to an int32 along the output channels or one to an int8: ``q -
-  zero_point`` lies in [-15, 15], so a layer holds it exactly as int8 with the same float scales
-  (``WeightArgs("group")`` or ``"channel"``, 8-bit: twice the bytes of 4-bit weights, the int8
-  kernels' speed);
+  zero points packed eight to an int32 along the output channels or one to an int8. A layer holds
+  them at their size: packed 4-bit with an int8 zero point and an fp32 scale per 1x128 group
+  (``WeightArgs("group", bits=4, symmetric=False)``, the preset "w4a8-group-asymmetric"; per-channel
+  ones repeated over the groups), and saves them back so (``pack-quantized``, the zero points packed
+  along the output channels);
 - input activations: int8, symmetric, dynamic per token (``token``), dynamic per 1x128 group
   (``group``, ``group_size 128``), or static per tensor (``tensor``, an ``input_scale``); or
   asymmetric (``symmetric: false``) per token or static per tensor (an ``input_zero_point``), with
@@ -59,7 +60,8 @@ from ._scales import SCALE_BLOCK
 from .checkpoint import Reader, load_state, parents, write_sharded
 from ._ct_layout import PACKED as _PACKED
 from ._ct_layout import PACKED_BITS as _PACKED_BITS
-from ._ct_layout import asymmetric_4bit_weight as _asymmetric_4bit_weight
+from ._ct_layout import asymmetric_4bit_tables as _asymmetric_4bit_tables
+from ._ct_layout import pack_checkpoint_zero_points as _pack_checkpoint_zero_points
 from ._ct_layout import check_int4_values as _check_int4_values
 from ._ct_layout import int8_weight as _int8_weight
 from ._ct_layout import pack_checkpoint_int4 as _pack_checkpoint_int4
@@ -84,7 +86,7 @@ _RUNS = ("tcgemm runs W8A8 (symmetric int8 weights per channel, tensor, 1x128 gr
          "activations per token, per 1x128 group or static per tensor, asymmetric per token or static per tensor "
          "with channel or tensor weights) and W4A8 (symmetric 4-bit weights in groups of 128, int8 activations "
          "per token, per 1x128 group or static per tensor; weight-only 4-bit runs with dynamic per-token "
-         "activations; asymmetric 4-bit weights in groups of 128 or per channel load as int8 q - zero_point)")
+         "activations; asymmetric 4-bit weights in groups of 128 or per channel keep their zero points)")
 
 
 def _ct():
@@ -127,9 +129,9 @@ def _group_format(group: str, ct_scheme, checkpoint_format: str) -> str:
 
 
 def _asymmetric_4bit_scheme(ct_scheme) -> QuantScheme:
-    """The layer scheme of asymmetric 4-bit weights: int8 ``q - zero_point`` with the checkpoint's
-    float scales per group of 128 or per channel, and its activations (weight-only: dynamic per
-    token); SchemeError for other strategies and group sizes."""
+    """The layer scheme of asymmetric 4-bit weights: packed 4-bit with a zero point and an fp32
+    scale per group of 128 (a checkpoint's per-channel ones repeated over the groups), and its
+    activations (weight-only: dynamic per token); SchemeError for other strategies and group sizes."""
     weights = ct_scheme.weights
     strategy = _value(weights.strategy)
     if strategy == "group" and weights.group_size != SCALE_BLOCK or strategy not in ("group", "channel"):
@@ -138,17 +140,18 @@ def _asymmetric_4bit_scheme(ct_scheme) -> QuantScheme:
                           "or per channel")
     acts = ct_scheme.input_activations
     activations = ActivationArgs() if acts is None else ActivationArgs.from_compressed_tensors(acts)
-    return QuantScheme(WeightArgs(strategy, bits=8), activations)
+    return QuantScheme(WeightArgs("group", bits=_PACKED_BITS, symmetric=False), activations)
 
 
-def _scheme_of(group: str, ct_scheme, fmt: str) -> tuple[QuantScheme, bool]:
+def _scheme_of(group: str, ct_scheme, fmt: str) -> tuple[QuantScheme, Optional[str]]:
     """The tcgemm scheme of a config group whose weights are stored in ``fmt`` (as the
     checkpoint states it: per-tensor weights stay per tensor; weight-only 4-bit weights get
-    dynamic per-token activations; asymmetric 4-bit weights become int8 ``q - zero_point``), and
-    whether its layers read weight zero points; or ValueError naming the group and the setting
-    tcgemm does not run."""
+    dynamic per-token activations; asymmetric 4-bit weights keep their zero points per group of
+    128), and the strategy of its weight zero points ("group", "channel", or None: symmetric); or
+    ValueError naming the group and the setting tcgemm does not run."""
     bits = _value(getattr(ct_scheme.weights, "num_bits", None))
-    zero_points = ct_scheme.weights is not None and not ct_scheme.weights.symmetric
+    asymmetric = ct_scheme.weights is not None and not ct_scheme.weights.symmetric
+    zero_points = _value(ct_scheme.weights.strategy) if asymmetric else None
     try:
         if fmt not in _UNPACKED + (_PACKED,):
             raise SchemeError(f"format '{fmt}' is not {', '.join(map(repr, _UNPACKED))} or '{_PACKED}'")
@@ -344,7 +347,7 @@ def from_pretrained(path: str, *, device: Union[str, torch.device, None] = None,
 
 def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[str, torch.Tensor],
                         scheme: QuantScheme, fmt: str, device, taken: set[str],
-                        zero_points: bool = False) -> QuantLinear:
+                        zero_points: Optional[str] = None) -> QuantLinear:
     def get(key: str, required: bool = True) -> Optional[torch.Tensor]:
         full = f"{name}.{key}"
         if full not in tensors:
@@ -358,8 +361,9 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
     if scheme.bits == _PACKED_BITS and k % 2:
         raise ValueError(f"tcgemm.compressed: config group '{group}' covers '{name}' with in_features {k}; "
                          "tcgemm's 4-bit weights need an even in_features")
-    if zero_points:  # asymmetric 4-bit weights: int8 q - zero_point (the scheme's 8-bit weights)
-        qw = _asymmetric_4bit_weight(name, scheme, fmt, get, n, k)
+    zp = None
+    if zero_points:  # asymmetric 4-bit weights: packed q and a zero point per group of 128
+        qw, zp = _asymmetric_4bit_tables(name, zero_points, fmt, get, n, k)
     elif fmt == _PACKED:
         qw = _unpack_checkpoint_int4(name, get("weight_packed"), get("weight_shape", required=False), n, k)
     else:
@@ -379,6 +383,10 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
         raise ValueError(f"tcgemm.compressed: '{name}.input_zero_point' is not zero, but the config group's "
                          "activations are symmetric or dynamic")
     sw = get("weight_scale").float()
+    if zero_points == "channel":  # one scale per channel: repeated over the groups, as the zero points
+        if sw.numel() != n:
+            raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' must be [{n}, 1], got {list(sw.shape)}")
+        sw = sw.reshape(n, 1).expand(zp.shape)
     weight = scheme.weight
     layer_scheme = scheme.layer_scheme()
     if scheme.weights.per_block:
@@ -398,7 +406,7 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
     elif sw.numel() != n:
         raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' must be [{n}, 1], got {list(sw.shape)}")
     group_scale = None
-    if scheme.bits == _PACKED_BITS and weight == "group":  # two-level scales where they factor exactly
+    if scheme.bits == _PACKED_BITS and weight == "group" and zp is None:  # two-level where they factor exactly
         two_level = dataclasses.replace(layer_scheme, weights=WeightArgs("channel", bits=_PACKED_BITS))
         factored = factor_group_scales(sw)
         if factored is not None and _runs(two_level):
@@ -414,6 +422,8 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
         layer.weight_scale.copy_(sw.reshape(layer.weight_scale.shape))
         if group_scale is not None:
             layer.weight_group_scale.copy_(group_scale)
+        if zp is not None:
+            layer.weight_zero_point.copy_(zp)
         if layer.bias is not None:
             layer.bias.copy_(bias.float())
         if scheme.static:
@@ -525,6 +535,8 @@ def compressed_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[st
             state[prefix + "weight_packed"] = _pack_checkpoint_int4(module.weight)
             state[prefix + "weight_shape"] = torch.tensor([module.out_features, module.in_features])
             state[prefix + "weight_scale"] = scale
+            if module._buffers.get("weight_zero_point") is not None:  # packed along N, as compressed-tensors does
+                state[prefix + "weight_zero_point"] = _pack_checkpoint_zero_points(module.weight_zero_point)
         elif module.weight_granularity == "channel":
             state[prefix + "weight_scale"] = module.weight_scale.reshape(-1, 1)
         if module.input_scale is not None:

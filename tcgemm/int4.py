@@ -29,8 +29,9 @@ import torch
 
 from ._scales import SCALE_BLOCK, expand_weight_scale, per_element, scale_blocks
 
-__all__ = ["INT4_MAX", "INT4_MIN", "GROUP_SCALE_MAX", "check_group_scale", "check_packed", "pack_int4",
-           "quantize_int4", "INT4_GRIDS", "int4_grid", "round_to_grid", "factor_group_scales"]
+__all__ = ["INT4_MAX", "INT4_MIN", "GROUP_SCALE_MAX", "check_group_scale", "check_packed", "check_zero_point",
+           "pack_int4", "quantize_int4", "quantize_int4_asymmetric", "INT4_GRIDS", "int4_grid", "round_to_grid",
+           "factor_group_scales"]
 
 INT4_MIN, INT4_MAX = -8, 7
 # Two-level group scales lie in [1, GROUP_SCALE_MAX]: q * s then fits int8 ([-128, 112]).
@@ -125,18 +126,45 @@ def check_group_scale(where: str, group_scale: torch.Tensor, n: int, k: int,
     Example:
         >>> check_group_scale("QuantLinear", layer.weight_group_scale, 4096, 14336)
     """
-    if not isinstance(group_scale, torch.Tensor):
-        raise TypeError(f"{where}: {what} must be a torch.Tensor, got {type(group_scale).__name__}")
-    if group_scale.dtype != torch.int8:
-        raise TypeError(f"{where}: {what} must have dtype torch.int8, got {group_scale.dtype}")
+    _check_group_table(where, group_scale, n, k, what, values, 1, GROUP_SCALE_MAX)
+
+
+def check_zero_point(where: str, zero_point: torch.Tensor, n: int, k: int,
+                     what: str = "argument 'weight_zero_point'", values: bool = True) -> None:
+    """As :func:`check_group_scale`, for the int8 [N, ceil(K/128)] zero points of asymmetric 4-bit
+    weights: values in [-8, 7].
+
+    Args:
+        where: the caller's name, the prefix of the error messages.
+        zero_point: the tensor to check.
+        n: the weight's rows N.
+        k: the weight's columns K.
+        what: how the messages name ``zero_point``.
+        values: also check the values (a host synchronisation for a GPU tensor).
+
+    Raises:
+        TypeError: ``zero_point`` is not a tensor, or not int8.
+        ValueError: its shape is not [N, ceil(K/128)], or (``values``) a value lies outside [-8, 7].
+
+    Example:
+        >>> check_zero_point("QuantLinear", layer.weight_zero_point, 4096, 14336)
+    """
+    _check_group_table(where, zero_point, n, k, what, values, INT4_MIN, INT4_MAX)
+
+
+def _check_group_table(where: str, t: torch.Tensor, n: int, k: int, what: str, values: bool, low: int,
+                       high: int) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{where}: {what} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.int8:
+        raise TypeError(f"{where}: {what} must have dtype torch.int8, got {t.dtype}")
     shape = _group_table_shape(n, k)
-    if tuple(group_scale.shape) != shape:
-        raise ValueError(f"{where}: {what} must have shape [N, ceil(K/128)] = {list(shape)}, "
-                         f"got {list(group_scale.shape)}")
-    if values and group_scale.numel():
-        lo, hi = int(group_scale.min()), int(group_scale.max())
-        if lo < 1 or hi > GROUP_SCALE_MAX:
-            raise ValueError(f"{where}: {what} must hold values in [1, {GROUP_SCALE_MAX}], got values in [{lo}, {hi}]")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{where}: {what} must have shape [N, ceil(K/128)] = {list(shape)}, got {list(t.shape)}")
+    if values and t.numel():
+        lo, hi = int(t.min()), int(t.max())
+        if lo < low or hi > high:
+            raise ValueError(f"{where}: {what} must hold values in [{low}, {high}], got values in [{lo}, {hi}]")
 
 
 def _group_amax(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -351,6 +379,27 @@ def quantize_int4(w: torch.Tensor, two_level: bool, grid: str = "amax", importan
     """
     scale, group_scale, step = int4_grid(w, two_level, grid, importance)
     return pack_int4(round_to_grid(w, step, INT4_MIN, INT4_MAX)), scale, group_scale
+
+
+def quantize_int4_asymmetric(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit round-to-nearest of a float weight [N, K] (K even) per 1x128 group, as
+    llm-compressor's min-max observer does it: with ``lo = min(min_g w, 0)`` and ``hi = max(max_g
+    w, 0)``, ``scale = (hi - lo) / 15`` (1.0 for a zero group), ``zero_point = clamp(round(-8 -
+    lo / scale), -8, 7)`` and ``q = clamp(round(w / scale) + zero_point, -8, 7)`` (half to even),
+    so that ``w ~ scale * (q - zero_point)``.
+
+    Returns:
+        ``(packed, scale, zero_point)``: uint8 [N, K/2], fp32 [N, ceil(K/128)], int8 [N, ceil(K/128)].
+    """
+    n, k = w.shape
+    wg = _groups(w)
+    lo, hi = wg.amin(dim=2).clamp(max=0.0), wg.amax(dim=2).clamp(min=0.0)
+    scale = (hi - lo) / (INT4_MAX - INT4_MIN)
+    scale = torch.where(scale > 0, scale, 1.0)
+    zero = torch.round(INT4_MIN - lo / scale).clamp(INT4_MIN, INT4_MAX)
+    q = torch.round(wg / scale[..., None]) + zero[..., None]
+    q = q.clamp(INT4_MIN, INT4_MAX).view(n, -1)[:, :k].to(torch.int8)
+    return pack_int4(q), scale, zero.to(torch.int8)
 
 
 def _neighbours(c: torch.Tensor, ulps: int = 2) -> list[torch.Tensor]:

@@ -28,7 +28,7 @@ from ._ops import unpack_int4
 from ._scales import SCALE_BLOCK, expand_weight_scale
 from .calibration import asymmetric_scale, smooth_factors
 from .gptq import GPTQ, HessianLike, hessian_tensor
-from .int4 import check_group_scale, check_packed
+from .int4 import check_group_scale, check_packed, check_zero_point
 from .rotation import rotate_blocks, rotate_hessian
 from .scheme import ActivationGranularity, QuantScheme, SchemeLike, WeightGranularity, resolve_scheme
 from .weights import quantize_weight
@@ -81,6 +81,9 @@ class QuantLinear(nn.Module):
         ``weight_group_scale``: int8 [out_features, ceil(in/128)] with values in [1, 16], the
         integer group scales of 4-bit weights with two-level scales (:data:`tcgemm.W4A8`:
         ``weight = q * weight_group_scale * weight_scale`` per 1x128 group), else None.
+        ``weight_zero_point``: int8 [out_features, ceil(in/128)] in [-8, 7], the zero points of
+        asymmetric 4-bit weights (``"w4a8-group-asymmetric"``: ``weight = (q - weight_zero_point) *
+        weight_scale`` per 1x128 group), else None.
         ``bias``: fp32 [out_features], or None.
         ``input_scale``: fp32 [] (``activation="static"``), else None.
         ``input_zero_point``: int32 [] (``activation="static"`` and ``asymmetric=True``), else None.
@@ -168,6 +171,9 @@ class QuantLinear(nn.Module):
         group_shape = weights.group_scale_shape(n, k)
         self.register_buffer("weight_group_scale", None if group_shape is None else
                              torch.ones(group_shape, dtype=torch.int8, device=device))
+        zero_shape = weights.zero_point_shape(n, k)
+        self.register_buffer("weight_zero_point", None if zero_shape is None else
+                             torch.zeros(zero_shape, dtype=torch.int8, device=device))
         if bias:
             self.register_buffer("bias", torch.zeros(self.out_features, dtype=torch.float32, device=device))
         else:
@@ -198,9 +204,10 @@ class QuantLinear(nn.Module):
     def __setattr__(self, name: str, value) -> None:
         # Group scales enter a layer by assignment as well as by load_state_dict: checked the same
         # way (values in [1, 16], read back from a GPU: a synchronisation, at set-up time only).
-        if name == "weight_group_scale" and isinstance(value, torch.Tensor) and \
+        if name in ("weight_group_scale", "weight_zero_point") and isinstance(value, torch.Tensor) and \
                 self.__dict__.get("_buffers", {}).get(name) is not None:
-            check_group_scale("QuantLinear", value, self.out_features, self.in_features)
+            check = check_group_scale if name == "weight_group_scale" else check_zero_point
+            check("QuantLinear", value, self.out_features, self.in_features, what=f"argument '{name}'")
         super().__setattr__(name, value)
 
     @property
@@ -225,9 +232,10 @@ class QuantLinear(nn.Module):
 
     def int_weight(self) -> torch.Tensor:
         """The int8 [out, in] weight the GEMM multiplies: ``weight`` itself, or for 4-bit weights
-        its unpacked values (times ``weight_group_scale`` where the layer has it)."""
+        its unpacked values (times ``weight_group_scale``, or less ``weight_zero_point``, where the
+        layer has it)."""
         if self.weight.dtype == torch.uint8:
-            return unpack_int4(self.weight.detach(), self.weight_group_scale)
+            return unpack_int4(self.weight.detach(), self.weight_group_scale, self._buffers.get("weight_zero_point"))
         return self.weight.detach()
 
     def refresh_weight_colsum(self) -> None:
@@ -371,11 +379,13 @@ class QuantLinear(nn.Module):
             module.input_zero_point.copy_(zero)
         elif scheme.static:
             module.input_scale.copy_(torch.where(amax.max() > 0, amax.max() / 127.0, 1.0))
-        q, scale, *group_scale = quantize_weight(w, scheme.weight, bits=scheme.bits, hessian=hessian, gptq=gptq)
+        q, scale, *tables = quantize_weight(w, scheme.weight, bits=scheme.bits, hessian=hessian, gptq=gptq,
+                                           symmetric=scheme.weights.symmetric)
         module.weight.copy_(q)
         module.weight_scale.copy_(scale)
-        if module.weight_group_scale is not None:
-            module.weight_group_scale.copy_(group_scale[0])
+        for name, table in zip(("weight_group_scale", "weight_zero_point"), tables):
+            if table is not None:
+                module._buffers[name].copy_(table)
         module.refresh_weight_colsum()
         if linear.bias is not None:
             module.bias.copy_(linear.bias.detach().to(torch.float32))
@@ -407,6 +417,7 @@ class QuantLinear(nn.Module):
                 input_scale=self.input_scale, smooth=self.smooth, asymmetric=self.asymmetric,
                 input_zero_point=self.input_zero_point, weight_colsum=self.weight_colsum,
                 weight_group_scale=self.weight_group_scale, rotate=self._rotate,
+                weight_zero_point=self._buffers.get("weight_zero_point"),
             )
         except RuntimeError as exc:
             raise typed_error(exc) from None
@@ -429,12 +440,12 @@ class QuantLinear(nn.Module):
             weight, weight_scale, bias = buffers["weight"], buffers["weight_scale"], buffers["bias"]
             input_scale, smooth = buffers["input_scale"], buffers["smooth"]
             input_zero_point, weight_colsum = buffers["input_zero_point"], buffers["weight_colsum"]
-            group_scale = buffers["weight_group_scale"]
+            group_scale, zero_point = buffers["weight_group_scale"], buffers.get("weight_zero_point")
         except KeyError:
             weight, weight_scale, bias = self.weight, self.weight_scale, self.bias
             input_scale, smooth = self.input_scale, self.smooth
             input_zero_point, weight_colsum = self.input_zero_point, self.weight_colsum
-            group_scale = self.weight_group_scale
+            group_scale, zero_point = self.weight_group_scale, self._buffers.get("weight_zero_point")
         if not self._add_bias:  # a row-wise shard other than the first (tcgemm.parallel)
             bias = None
         grad = torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad))
@@ -454,6 +465,9 @@ class QuantLinear(nn.Module):
         # the dispatcher parses is host time, a keyword about 0.5 us more than a position.
         op, activation = _QUANT_LINEAR, self._op_activation
         try:
+            if zero_point is not None:  # asymmetric 4-bit weights (per-group scales: symmetric activations)
+                return op(x, weight, weight_scale, bias, activation, input_scale=input_scale, smooth=smooth,
+                          rotate=self._rotate, weight_zero_point=zero_point)
             if self._rotate:  # x R quantized (tcgemm.rotation): dynamic symmetric activations only
                 return op(x, weight, weight_scale, bias, activation, weight_group_scale=group_scale, rotate=True)
             if group_scale is not None:  # 4-bit weights with two-level scales: the group scales, and the rest
@@ -493,7 +507,7 @@ class QuantLinear(nn.Module):
         state.setdefault("_add_bias", True)
         state.get("_buffers", {}).pop("hadamard", None)  # rotated layers once kept the matrix as a buffer
         super().__setstate__(state)
-        for name in ("input_zero_point", "weight_colsum", "weight_group_scale"):
+        for name in ("input_zero_point", "weight_colsum", "weight_group_scale", "weight_zero_point"):
             self._buffers.setdefault(name, None)
 
     def _apply(self, fn, recurse=True):
@@ -518,6 +532,7 @@ class QuantLinear(nn.Module):
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
             f"weight={self.weight_granularity!r}" + (f", bits={self.bits}" if self.bits != 8 else "")
+            + (", weight_zero_point=True" if self._buffers.get("weight_zero_point") is not None else "")
             + f", activation={self.activation_granularity!r}"
             + (", smooth=True" if self.smooth is not None else "")
             + (", asymmetric=True" if self.asymmetric else "")
@@ -539,9 +554,10 @@ def _check_int4_state(module: QuantLinear, state_dict, prefix, *args) -> None:
     weight = state_dict.get(prefix + "weight")
     if weight is not None:
         check_packed(where, weight, n, k, what=f"'{prefix}weight'")
-    group_scale = state_dict.get(prefix + "weight_group_scale")
-    if group_scale is not None and module.weight_group_scale is not None:
-        check_group_scale(where, group_scale, n, k, what=f"'{prefix}weight_group_scale'")
+    for name, check in (("weight_group_scale", check_group_scale), ("weight_zero_point", check_zero_point)):
+        table = state_dict.get(prefix + name)
+        if table is not None and module._buffers.get(name) is not None:
+            check(where, table, n, k, what=f"'{prefix}{name}'")
 
 
 class _QuantLinearFunction(torch.autograd.Function):

@@ -16,14 +16,14 @@ A style applied to a :class:`~tcgemm.QuantLinear` shards it in place; applied to
 ``nn.Linear`` it is torch's style of the same name, so one plan covers quantized and float layers.
 
 * **Column-wise** (split along N, the output features): each rank keeps its rows of ``weight``,
-  of the per-channel / per-group / per-block ``weight_scale``, of ``weight_group_scale`` and of
-  ``bias``. The input is replicated (a DTensor input is redistributed to ``Replicate()``); every
-  rank quantizes the whole input as the unsharded layer does, so its output columns equal the
+  of the per-channel / per-group / per-block ``weight_scale``, of ``weight_group_scale`` (or
+  ``weight_zero_point``) and of ``bias``. The input is replicated (a DTensor input is
+  redistributed to ``Replicate()``); every rank quantizes the whole input as the unsharded layer does, so its output columns equal the
   unsharded layer's bit for bit. The output is the local shard ``[..., N / world]`` (a DTensor
   ``Shard(-1)`` with ``use_local_output=False``).
 * **Row-wise** (split along K, the input features): each rank keeps its columns of ``weight``
   (of the packed bytes for 4-bit weights), of per-group / per-block scales, of
-  ``weight_group_scale`` and of ``smooth``. The input is the local slice ``[..., K / world]``
+  ``weight_group_scale`` (or ``weight_zero_point``) and of ``smooth``. The input is the local slice ``[..., K / world]``
   (``input_layouts=Replicate()``: the full input, sliced here). Each rank quantizes its own
   slice (its own per-token scales), dequantizes in its own epilogue and the float partial
   outputs, in the input's dtype, are summed by one all-reduce; the bias is added once, on the
@@ -152,13 +152,13 @@ def _slices(info: TensorParallelShard) -> dict[str, Any]:
 
     if info.style == "colwise":
         nl = n // w
-        return {"weight": rows(nl), "weight_group_scale": rows(nl), "bias": rows(nl),
+        return {"weight": rows(nl), "weight_group_scale": rows(nl), "weight_zero_point": rows(nl), "bias": rows(nl),
                 "weight_scale": lambda t: (t.narrow(0, r * (nl // SCALE_BLOCK), nl // SCALE_BLOCK)
                                            if t.dim() == 2 and t.shape[0] != n else t.narrow(0, r * nl, nl))}
     kl = k // w
     kb = -(-kl // SCALE_BLOCK)
     return {"weight": lambda t: t.narrow(1, r * (t.shape[1] * kl // k), t.shape[1] * kl // k),
-            "weight_group_scale": cols(kb), "smooth": lambda t: t.narrow(0, r * kl, kl),
+            "weight_group_scale": cols(kb), "weight_zero_point": cols(kb), "smooth": lambda t: t.narrow(0, r * kl, kl),
             "weight_scale": lambda t: t.narrow(1, r * kb, kb) if t.dim() == 2 else t}
 
 

@@ -258,11 +258,13 @@ def quantize_asym_reference(
     return q.to(x.device), s_out.to(x.device), z_out.to(x.device)
 
 
-def unpack_int4_reference(packed: torch.Tensor, group_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+def unpack_int4_reference(packed: torch.Tensor, group_scale: Optional[torch.Tensor] = None,
+                          zero_point: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The int8 [N, K] weight of a packed 4-bit uint8 [N, K/2], defined in plain torch on the CPU:
     byte j of row n holds k = 2j in its low nibble and k = 2j + 1 in its high nibble, each a
     two's-complement 4-bit integer; with ``group_scale`` (int8 [N, ceil(K/128)]) each value is
-    multiplied by ``group_scale[n, k // 128]``. Returned on the device of ``packed``."""
+    multiplied by ``group_scale[n, k // 128]``; with ``zero_point`` (int8 [N, ceil(K/128)]),
+    ``zero_point[n, k // 128]`` is subtracted. Returned on the device of ``packed``."""
     b = packed.detach().cpu().long()
     n, k = b.shape[0], 2 * b.shape[1]
     q = torch.empty(n, k, dtype=torch.int64)
@@ -270,6 +272,8 @@ def unpack_int4_reference(packed: torch.Tensor, group_scale: Optional[torch.Tens
     q = torch.where(q >= 8, q - 16, q)
     if group_scale is not None:
         q = q * per_element(group_scale.detach().cpu().long(), k)
+    if zero_point is not None:
+        q = q - per_element(zero_point.detach().cpu().long(), k)
     return q.to(torch.int8).to(packed.device)
 
 

@@ -113,17 +113,19 @@ class WeightArgs:
 
     4-bit weights (packed two to a byte) are ``"channel"``: two-level scales, fp32 per channel
     times an int8 group scale in [1, 16] per 1x128 group (:attr:`two_level`), or ``"group"``:
-    fp32 per 1x128 group.
+    fp32 per 1x128 group, symmetric or asymmetric (``symmetric=False``: an int8 zero point in
+    [-8, 7] per 1x128 group as well, ``w ~ scale * (q - zero_point)``, as AWQ and llm-compressor's
+    asymmetric schemes store them).
 
     Args:
         granularity: "channel", "group" or "block"; or "tensor" (one scale for the whole weight:
             checkpoints only, a layer holds it per channel, :meth:`layer_weights`).
         bits: 8, or 4 (``"channel"`` or ``"group"`` only).
-        symmetric: must be True (weight zero points are not supported).
+        symmetric: False for zero points: 4-bit ``"group"`` weights only.
 
     Raises:
         ValueError: (``SchemeError``) any other granularity or bits, 4-bit ``"block"`` or
-            ``"tensor"``, or ``symmetric=False``.
+            ``"tensor"``, or ``symmetric=False`` other than with 4-bit ``"group"``.
     """
 
     granularity: Literal["channel", "group", "block", "tensor"] = "channel"
@@ -137,8 +139,9 @@ class WeightArgs:
             raise SchemeError(f"weights are {self.bits}-bit; tcgemm quantizes weights to {WEIGHT_BITS} bits")
         if self.bits == 4:
             _check_int4_granularity(self.granularity)
-        if not self.symmetric:
-            raise SchemeError("weights are asymmetric (weight zero points are not supported)")
+        if not self.symmetric and (self.bits != 4 or self.granularity != "group"):
+            raise SchemeError(f"weights are asymmetric {self.bits}-bit per {self.granularity}; weight zero points "
+                              f"are read with 4-bit weights per group of {SCALE_BLOCK}")
 
     @property
     def per_block(self) -> bool:
@@ -154,6 +157,11 @@ class WeightArgs:
     def scale_shape(self, n: int, k: int) -> tuple[int, ...]:
         """Shape of the fp32 scales of a weight [N, K] (``n`` rows, ``k`` columns)."""
         return weight_scale_shape(n, k, self.granularity)
+
+    def zero_point_shape(self, n: int, k: int) -> Optional[tuple[int, ...]]:
+        """Shape of the int8 zero points of a weight [N, K] (``n`` rows, ``k`` columns): [N,
+        ceil(K/128)] for asymmetric 4-bit weights, else None."""
+        return None if self.symmetric else weight_scale_shape(n, k, "group")
 
     def group_scale_shape(self, n: int, k: int) -> Optional[tuple[int, ...]]:
         """Shape of the int8 group scales of a weight [N, K] (``n`` rows, ``k`` columns): [N,
@@ -182,8 +190,10 @@ class WeightArgs:
         bits, kind = _field(args, "num_bits"), _field(args, "type")
         if bits not in WEIGHT_BITS or kind != "int":
             raise SchemeError(f"weights are {bits}-bit {kind}, not {'/'.join(map(str, WEIGHT_BITS))}-bit int")
-        if not _field(args, "symmetric", True):
-            raise SchemeError("weights are asymmetric (weight zero points are not supported)")
+        symmetric = bool(_field(args, "symmetric", True))
+        if not symmetric and (bits != 4 or _field(args, "strategy") != "group"):
+            raise SchemeError(f"weights are asymmetric {bits}-bit with strategy '{_field(args, 'strategy')}'; weight "
+                              f"zero points are read with 4-bit weights per group of {SCALE_BLOCK}")
         if _field(args, "dynamic"):
             raise SchemeError("weights have dynamic scales")
         granularity = _field(args, "strategy")
@@ -194,7 +204,7 @@ class WeightArgs:
             raise SchemeError(f"weight strategy '{granularity}' (group_size {_field(args, 'group_size')}, block_structure "
                        f"{_field(args, 'block_structure')}) is not channel, tensor, group of {SCALE_BLOCK} or "
                        f"{SCALE_BLOCK}x{SCALE_BLOCK} block")
-        return cls(granularity, bits=bits)
+        return cls(granularity, bits=bits, symmetric=symmetric)
 
     def layer_weights(self) -> "WeightArgs":
         """What a layer holds these weights as: one scale per tensor becomes that scale per channel."""
@@ -406,6 +416,7 @@ class QuantScheme:
 
     def __str__(self) -> str:
         text = f"weight={self.weight}" + (f", bits={self.bits}" if self.bits != 8 else "")
+        text += "" if self.weights.symmetric else ", weight zero points"
         text += f", activation={self.activation}"
         return (text + (", asymmetric" if self.asymmetric else "") + (f", smooth={self.smooth}" if self.smooth else "")
                 + (", rotate" if self.rotate else ""))
@@ -424,6 +435,8 @@ W8A8_STATIC_ASYMMETRIC = QuantScheme(activations=ActivationArgs("tensor", dynami
 W4A8 = QuantScheme(WeightArgs("channel", bits=4))
 # 4-bit weights with fp32 scales per 1x128 group (compressed-tensors' W4 group-128 checkpoints).
 W4A8_GROUP = QuantScheme(WeightArgs("group", bits=4))
+# The same with a zero point per group (asymmetric weights: AWQ, llm-compressor's W4A16_ASYM).
+W4A8_GROUP_ASYMMETRIC = QuantScheme(WeightArgs("group", bits=4, symmetric=False))
 
 PRESETS: dict[str, QuantScheme] = {
     "w8a8": W8A8_DYNAMIC,
@@ -435,6 +448,7 @@ PRESETS: dict[str, QuantScheme] = {
     "w8a8-static-asymmetric": W8A8_STATIC_ASYMMETRIC,
     "w4a8": W4A8,
     "w4a8-group": W4A8_GROUP,
+    "w4a8-group-asymmetric": W4A8_GROUP_ASYMMETRIC,
 }
 
 # What every scheme= argument takes: a scheme, or the name of a preset.

@@ -16,7 +16,7 @@ from ._quantize import quantize
 from ._scales import SCALE_BLOCK, WEIGHT_LAYOUTS, expand_scale, expand_weight_scale
 from ._scales import weight_scale_shape as _weight_scale_shape
 from .gptq import GPTQ, HessianLike, gptq_integers, hessian_tensor
-from .int4 import INT4_GRIDS, INT4_MAX, INT4_MIN, int4_grid, pack_int4, quantize_int4
+from .int4 import INT4_GRIDS, INT4_MAX, INT4_MIN, int4_grid, pack_int4, quantize_int4, quantize_int4_asymmetric
 from .scheme import WEIGHT_BITS, WEIGHT_QUANTIZED_AS, SchemeError, WeightArgs, check_weight_granularity
 
 __all__ = ["quantize_weight", "weight_scale_shape"]
@@ -51,6 +51,7 @@ def quantize_weight(
     hessian: Optional[HessianLike] = None,
     gptq: Optional[GPTQ] = None,
     grid: Optional[str] = None,
+    symmetric: bool = True,
 ) -> tuple[torch.Tensor, ...]:
     """Symmetric quantization of an ``nn.Linear`` weight [N, K] to int8 or packed 4-bit, computed
     in fp32 on ``w``'s device.
@@ -81,6 +82,10 @@ def quantize_weight(
     With ``gptq`` (a :class:`GPTQ`) and ``hessian`` the integers are chosen by GPTQ on the same
     scales instead of by rounding each weight to nearest.
 
+    ``symmetric=False`` (4-bit ``"group"`` only, round to nearest): a zero point per 1x128 group
+    as well, :func:`tcgemm.int4.quantize_int4_asymmetric` (the group's range, 0 included, split
+    into 15 steps), ``w ~ scale * (q - zero_point)``.
+
     Args:
         w: the float weight [N, K].
         granularity: "channel", "group" or "block" (8 bits); "channel" or "group" (4 bits).
@@ -89,11 +94,14 @@ def quantize_weight(
             (any positive multiple) or the ``(sum, rows)`` pair of ``Calibration.hessians``.
         gptq: the GPTQ settings; needs ``hessian``.
         grid: 4 bits only: how the scales are chosen, ``"mse"`` (None: the default) or ``"amax"``.
+        symmetric: False for asymmetric 4-bit ``"group"`` weights (no ``gptq``, no ``grid``).
 
     Returns:
         8 bits: ``(q, scale)``, int8 [N, K] (contiguous) and the fp32 scales. 4 bits:
         ``(packed, scale, group_scale)``, uint8 [N, K/2] (:func:`tcgemm.pack_int4`), the fp32
-        scales and the int8 group scales (``"channel"``) or None (``"group"``). On ``w``'s device.
+        scales and the int8 group scales (``"channel"``) or None (``"group"``); asymmetric:
+        ``(packed, scale, None, zero_point)``, the zero points int8 [N, ceil(K/128)]. On ``w``'s
+        device.
 
     Raises:
         ValueError: an unknown ``granularity``, ``bits`` not 8 or 4, ``"block"`` with 4 bits, a
@@ -114,7 +122,7 @@ def quantize_weight(
     if bits not in WEIGHT_BITS:
         raise ValueError(f"{where}: argument 'bits' must be one of {', '.join(map(str, WEIGHT_BITS))}, got {bits!r}")
     try:
-        args = WeightArgs(granularity, bits=bits)
+        args = WeightArgs(granularity, bits=bits, symmetric=symmetric)
     except SchemeError as e:
         raise ValueError(f"{where}: {e.what}") from None
     if w.dim() != 2:
@@ -133,8 +141,14 @@ def quantize_weight(
     if grid is not None and (bits != 4 or grid not in INT4_GRIDS):
         raise ValueError(f"{where}: argument 'grid' must be one of {', '.join(map(repr, INT4_GRIDS))} with bits=4 "
                          f"(None for 8 bits), got {grid!r} with bits={bits}")
+    if not symmetric and (gptq is not None or grid is not None):
+        raise ValueError(f"{where}: asymmetric 4-bit weights (symmetric=False) are rounded to nearest on their "
+                         "groups' ranges: no gptq= or grid=")
     grid = "mse" if grid is None else grid
     w = w.detach()
+    if not symmetric:
+        packed, scale, zero_point = quantize_int4_asymmetric(w)
+        return packed, scale, None, zero_point
     if gptq is None:
         if bits == 4:
             return quantize_int4(w, args.two_level, grid)

@@ -50,11 +50,11 @@ def _quant_linear_base(dev):  # x [2, 3, 256], weight [N, K] = [8, 256]
     return dict(x=_ones(2, 3, 256, device=dev), weight=_ones(8, 256, dtype=I8, device=dev),
                 weight_scale=_ones(8, device=dev), bias=None, activation="token", input_scale=None, smooth=None,
                 backend="auto", asymmetric=False, input_zero_point=None, weight_colsum=None, weight_group_scale=None,
-                rotate=False)
+                rotate=False, weight_zero_point=None)
 
 
 def _unpack_int4_base(dev):  # a packed 4-bit weight [N, K/2] = [8, 128]
-    return dict(packed=_ones(8, 128, dtype=U8, device=dev), group_scale=None)
+    return dict(packed=_ones(8, 128, dtype=U8, device=dev), group_scale=None, zero_point=None)
 
 
 def _gemm_int4_base(dev):  # a [4, 256] against a packed [8, 128] (K = 256)
@@ -278,6 +278,14 @@ _QUANT_LINEAR_BAD = [
     ("weight_group_scale_dtype", _packed_layer(weight_group_scale=lambda dev: _ones(8, 2, device=dev))),
     ("weight_group_scale_device", _packed_layer(weight_group_scale=lambda dev: _ones(8, 2, dtype=I8))),
     ("weight_group_scale_shape", _packed_layer(weight_group_scale=lambda dev: _ones(8, 3, dtype=I8, device=dev))),
+    ("weight_zero_point_unpacked", lambda x, dev: {"weight_zero_point": _ones(8, 2, dtype=I8, device=dev)}),
+    ("weight_zero_point_with_group_scale", _packed_layer(weight_group_scale=lambda dev: _ones(8, 2, dtype=I8,
+                                                                                              device=dev),
+                                                         weight_zero_point=lambda dev: _ones(8, 2, dtype=I8,
+                                                                                             device=dev))),
+    ("weight_zero_point_dtype", _packed_layer(weight_zero_point=lambda dev: _ones(8, 2, device=dev))),
+    ("weight_zero_point_device", _packed_layer(weight_zero_point=lambda dev: _ones(8, 2, dtype=I8))),
+    ("weight_zero_point_shape", _packed_layer(weight_zero_point=lambda dev: _ones(8, 3, dtype=I8, device=dev))),
     ("weight_size", lambda x, dev: {"weight": _big_rows(2**30, 256, dev)}),
     ("weight_device", lambda x, dev: {"weight": x["weight"].cpu()}),
     ("k_match", lambda x, dev: {"x": _ones(2, 255, device=dev)}),
@@ -350,6 +358,9 @@ _UNPACK_INT4_BAD = [
     ("packed_packed_stride", lambda x, dev: {"packed": _ones(128, 8, dtype=U8, device=dev).t()}),
     ("packed_packed_size", lambda x, dev: {"packed": _big_rows(2**30, 128, dev, U8)}),
     *_group_scale_bad("group_scale", 8, 2),
+    ("zero_point_with_group_scale", lambda x, dev: {"group_scale": _ones(8, 2, dtype=I8, device=dev),
+                                                    "zero_point": _ones(8, 2, dtype=I8, device=dev)}),
+    *_group_scale_bad("zero_point", 8, 2),
 ]
 _GEMM_INT4_BAD = [
     ("backend_name", lambda x, dev: {"backend": "fast"}),
@@ -383,7 +394,8 @@ BAD = {
 TWO_DEVICE_CHECKS = {"b_device", "c_device", "out_device", "scale_a_device", "scale_b_device", "bias_device",
                      "scale_device", "weight_device", "weight_scale_device", "input_scale_device", "smooth_device",
                      "zero_point_a_device", "colsum_b_device", "zero_point_device", "input_zero_point_device",
-                     "weight_colsum_device", "weight_group_scale_device", "group_scale_device"}
+                     "weight_colsum_device", "weight_group_scale_device", "group_scale_device",
+                     "weight_zero_point_device"}
 # Checks meta tensors cannot trigger: they concern the CPU.
 CPU_ONLY_CHECKS = {"backend_on_cpu"}
 
@@ -492,7 +504,10 @@ GOOD = [
     ("quant_linear", _packed_layer(weight_group_scale=lambda dev: torch.full((8, 2), 16, dtype=I8, device=dev))),
     ("quant_linear", _packed_layer(weight_scale=lambda dev: _ones(8, 2, device=dev), activation=lambda dev: "block")),
     ("quant_linear", _packed_layer(asymmetric=lambda dev: True)),
+    ("quant_linear", _packed_layer(weight_scale=lambda dev: _ones(8, 2, device=dev),
+                                   weight_zero_point=lambda dev: torch.full((8, 2), -8, dtype=I8, device=dev))),
     ("unpack_int4", lambda x, dev: {"group_scale": _ones(8, 2, dtype=I8, device=dev)}),
+    ("unpack_int4", lambda x, dev: {"zero_point": torch.full((8, 2), 7, dtype=I8, device=dev)}),
     ("gemm_int4", lambda x, dev: {"group_scale": _ones(8, 2, dtype=I8, device=dev)}),
     ("gemm_int4", lambda x, dev: {"a": _ones(0, 256, dtype=I8, device=dev), "backend": "sm90"}),  # nothing to compute
     ("gemm", lambda x, dev: {"a": _ones(0, 7, dtype=I8, device=dev), "backend": "sm80"}),  # nothing to compute

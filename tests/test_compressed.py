@@ -136,8 +136,9 @@ def reference_forward(model, x):
             sw = m.weight_scale.cpu()
             qw = m.weight.cpu()
             if qw.dtype == torch.uint8:  # 4-bit, packed: the int8 weight the GEMM runs on
-                group_scale = getattr(m, "weight_group_scale", None)
-                qw = unpack_int4_reference(qw, None if group_scale is None else group_scale.cpu())
+                group_scale, zero_point = (getattr(m, name, None) for name in ("weight_group_scale", "weight_zero_point"))
+                qw = unpack_int4_reference(qw, None if group_scale is None else group_scale.cpu(),
+                                           None if zero_point is None else zero_point.cpu())
             x = scaled_gemm_reference(qx, qw.t(), sx, sw, m.bias.cpu() if m.bias is not None else None,
                                       return_float64=True, zero_point_a=zx).float()
         else:
@@ -723,11 +724,12 @@ def make_asymmetric_4bit_checkpoint(path, strategy="group", quantization_format=
 
 @pytest.mark.parametrize("strategy", ["group", "channel"])
 @pytest.mark.parametrize("quantization_format", [None, "int-quantized"], ids=["pack-quantized", "int-quantized"])
-def test_asymmetric_4bit_checkpoint_loads_as_int8(tmp_path, strategy, quantization_format, device):
-    """Asymmetric 4-bit weights (W4A16_ASYM, what AWQ checkpoints hold) load exactly: q -
-    zero_point in [-15, 15] as int8 weights with the checkpoint's float scales per group of 128
-    (or per channel) and dynamic per-token activations, the dequantized weights the library's
-    decompressed ones bit for bit, packed or not, every zero point in [-8, 7] met."""
+def test_asymmetric_4bit_checkpoint_loads_at_4_bits(tmp_path, strategy, quantization_format, device):
+    """Asymmetric 4-bit weights (W4A16_ASYM, what AWQ checkpoints hold) load exactly at their size:
+    packed 4-bit with an int8 zero point and the checkpoint's float scale per group of 128 (per
+    channel ones repeated over the groups) and dynamic per-token activations, the dequantized
+    weights the library's decompressed ones bit for bit, packed or not, every zero point in [-8,
+    7] met; the layers' outputs those of the int8 layers of q - zero_point bit for bit."""
     model, decompressed, zero_points = make_asymmetric_4bit_checkpoint(str(tmp_path), strategy, quantization_format)
     qconfig = json.load(open(tmp_path / "config.json"))["quantization_config"]
     assert qconfig["format"] == (quantization_format or "pack-quantized")
@@ -737,22 +739,34 @@ def test_asymmetric_4bit_checkpoint_loads_as_int8(tmp_path, strategy, quantizati
     for name in ("0", "2"):
         layer = model.get_submodule(name)
         assert isinstance(layer, tcgemm.QuantLinear)
-        assert layer.scheme == tcgemm.QuantScheme(tcgemm.WeightArgs(strategy), tcgemm.ActivationArgs("token"))
-        assert layer.weight.dtype == torch.int8 and int(layer.weight.abs().max()) <= 15
+        assert layer.scheme == tcgemm.PRESETS["w4a8-group-asymmetric"]
+        n, k = layer.out_features, layer.in_features
+        assert layer.weight.dtype == torch.uint8 and layer.weight.shape == (n, k // 2)
+        zp = zero_points[name]
+        assert torch.equal(layer.weight_zero_point.cpu(), zp if strategy == "group" else zp.expand(n, -(-k // 128)))
         assert torch.equal(layer.dequantize_weight(torch.float32).cpu(), decompressed[f"{name}.weight"])
+        x = torch.randn(3, k, generator=torch.Generator().manual_seed(2)).to(device)
+        int8 = tcgemm.quant_linear(x, layer.int_weight(), layer.weight_scale, layer.bias)
+        assert torch.equal(layer(x), int8)
     assert_matches_reference(model, device)
 
 
-def test_asymmetric_4bit_layers_save_as_int8_the_library_reads(tmp_path):
-    """A model loaded from an asymmetric 4-bit checkpoint saves as symmetric int8 (int-quantized,
-    groups of 128), which the library decompresses to the same weights."""
+def test_asymmetric_4bit_layers_save_as_the_library_reads_them(tmp_path):
+    """A model loaded from an asymmetric 4-bit checkpoint saves as asymmetric 4-bit weights
+    (pack-quantized, groups of 128, the zero points packed along the output channels), which the
+    library decompresses to the same weights and tcgemm loads back bit for bit."""
     model, decompressed, _ = make_asymmetric_4bit_checkpoint(str(tmp_path / "asym"))
     tc.load_compressed(model, str(tmp_path / "asym"))
     tc.save_compressed(model, str(tmp_path / "out"))
     config, plain = _library_reads(tmp_path / "out", 0)
-    assert config.format == "int-quantized" and config.config_groups["group_0"].weights.symmetric
+    weights = config.config_groups["group_0"].weights
+    assert config.format == "pack-quantized" and not weights.symmetric and weights.group_size == 128
     for name in ("0", "2"):
         assert torch.equal(plain.get_submodule(name).weight, decompressed[f"{name}.weight"])
+    again = float_model(0)
+    tc.load_compressed(again, str(tmp_path / "out"))
+    for key, value in model.state_dict().items():
+        assert torch.equal(again.state_dict()[key], value), key
 
 
 @pytest.mark.parametrize("case", [
@@ -853,7 +867,7 @@ def test_tiny_llama_4bit_checkpoint_through_transformers(tmp_path, symmetric):
     ignored: W4A16 (the usual GPTQ checkpoint, pack-quantized) or W4A16_ASYM (with zero points, the
     layout of AWQ checkpoints by llm-compressor). It loads into a model built from its config:
     every projection a QuantLinear with dynamic per-token int8 activations and the library's
-    dequantized weights (4-bit with float group scales; asymmetric: int8 q - zero_point). The
+    dequantized weights (4-bit with float group scales; asymmetric: and zero points). The
     logits stay close to those of the same model in float with the library's dequantized weights
     (W4A16 as the library computes it): the int8 activations add little to the error of the
     4-bit weights. Greedy generation runs."""
@@ -866,7 +880,7 @@ def test_tiny_llama_4bit_checkpoint_through_transformers(tmp_path, symmetric):
     else:
         _, decompressed, _ = make_asymmetric_4bit_checkpoint(str(tmp_path), model=model, ignore=["lm_head"],
                                                              shift=0.0)
-        scheme = tcgemm.QuantScheme(tcgemm.WeightArgs("group"))
+        scheme = tcgemm.PRESETS["w4a8-group-asymmetric"]
     w4a16 = transformers.LlamaForCausalLM(config).eval()
     w4a16.load_state_dict({k: v for k, v in model.state_dict().items() if k in w4a16.state_dict()})
     loaded, report = _load_tiny_llama(transformers, tmp_path, decompressed)

@@ -46,9 +46,12 @@ def test_presets_name_the_common_recipes():
     assert tcgemm.W4A8 == QuantScheme(WeightArgs("channel", bits=4)) and tcgemm.W4A8.weights.two_level
     assert tcgemm.W4A8_GROUP == QuantScheme(WeightArgs("group", bits=4)) and not tcgemm.W4A8_GROUP.weights.two_level
     assert tcgemm.PRESETS["w4a8"] is tcgemm.W4A8 and tcgemm.PRESETS["w4a8-group"] is tcgemm.W4A8_GROUP
+    assert tcgemm.W4A8_GROUP_ASYMMETRIC == QuantScheme(WeightArgs("group", bits=4, symmetric=False))
+    assert tcgemm.PRESETS["w4a8-group-asymmetric"] is tcgemm.W4A8_GROUP_ASYMMETRIC
     assert set(tcgemm.PRESETS.values()) == {tcgemm.W8A8_DYNAMIC, tcgemm.W8A8_STATIC, tcgemm.W8A8_BLOCK,
                                             tcgemm.W8A8_GROUP, tcgemm.W8A8_CHANNEL_GROUP, tcgemm.W8A8_ASYMMETRIC,
-                                            tcgemm.W8A8_STATIC_ASYMMETRIC, tcgemm.W4A8, tcgemm.W4A8_GROUP}
+                                            tcgemm.W8A8_STATIC_ASYMMETRIC, tcgemm.W4A8, tcgemm.W4A8_GROUP,
+                                            tcgemm.W4A8_GROUP_ASYMMETRIC}
     for preset in tcgemm.PRESETS.values():
         assert preset.check_layer() is preset
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -92,8 +95,11 @@ def test_bad_schemes_are_named():
         QuantScheme(WeightArgs("channel", bits=4), ActivationArgs("group", symmetric=False)).check_layer()
     two_level_asymmetric = QuantScheme(WeightArgs("channel", bits=4), ActivationArgs("token", symmetric=False))
     assert two_level_asymmetric.check_layer() is two_level_asymmetric  # a per-channel float scale: as W8A8
-    with pytest.raises(ValueError, match="weight zero points are not supported"):
+    with pytest.raises(ValueError, match="weights are asymmetric 8-bit per channel; weight zero points are read with "
+                                         "4-bit weights per group of 128"):
         WeightArgs(symmetric=False)
+    with pytest.raises(ValueError, match="weights are asymmetric 4-bit per channel"):
+        WeightArgs("channel", bits=4, symmetric=False)
     with pytest.raises(ValueError, match=r"input activation strategy 'token' \(dynamic=False\) is not dynamic token"):
         QuantScheme(activations=ActivationArgs("token", dynamic=False)).activation
     with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\]"):
@@ -156,7 +162,7 @@ def test_compressed_tensors_round_trip(name):
     assert QuantScheme.from_compressed_tensors(ct_scheme.model_dump(mode="json")) == saved
     weights = ct_scheme.weights
     strategy = getattr(weights.strategy, "value", weights.strategy)
-    assert (weights.num_bits, weights.symmetric, strategy) == (scheme.bits, True, saved.weight)
+    assert (weights.num_bits, weights.symmetric, strategy) == (scheme.bits, scheme.weights.symmetric, saved.weight)
     if scheme.bits == 4:
         assert weights.group_size == 128
     assert ct_scheme.input_activations.dynamic is (not scheme.static)

@@ -20,6 +20,9 @@ namespace tcgemm {
 constexpr int kInt4PerByte = 2;
 constexpr int kInt4GroupScaleMin = 1;
 constexpr int kInt4GroupScaleMax = 16;
+// Zero points of asymmetric 4-bit weights (a 4-bit value's range): q - z in [-15, 15], an int8.
+constexpr int kInt4ZeroPointMin = -8;
+constexpr int kInt4ZeroPointMax = 7;
 
 // The signed 4-bit value in the low (high = false) or high nibble of a packed byte.
 TCGEMM_HD int int4_nibble(uint8_t byte, bool high) {

@@ -39,8 +39,12 @@ void check_packed_weight(const char* op, const Tensor& w, const char* name, int6
                      "' has a dimension >= 2^30, which is not supported");
 }
 
-void check_group_scale(const char* op, const Tensor& s, const char* name, int64_t n, int64_t k, const Tensor& ref,
-                       const char* ref_name) {
+namespace {
+
+// An int8 table `name` of one value per 1x128 group of a weight [N, K]: [N, ceil(K/128)] on the
+// device of `ref`; on the CPU also its values, in [low, high] (`why` says what for).
+void check_group_table(const char* op, const Tensor& s, const char* name, int64_t n, int64_t k, const Tensor& ref,
+                       const char* ref_name, int low, int high, const char* why) {
   TCGEMM_CHECK_TYPE(dtype_of(s) == ScalarType::Char, op, ": argument '", name, "' must have dtype torch.int8, got ",
                     dtype_name(dtype_of(s)));
   check_same_device(op, s, name, ref, ref_name);
@@ -48,15 +52,27 @@ void check_group_scale(const char* op, const Tensor& s, const char* name, int64_
   TCGEMM_CHECK_VALUE(s.dim() == 2 && s.size(0) == n && s.size(1) == kb, op, ": argument '", name,
                      "' must have shape [N, ceil(K/128)] = [", num(n), ", ", num(kb), "], got ", shape_str(s));
   if (is_cpu(s) && s.numel() > 0) {  // a GPU tensor would need a synchronisation to read
-    const auto [low, high] = int8_range_cpu(s);
-    TCGEMM_CHECK_VALUE(low >= kInt4GroupScaleMin && high <= kInt4GroupScaleMax, op, ": argument '", name,
-                       "' must hold values in [", num(kInt4GroupScaleMin), ", ", num(kInt4GroupScaleMax),
-                       "] (every 4-bit value times its group scale must fit in int8), got values in [", num(low), ", ",
-                       num(high), "]");
+    const auto [lo, hi] = int8_range_cpu(s);
+    TCGEMM_CHECK_VALUE(lo >= low && hi <= high, op, ": argument '", name, "' must hold values in [", num(low), ", ",
+                       num(high), "] (", why, "), got values in [", num(lo), ", ", num(hi), "]");
   }
 }
 
-Tensor unpack_int4_to_int8(const Tensor& packed, const Tensor* group_scale, int64_t k) {
+}  // namespace
+
+void check_group_scale(const char* op, const Tensor& s, const char* name, int64_t n, int64_t k, const Tensor& ref,
+                       const char* ref_name) {
+  check_group_table(op, s, name, n, k, ref, ref_name, kInt4GroupScaleMin, kInt4GroupScaleMax,
+                    "every 4-bit value times its group scale must fit in int8");
+}
+
+void check_zero_point(const char* op, const Tensor& z, const char* name, int64_t n, int64_t k, const Tensor& ref,
+                      const char* ref_name) {
+  check_group_table(op, z, name, n, k, ref, ref_name, kInt4ZeroPointMin, kInt4ZeroPointMax,
+                    "the zero points of 4-bit values");
+}
+
+Tensor unpack_int4_to_int8(const Tensor& packed, const Tensor* group_scale, int64_t k, const Tensor* zero_point) {
   const int64_t n = packed.size(0);
   // Rows padded to 16 bytes: the layout every GPU backend reads in place.
   const Tensor buf = empty({n, round_up<int64_t>(std::max<int64_t>(k, 1), 16)}, ScalarType::Char, packed);
@@ -69,6 +85,10 @@ Tensor unpack_int4_to_int8(const Tensor& packed, const Tensor* group_scale, int6
   p.packed_stride = packed.size(0) == 1 ? k / kInt4PerByte : packed.stride(0);
   p.group_scale = gs ? const_data<int8_t>(*gs) : nullptr;
   p.group_scale_stride = gs ? gs->size(1) : 0;
+  std::optional<Tensor> zp_copy;
+  const Tensor* zp = zero_point != nullptr ? &dense(*zero_point, zp_copy) : nullptr;
+  p.zero_point = zp ? const_data<int8_t>(*zp) : nullptr;
+  p.zero_point_stride = zp ? zp->size(1) : 0;
   p.out = data<int8_t>(out);
   p.out_stride = buf.size(1);
   p.n = n;
@@ -124,14 +144,22 @@ namespace {
 constexpr const char* kUnpackOp = "tcgemm.unpack_int4";
 constexpr const char* kGemmOp = "tcgemm.gemm_int4";
 
-Tensor unpack_int4(const Tensor& packed, const std::optional<Tensor>& group_scale) {
+Tensor unpack_int4(const Tensor& packed, const std::optional<Tensor>& group_scale,
+                   const std::optional<Tensor>& zero_point) {
   const int64_t k = packed.dim() == 2 ? packed.size(1) * kInt4PerByte : 0;
   check_packed_weight(kUnpackOp, packed, "packed", k, "twice the bytes of a row");
   TCGEMM_CHECK_VALUE(is_cpu(packed) || is_cuda(packed), kUnpackOp,
                      ": argument 'packed' must be a CPU or CUDA tensor, got ", device_str(packed));
   if (group_scale.has_value())
     check_group_scale(kUnpackOp, *group_scale, "group_scale", packed.size(0), k, packed, "packed");
-  Tensor out = unpack_int4_to_int8(packed, group_scale.has_value() ? &*group_scale : nullptr, k);
+  if (zero_point.has_value()) {
+    TCGEMM_CHECK_VALUE(!group_scale.has_value(), kUnpackOp,
+                       ": arguments 'group_scale' and 'zero_point' exclude each other (asymmetric 4-bit weights "
+                       "have fp32 scales, no int8 group scales)");
+    check_zero_point(kUnpackOp, *zero_point, "zero_point", packed.size(0), k, packed, "packed");
+  }
+  Tensor out = unpack_int4_to_int8(packed, group_scale.has_value() ? &*group_scale : nullptr, k,
+                                   zero_point.has_value() ? &*zero_point : nullptr);
   if (!out.is_contiguous()) return contiguous_clone(out);
   return out;
 }
@@ -191,8 +219,9 @@ Tensor gemm_int4(const Tensor& a, const Tensor& b, const std::optional<Tensor>& 
 }
 
 // The registered kernels, in the types the stable ABI unboxes to.
-Tensor unpack_int4_kernel(const Tensor& packed, const std::optional<Tensor>& group_scale) {
-  return unpack_int4(packed, group_scale);
+Tensor unpack_int4_kernel(const Tensor& packed, const std::optional<Tensor>& group_scale,
+                          const std::optional<Tensor>& zero_point) {
+  return unpack_int4(packed, group_scale, zero_point);
 }
 
 Tensor gemm_int4_kernel(const Tensor& a, const Tensor& b, const std::optional<Tensor>& group_scale,

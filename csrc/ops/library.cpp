@@ -56,9 +56,9 @@ STABLE_TORCH_LIBRARY(tcgemm, m) {
       "quant_linear(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None, str activation='token', "
       "Tensor? input_scale=None, Tensor? smooth=None, str backend='auto', bool asymmetric=False, "
       "Tensor? input_zero_point=None, Tensor? weight_colsum=None, Tensor? weight_group_scale=None, "
-      "bool rotate=False) -> Tensor");
+      "bool rotate=False, Tensor? weight_zero_point=None) -> Tensor");
   // Packed 4-bit weights (common/int4.h).
-  m.def("unpack_int4(Tensor packed, Tensor? group_scale=None) -> Tensor");
+  m.def("unpack_int4(Tensor packed, Tensor? group_scale=None, Tensor? zero_point=None) -> Tensor");
   m.def("gemm_int4(Tensor a, Tensor b, Tensor? group_scale=None, str backend='auto') -> Tensor");
   m.def("available_backends(int device_index) -> str");
   m.def("backend_names() -> str");

@@ -33,9 +33,15 @@ void check_packed_weight(const char* op, const Tensor& w, const char* name, int6
 // their values, in [kInt4GroupScaleMin, kInt4GroupScaleMax].
 void check_group_scale(const char* op, const Tensor& s, const char* name, int64_t n, int64_t k, const Tensor& ref,
                        const char* ref_name);
-// The int8 [N, K] weight of a checked packed one, times its group scales where given (rows padded
-// to 16 bytes: every GPU backend reads it in place), on its device and stream.
-Tensor unpack_int4_to_int8(const Tensor& packed, const Tensor* group_scale, int64_t k);
+// Zero points `name` of asymmetric 4-bit weights: int8 [N, ceil(K/128)] on the device of `ref`;
+// on the CPU also their values, in [kInt4ZeroPointMin, kInt4ZeroPointMax].
+void check_zero_point(const char* op, const Tensor& z, const char* name, int64_t n, int64_t k, const Tensor& ref,
+                      const char* ref_name);
+// The int8 [N, K] weight of a checked packed one, less its zero points and times its group scales
+// where given (rows padded to 16 bytes: every GPU backend reads it in place), on its device and
+// stream.
+Tensor unpack_int4_to_int8(const Tensor& packed, const Tensor* group_scale, int64_t k,
+                           const Tensor* zero_point = nullptr);
 // p's packed B (p.b_int4, its group scales in p) handed to the GEMM kernel to unpack as it runs
 // (dispatch/launch.h: unpacks_in_gemm): p.b becomes an int8 [N, K] buffer on the device of
 // `packed`, and p.b_unpack points to the source and zeroed flags held here, which must outlive
@@ -126,6 +132,9 @@ struct ScaledGemmCall {
   // shapes its unpacked int8 weight.
   bool b_int4 = false;
   const Tensor* b_group_scale = nullptr;
+  // Its int8 zero points per 1x128 group (asymmetric 4-bit weights), or none: subtracted as the
+  // weight is unpacked into int8 (no kernel reads them as it runs: such a B is always unpacked).
+  const Tensor* b_zero_point = nullptr;
   // Or A quantized by the GEMM kernel itself from the float rows xq describes (quant_linear at a
   // few rows, where gemm_quantizes_a said so; m and k as above): one kernel for the layer.
   const QuantizeParams* quantize_a = nullptr;

@@ -114,7 +114,7 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
                     const std::optional<Tensor>& input_scale, const std::optional<Tensor>& smooth,
                     std::string_view backend_arg, bool asymmetric, const std::optional<Tensor>& input_zero_point,
                     const std::optional<Tensor>& weight_colsum, const std::optional<Tensor>& weight_group_scale,
-                    bool rotate) {
+                    bool rotate, const std::optional<Tensor>& weight_zero_point) {
   const Backend requested = parse_backend_arg(kOp, backend_arg);
   const QuantGranularity granularity = parse_activation(activation_arg);
   const std::optional<QuantDtype> dtype = quant_dtype_of(dtype_of(x));
@@ -141,6 +141,14 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
     TCGEMM_CHECK_VALUE(!e.b.per_block(), kOp,
                        ": argument 'weight_group_scale' (two-level scales) needs a per-channel 'weight_scale' [N]");
     check_group_scale(kOp, *group_scale, "weight_group_scale", n, k, x, "x");
+  }
+  const Tensor* zero_point = weight_zero_point.has_value() ? &*weight_zero_point : nullptr;
+  if (zero_point != nullptr) {  // asymmetric 4-bit weights: q - z per 1x128 group
+    TCGEMM_CHECK_VALUE(packed, kOp, ": argument 'weight_zero_point' is used only with a 4-bit 'weight' (torch.uint8)");
+    TCGEMM_CHECK_VALUE(group_scale == nullptr, kOp,
+                       ": arguments 'weight_group_scale' and 'weight_zero_point' exclude each other (asymmetric "
+                       "4-bit weights have fp32 scales, no int8 group scales)");
+    check_zero_point(kOp, *zero_point, "weight_zero_point", n, k, x, "x");
   }
   std::optional<Tensor> bias_copy, colsum_copy;
   const Tensor* bias_f32 = checked_bias_f32(kOp, bias, n, x, "x", bias_copy);
@@ -188,12 +196,13 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
   call.b_rows = true;  // the weight [N, K] (or [N, K/2] packed) as it is
   call.b_int4 = packed;
   call.b_group_scale = group_scale;
+  call.b_zero_point = zero_point;
   call.out_shape = &out_shape;
   call.m = m;
   call.k = k;
   // A few rows on the GPU: where the GEMM runs on the skinny kernel, that kernel quantizes x
   // itself (symmetric scales, not rotated): one kernel for the layer, no scratch.
-  if (is_cuda(x) && !asymmetric && !rotate) {
+  if (is_cuda(x) && !asymmetric && !rotate && zero_point == nullptr) {
     QuantizeParams xq = quantize_params(x_rows, *rows, *dtype, granularity);
     std::optional<Tensor> smooth_copy;
     const Tensor* channel_mul = smooth.has_value() ? &dense(*smooth, smooth_copy) : nullptr;
@@ -210,7 +219,8 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
     asym.enabled = true;
     asym.zero_point = input_zero_point;
     if (colsum == nullptr) {  // sum_k W[n, k] of the int8 weight (unpacked)
-      colsum = &colsum_copy.emplace(sum_int32(packed ? unpack_int4_to_int8(weight, group_scale, k) : weight, 1));
+      colsum = &colsum_copy.emplace(
+          sum_int32(packed ? unpack_int4_to_int8(weight, group_scale, k, zero_point) : weight, 1));
     }
     call.colsum_i32 = colsum;
   }
@@ -262,9 +272,10 @@ Tensor quant_linear_kernel(const Tensor& x, const Tensor& weight, const Tensor& 
                            const std::optional<Tensor>& input_scale, const std::optional<Tensor>& smooth,
                            const std::string& backend, bool asymmetric, const std::optional<Tensor>& input_zero_point,
                            const std::optional<Tensor>& weight_colsum,
-                           const std::optional<Tensor>& weight_group_scale, bool rotate) {
+                           const std::optional<Tensor>& weight_group_scale, bool rotate,
+                           const std::optional<Tensor>& weight_zero_point) {
   return quant_linear(x, weight, weight_scale, bias, activation, input_scale, smooth, backend, asymmetric,
-                      input_zero_point, weight_colsum, weight_group_scale, rotate);
+                      input_zero_point, weight_colsum, weight_group_scale, rotate, weight_zero_point);
 }
 
 void register_kernels(Library& m) {

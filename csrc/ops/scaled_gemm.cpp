@@ -75,7 +75,7 @@ OutType out_type_of(ScalarType t) {
 // A packed 4-bit B (p.b_int4) replaced in p by its unpacked int8 weight, which is returned (it
 // must outlive the launch).
 Tensor unpack_b(GemmProblem& p, const Tensor& b, const ScaledGemmCall& call) {
-  Tensor w = unpack_int4_to_int8(b, call.b_group_scale, p.k);
+  Tensor w = unpack_int4_to_int8(b, call.b_group_scale, p.k, call.b_zero_point);
   p.b = describe(w, false);
   p.b_int4 = false;
   p.b_group_scale = nullptr;
@@ -95,12 +95,13 @@ void run_cuda(const char* op, Backend requested, const Tensor& a, const Tensor& 
   Backend backend = Backend::kAuto;
   const std::string why_not = resolve_gpu_backend(requested, dev, e, &backend);
   TCGEMM_CHECK_VALUE(why_not.empty(), op, ": ", why_not, " (argument 'backend')");
-  const bool native_int4 = p.b_int4 && reads_packed_b(backend, p, dev, e.per_block());
+  // Zero points: only the unpacking pass subtracts them.
+  const bool native_int4 = p.b_int4 && !call.b_zero_point && reads_packed_b(backend, p, dev, e.per_block());
   // A packed B the kernel does not read as it is: unpacked by the GEMM kernel as it runs (into a
   // buffer it fills, with flags), or by a pass before it.
   std::optional<Tensor> unpacked;
   std::optional<InGemmUnpacking> in_gemm;
-  if (p.b_int4 && !native_int4 && unpacks_in_gemm(backend, p, dev, e.per_block())) {
+  if (p.b_int4 && !native_int4 && !call.b_zero_point && unpacks_in_gemm(backend, p, dev, e.per_block())) {
     unpacked = in_gemm.emplace(p, b).buffer;
   } else if (p.b_int4 && !native_int4) {
     unpacked = unpack_b(p, b, call);
