@@ -167,6 +167,15 @@ def main() -> int:
             ok = torch.equal(y, ref)
             failures += not ok
             print(f"quant_linear 4-bit skinny {m}x{n}x{k} {act}: {'exact' if ok else 'MISMATCH'}")
+        # Zero points (asymmetric weights) with fp32 group scales: read in place by the few-rows
+        # kernel, each K block's sums less zero point times the block's row sums of x.
+        zp = torch.randint(-8, 8, (n, (k + 127) // 128), generator=gen, dtype=torch.int8).cuda()
+        wg = torch.rand(n, (k + 127) // 128, generator=gen).cuda() * 1e-2
+        y = tcgemm.quant_linear(x, packed, wg, weight_zero_point=zp, backend="skinny").float()
+        ref = tcgemm.quant_linear(x, tcgemm.unpack_int4(packed, zero_point=zp), wg, backend="skinny").float()
+        ok = torch.allclose(y, ref, rtol=2**-7, atol=2**-7 * ref.abs().max().item())
+        failures += not ok
+        print(f"quant_linear 4-bit skinny zero points {m}x{n}x{k}: {'close' if ok else 'MISMATCH'}")
     # More rows, and tiles that fill the SMs: on sm90 the tiled kernel unpacks the packed weight in
     # shared memory (int32 and the scaled epilogue), against the unpacked int8 weight; at prefill
     # rows (2048) the int8 kernel's producer warps unpack it into its B as it runs; the W4 kernel

@@ -52,9 +52,11 @@ def test_unpack_subtracts_the_zero_points(n, k, device, rng):
 @pytest.mark.parametrize("per_group", [True, False], ids=["group-scales", "channel-scales"])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32], ids=str)
 def test_quant_linear_with_zero_points(m, n, k, per_group, out_dtype, device, rng):
-    """quant_linear of the packed weight and its zero points equals quant_linear of the int8 weight
-    q - zero_point bit for bit (every row count's route: the zero points send the weight through
-    the unpacking), 2-D and 3-D, and the float64 reference within the output's rounding."""
+    """quant_linear of the packed weight and its zero points against quant_linear of the int8
+    weight q - zero_point: bit for bit where the weight is unpacked first (the CPU; per-channel
+    scales), up to the order of the fp32 sums where the few-rows kernel may read it in place (fp32
+    group scales on a GPU); 2-D and 3-D, and the float64 reference
+    within the output's rounding."""
     q, zp = case(n, k, rng)
     w8 = less_zero_points(q, zp)
     shape = (n, (k + 127) // 128) if per_group else (n,)
@@ -65,13 +67,41 @@ def test_quant_linear_with_zero_points(m, n, k, per_group, out_dtype, device, rn
     y4 = tcgemm.quant_linear(x, packed, scale, bias, weight_zero_point=zp)
     y8 = tcgemm.quant_linear(x, w8, scale, bias)
     assert y4.dtype == out_dtype and y4.shape == (m, n)
-    assert torch.equal(y4, y8)
+    if device == "cpu" or not per_group:
+        assert torch.equal(y4, y8)
+    else:
+        tol = 2**-7 if out_dtype == torch.bfloat16 else 1e-5
+        torch.testing.assert_close(y4, y8, rtol=tol, atol=tol * float(y8.float().abs().max()))
     qx, sx = quantize_reference(x.float().cpu(), "token")
     ref = scaled_gemm_reference(qx, w8.cpu().t(), sx, scale.cpu(), bias.cpu(), return_float64=True)
     tol = 2**-7 if out_dtype == torch.bfloat16 else 1e-5
     assert torch.allclose(y4.double().cpu(), ref, rtol=tol, atol=tol * float(ref.abs().max()))
     x3 = x.reshape(2, m // 2, k) if m % 2 == 0 else x.reshape(1, m, k)
     assert torch.equal(tcgemm.quant_linear(x3, packed, scale, bias, weight_zero_point=zp).reshape(m, n), y4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 3, 8, 16])
+@pytest.mark.parametrize("n, k", [(4096, 4096), (1024, 14336), (200, 1024 + 256)])
+def test_few_rows_read_the_zero_points_in_place(m, n, k, rng):
+    """At up to 16 rows with fp32 group scales the few-rows kernel reads the packed weight and its
+    zero points as they are (no unpacking kernel runs; x quantized in the kernel at up to 4 rows),
+    each K block's sums less zero point times the block's row sums of x before their promotion:
+    bit for bit the layer of the int8 weight q - zero_point up to the order of its fp32 sums."""
+    q, zp = case(n, k, rng)
+    scale = (torch.rand(n, (k + 127) // 128, generator=rng) * 0.01 + 1e-3).cuda()
+    x = torch.randn(m, k, generator=rng).cuda()
+    packed, zp, w8 = pack(q).cuda(), zp.cuda(), less_zero_points(q, zp).cuda()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        y4 = tcgemm.quant_linear(x, packed, scale, weight_zero_point=zp)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert any("skinny_gemm_kernel" in name for name in names) and not any("unpack" in name for name in names), names
+    y8 = tcgemm.quant_linear(x, w8, scale)
+    torch.testing.assert_close(y4, y8, rtol=1e-5, atol=1e-5 * float(y8.abs().max()))
+    qx, sx = quantize_reference(x.cpu(), "token")
+    ref = scaled_gemm_reference(qx, w8.cpu().t(), sx, scale.cpu(), None, return_float64=True)
+    assert torch.allclose(y4.double().cpu(), ref, rtol=1e-5, atol=1e-5 * float(ref.abs().max()))
 
 
 def test_quantize_weight_asymmetric_rule():

@@ -60,6 +60,10 @@ struct GemmProblem {
   bool b_int4 = false;
   const int8_t* b_group_scale = nullptr;
   int64_t b_group_scale_stride = 0;
+  // Or, asymmetric 4-bit B, each value less its zero point b_zero_point[n * b_zero_point_stride +
+  // k / 128] (fp32 scales per K block; read by the skinny kernel only, else B is unpacked first).
+  const int8_t* b_zero_point = nullptr;
+  int64_t b_zero_point_stride = 0;
   // Split-K (set by dispatch, for epilogues that can add partial sums): K is cut into split_k
   // ranges of whole K blocks, each adding epilogue.partial(its sum) onto D with wrapping atomics,
   // after D was filled with epilogue(0) (epilogue/int32_epilogue_fill.h).

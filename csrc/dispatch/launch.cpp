@@ -167,23 +167,24 @@ bool runs_on_w4(Backend b, int m, int n, int k, const Operand& packed_b, const D
 }
 
 bool a_w4_order(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block) {
-  // int8 group scales and fp32 scales per K block together: not on the W4 kernel
-  return p.b_int4 && p.a.is_signed && !(per_block && p.b_group_scale != nullptr) &&
+  // int8 group scales and fp32 scales per K block together, or zero points: not on the W4 kernel
+  return p.b_int4 && p.a.is_signed && !(per_block && p.b_group_scale != nullptr) && p.b_zero_point == nullptr &&
          runs_on_w4(b, p.m, p.n, p.k, p.b, dev, per_block);
 }
 
 bool reads_packed_b(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block) {
   if (a_w4_order(b, p, dev, per_block)) return true;
+  // Zero points: the skinny kernel's promoting sums only.
   if (runs_on_skinny(b, p.m, p.n, p.k, dev, /*b_int4=*/true))
-    return skinny::packed_b_fits(p.b, p.n) && p.a.is_signed;
+    return skinny::packed_b_fits(p.b, p.n) && p.a.is_signed && (p.b_zero_point == nullptr || per_block);
   // The sm90 kernel unpacks B in shared memory where the int32 sums run over all of K.
-  return b == Backend::kSm90 && !per_block && use_sm90_int4(p.m, p.n, dev.sm_count) &&
+  return b == Backend::kSm90 && !per_block && p.b_zero_point == nullptr && use_sm90_int4(p.m, p.n, dev.sm_count) &&
          sm90::tma_describable(p.a, p.m, p.k) && sm90::packed_tma_describable(p.b, p.n, p.k);
 }
 
 bool unpacks_in_gemm(Backend b, const GemmProblem& p, const DeviceInfo& dev, bool per_block) {
-  if (!p.b_int4 || b != Backend::kSm90 || per_block || runs_on_skinny(b, p.m, p.n, p.k, dev, /*b_int4=*/true) ||
-      reads_packed_b(b, p, dev, per_block))
+  if (!p.b_int4 || b != Backend::kSm90 || per_block || p.b_zero_point != nullptr ||
+      runs_on_skinny(b, p.m, p.n, p.k, dev, /*b_int4=*/true) || reads_packed_b(b, p, dev, per_block))
     return false;
   return use_sm90_unpack_ahead(p.m, p.k) && p.b.k_major() &&
          sm90::in_gemm_unpackable(p.b.ptr, packed_b_row_stride(p), p.k);

@@ -132,8 +132,8 @@ struct ScaledGemmCall {
   // shapes its unpacked int8 weight.
   bool b_int4 = false;
   const Tensor* b_group_scale = nullptr;
-  // Its int8 zero points per 1x128 group (asymmetric 4-bit weights), or none: subtracted as the
-  // weight is unpacked into int8 (no kernel reads them as it runs: such a B is always unpacked).
+  // Its int8 zero points per 1x128 group (asymmetric 4-bit weights), or none: read by the skinny
+  // kernel with fp32 scales per K block, else subtracted as the weight is unpacked into int8.
   const Tensor* b_zero_point = nullptr;
   // Or A quantized by the GEMM kernel itself from the float rows xq describes (quant_linear at a
   // few rows, where gemm_quantizes_a said so; m and k as above): one kernel for the layer.
@@ -143,7 +143,9 @@ struct ScaledGemmCall {
 // Whether scaled_gemm_impl can take A as ScaledGemmCall::quantize_a = &xq: the `requested`
 // backend resolves to the skinny kernel for this shape, which then quantizes x itself
 // (skinny::quantizes_in_kernel) and reads `weight` [N, K] in place (scaled_gemm.cpp).
-bool gemm_quantizes_a(Backend requested, const Tensor& weight, const ScaledEpilogueParams& e, const QuantizeParams& xq);
+// zero_points: the packed weight has zero points (ScaledGemmCall::b_zero_point).
+bool gemm_quantizes_a(Backend requested, const Tensor& weight, const ScaledEpilogueParams& e, const QuantizeParams& xq,
+                      bool zero_points = false);
 
 // tcgemm.scaled_gemm on validated operands whose scales are decoded into e.a / e.b (and zero
 // points into e.a_zero); `bias_f32` is an fp32 contiguous [N] tensor or null. Errors name

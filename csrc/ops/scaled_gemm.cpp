@@ -79,6 +79,7 @@ Tensor unpack_b(GemmProblem& p, const Tensor& b, const ScaledGemmCall& call) {
   p.b = describe(w, false);
   p.b_int4 = false;
   p.b_group_scale = nullptr;
+  p.b_zero_point = nullptr;
   return w;
 }
 
@@ -95,13 +96,12 @@ void run_cuda(const char* op, Backend requested, const Tensor& a, const Tensor& 
   Backend backend = Backend::kAuto;
   const std::string why_not = resolve_gpu_backend(requested, dev, e, &backend);
   TCGEMM_CHECK_VALUE(why_not.empty(), op, ": ", why_not, " (argument 'backend')");
-  // Zero points: only the unpacking pass subtracts them.
-  const bool native_int4 = p.b_int4 && !call.b_zero_point && reads_packed_b(backend, p, dev, e.per_block());
+  const bool native_int4 = p.b_int4 && reads_packed_b(backend, p, dev, e.per_block());
   // A packed B the kernel does not read as it is: unpacked by the GEMM kernel as it runs (into a
   // buffer it fills, with flags), or by a pass before it.
   std::optional<Tensor> unpacked;
   std::optional<InGemmUnpacking> in_gemm;
-  if (p.b_int4 && !native_int4 && !call.b_zero_point && unpacks_in_gemm(backend, p, dev, e.per_block())) {
+  if (p.b_int4 && !native_int4 && unpacks_in_gemm(backend, p, dev, e.per_block())) {
     unpacked = in_gemm.emplace(p, b).buffer;
   } else if (p.b_int4 && !native_int4) {
     unpacked = unpack_b(p, b, call);
@@ -196,11 +196,15 @@ Tensor scaled_gemm_impl(const char* op, Backend requested, const Tensor& a, cons
                             : gemm_problem(a, b, out.data_ptr(), n, out_type_of(out_dtype), call.b_rows);
   std::optional<Tensor> group_scale_copy;
   const Tensor* group_scale = call.b_group_scale != nullptr ? &dense(*call.b_group_scale, group_scale_copy) : nullptr;
+  std::optional<Tensor> zero_point_copy;
+  const Tensor* zero_point = call.b_zero_point != nullptr ? &dense(*call.b_zero_point, zero_point_copy) : nullptr;
   if (call.b_int4) {
     p.b_int4 = true;
     p.b.is_signed = true;  // the 4-bit values are two's complement (the bytes are uint8)
     p.b_group_scale = group_scale ? const_data<int8_t>(*group_scale) : nullptr;
     p.b_group_scale_stride = group_scale ? group_scale->size(1) : 0;
+    p.b_zero_point = zero_point ? const_data<int8_t>(*zero_point) : nullptr;
+    p.b_zero_point_stride = zero_point ? zero_point->size(1) : 0;
   }
   if (is_cuda(a)) {
     run_cuda(op, requested, a, b, p, e, call);
@@ -212,7 +216,7 @@ Tensor scaled_gemm_impl(const char* op, Backend requested, const Tensor& a, cons
 }
 
 bool gemm_quantizes_a(Backend requested, const Tensor& weight, const ScaledEpilogueParams& e,
-                      const QuantizeParams& xq) {
+                      const QuantizeParams& xq, bool zero_points) {
   if (!is_cuda(weight) || e.asymmetric()) return false;
   const DeviceInfo dev = device_info(weight);
   const int m = static_cast<int>(xq.m), n = static_cast<int>(weight.size(0)), k = static_cast<int>(xq.k);
@@ -221,8 +225,10 @@ bool gemm_quantizes_a(Backend requested, const Tensor& weight, const ScaledEpilo
   if (!skinny::quantizes_in_kernel(xq, packed ? skinny_int4_split(m, n, k, dev, e.per_block()) : 1)) return false;
   Backend backend = Backend::kAuto;
   if (!resolve_gpu_backend(requested, dev, e, &backend).empty()) return false;  // the plain path names the error
+  // Zero points: never on the W4 kernel, and on the skinny kernel with fp32 scales per K block only.
+  if (zero_points && !e.per_block()) return false;
   return runs_on_skinny(backend, m, n, k, dev, packed) &&
-         !(packed && runs_on_w4(backend, m, n, k, describe(weight, false), dev, e.per_block())) &&
+         !(packed && !zero_points && runs_on_w4(backend, m, n, k, describe(weight, false), dev, e.per_block())) &&
          (packed ? skinny::packed_b_fits(describe(weight, false), n)
                  : operand_fits(Backend::kSkinny, describe(weight, false), n, xq.k));
 }

@@ -157,43 +157,61 @@ __device__ __forceinline__ void load_packed16(uint32_t (&r)[4], const uint8_t* r
   r[3] = x.w;
 }
 
-// The int8 group scales (two-level 4-bit weights) of one K block for a lane's two columns of each
-// n8 tile (1 for every column when the problem has none).
+// An int8 table per 1x128 group of B (two-level group scales, or zero points) at one K block for
+// a lane's two columns of each n8 tile (a default for every column when the problem has none).
 template <int ColTiles>
 struct Int4GroupScales {
   int32_t s[ColTiles][2];
   __device__ int32_t get(int nt, int e) const { return s[nt][e]; }
+  __device__ static Int4GroupScales all(int32_t v) {
+    Int4GroupScales g;
+#pragma unroll
+    for (int nt = 0; nt < ColTiles; ++nt) g.s[nt][0] = g.s[nt][1] = v;
+    return g;
+  }
 };
 
-// Where a lane's columns' group scales lie (their rows' offsets in p.b_group_scale, found once per
-// tile), and the scales of one K block (1 without group scales). The lane's columns of D are
-// 2t + e of each n8 tile; WeightRows (TileSums::kWeightRows: the weight is the mma's A operand)
-// the lane's weight rows are g of each n8 tile of B, one scale per tile (e = 0).
+// Where a lane's columns' entries of such a table lie (their rows' offsets in it, found once per
+// tile), and the entries of one K block (`absent` without the table: 1 for group scales, 0 for
+// zero points). The lane's columns of D are 2t + e of each n8 tile; WeightRows
+// (TileSums::kWeightRows: the weight is the mma's A operand) the lane's weight rows are g of each
+// n8 tile of B, one entry per tile (e = 0).
 template <int ColTiles, bool WeightRows = false>
 struct Int4GroupScaleRows {
   static constexpr int kPerTile = WeightRows ? 1 : 2;
-  const int8_t* base;  // p.b_group_scale
+  const int8_t* base;  // p.b_group_scale or p.b_zero_point
   uint32_t row[ColTiles][kPerTile];
 
-  __device__ void start(const GemmProblem& p, int n0, int lane) {
-    base = p.b_group_scale;
+  __device__ void start(const int8_t* table, int64_t stride, const GemmProblem& p, int n0, int lane) {
+    base = table;
 #pragma unroll
     for (int nt = 0; nt < ColTiles; ++nt)
 #pragma unroll
       for (int e = 0; e < kPerTile; ++e) {
         const int n = n0 + 8 * nt + (WeightRows ? lane / 4 : 2 * (lane % 4) + e);
-        row[nt][e] = static_cast<uint32_t>(min(n, p.n - 1) * p.b_group_scale_stride);
+        row[nt][e] = static_cast<uint32_t>(min(n, p.n - 1) * stride);
       }
   }
-  __device__ Int4GroupScales<ColTiles> load(int kb) const {
+  __device__ Int4GroupScales<ColTiles> load(int kb, int32_t absent) const {
     Int4GroupScales<ColTiles> g;
 #pragma unroll
     for (int nt = 0; nt < ColTiles; ++nt)
 #pragma unroll
-      for (int e = 0; e < kPerTile; ++e) g.s[nt][e] = base == nullptr ? 1 : __ldg(base + (row[nt][e] + kb));
+      for (int e = 0; e < kPerTile; ++e) g.s[nt][e] = base == nullptr ? absent : __ldg(base + (row[nt][e] + kb));
     return g;
   }
 };
+
+// The sum of a lane's 32 bytes of one row of signed A in a K block, then over the four lanes of
+// its group (lane / 4): the row's sum over the K block (zero points: sum (q - z) x = sum q x - z
+// sum x over each group of 128).
+__device__ __forceinline__ int32_t row_sum_of_block(const uint32_t (&a)[8]) {
+  int32_t s = 0;
+#pragma unroll
+  for (int w = 0; w < 8; ++w) s = __dp4a(static_cast<int>(a[w]), 0x01010101, s);
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  return s + __shfl_xor_sync(0xffffffffu, s, 2);
+}
 
 // The blocks of a cluster that share each tile's K (GemmProblem::cluster_k_split): 1 before
 // sm_90, where dispatch asks for no clusters (and the code for them folds away).
@@ -416,7 +434,7 @@ struct NoGroupScales {};
 // stored): A's rows g + 8 are not loaded (the mma takes rows g twice) nor their sums scaled.
 // OneRow: D has one row (kWeightRows: the sums of D's odd rows are not scaled).
 template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, From ASrc, class Epi, bool BInt4,
-          bool HalfRows = false, bool OneRow = false>
+          bool HalfRows = false, bool OneRow = false, bool BZero = false>
 struct TileSums {
   static_assert(!HalfRows || RowTiles == 1, "HalfRows is one m16 tile");
   using Acc = typename Epi::Acc;  // int32, or fp32 when per-block scales are promoted
@@ -484,7 +502,10 @@ struct TileSums {
 
   // One K block: its partial sums promoted with the block's scales if per-block; 4-bit B: the
   // block's sums on their own, then added times the group scales (or promoted), see the top.
-  __device__ __forceinline__ void add(const B& b, const A& a, const Scales& scales, const Group& group) {
+  // BZero: less each column's zero point times the row's sum of A over the block (`zero`).
+  __device__ __forceinline__ void add(const B& b, const A& a, const Scales& scales, const Group& group,
+                                      const Group* zero = nullptr) {
+    static_assert(!BZero || (BInt4 && ASigned && kPerBlock && !kWeightRows), "zero points: promoted 4-bit sums");
     if constexpr (kWeightRows) {
       int32_t block[kSumTiles][4];
 #pragma unroll
@@ -535,6 +556,16 @@ struct TileSums {
       each_acc([&](int mt, int nt, int j) {
         if (!HalfRows || j < 2) block[mt][nt][j] = wrap_mul(block[mt][nt][j] >> 4, group.get(nt, j % 2));
       });
+    if constexpr (BZero) {  // rows g and g + 8 of each m16 tile: their sums of A over the block
+      int32_t row_sum[RowTiles][kHalves];
+#pragma unroll
+      for (int mt = 0; mt < RowTiles; ++mt)
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h) row_sum[mt][h] = row_sum_of_block(a[mt][h]);
+      each_acc([&](int mt, int nt, int j) {
+        if (!HalfRows || j < 2) block[mt][nt][j] -= zero->get(nt, j % 2) * row_sum[mt][HalfRows ? 0 : j / 2];
+      });
+    }
     if constexpr (kPerBlock) {
       scales.promote_into(accf, block);
     } else if constexpr (BInt4) {
@@ -752,14 +783,14 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
 // is x quantized by the block: at most kQuantizeRows rows). HalfRows: A has at most 8 rows (x
 // quantized by the block always); OneRow: one row. Each K block's scales (group scales, per-block
 // scales when promoting; L1 hits but for the first of 32 K blocks) are loaded before its B is
-// waited for.
-template <int RowTiles, int ColTiles, From ASrc, class Epi, bool HalfRows, bool OneRow>
+// waited for. BZero: B has zero points (p.b_zero_point), read with the scales.
+template <int RowTiles, int ColTiles, From ASrc, class Epi, bool HalfRows, bool OneRow, bool BZero>
 __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Epi& epi, const uint8_t* a_base,
                                                   int64_t a_stride, Int4Stream<TileConfig<RowTiles, ColTiles>>& b) {
   using Cfg = TileConfig<RowTiles, ColTiles>;
   static_assert(kQuantizeRows <= 8, "x quantized in the kernel takes the HalfRows sums");
   static_assert(!HalfRows || RowTiles == 1, "HalfRows is one m16 tile");
-  using Sums = TileSums<RowTiles, ColTiles, true, true, ASrc, Epi, true, HalfRows, OneRow>;
+  using Sums = TileSums<RowTiles, ColTiles, true, true, ASrc, Epi, true, HalfRows, OneRow, BZero>;
   const WarpWork& work = b.work;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int full_blocks = p.k / kBK;
@@ -774,13 +805,24 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
     prefetch_cols<Cfg::kCols>(p, epi, n0);
     Sums sums;
     sums.start(p, a_base, a_stride, m0, g);
-    typename Sums::GroupRows group_rows;
-    group_rows.start(p, n0, lane);
+    // B's table per group: its int8 group scales, or (BZero, which has none: group scales 1)
+    // its zero points.
+    typename Sums::GroupRows table_rows;
+    if constexpr (BZero) {
+      table_rows.start(p.b_zero_point, p.b_zero_point_stride, p, n0, lane);
+    } else {
+      table_rows.start(p.b_group_scale, p.b_group_scale_stride, p, n0, lane);
+    }
     typename Sums::Scales scales;
-    typename Sums::Group group;
+    typename Sums::Group group, zero;
+    if constexpr (BZero) group = Sums::Group::all(1);
     auto load_scales = [&](int kb) {
       if constexpr (Epi::kPromotes) scales.load(epi, m0, n0, p.m, p.n, lane, kb);
-      group = group_rows.load(kb);
+      if constexpr (BZero) {
+        zero = table_rows.load(kb, 0);
+      } else {
+        group = table_rows.load(kb, 1);
+      }
     };
     for (int q = 0, kb = work.k_first; q < work.per_tile; ++q, kb += work.k_step) {
       load_scales(kb);
@@ -789,7 +831,7 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
       uint32_t bw[ColTiles][4];
       b.read(bw);
       b.advance(p);
-      sums.add(bw, a, scales, group);
+      sums.add(bw, a, scales, group, &zero);
     }
     if (full_blocks * kBK < p.k && work.k_first == full_blocks % work.k_step) {  // the K tail, from global memory
       const uint8_t* b_row[ColTiles];
@@ -801,7 +843,7 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
       load_scales(full_blocks);
       typename Sums::A a;
       sums.template load_a<true>(p, full_blocks, t, a);
-      sums.add(bw, a, scales, group);
+      sums.add(bw, a, scales, group, &zero);
     }
     if (!work.has(tile)) ptx::griddep_launch_dependents();
     sums.template store<2>(p, epi, m0, n0, parity);
@@ -822,9 +864,9 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
 // by a persistent grid through the warps' rings (Int4Stream) across the block's tiles; int8 B
 // is read by one block per tile unless x is quantized in the kernel. FewRows: 4-bit B against an
 // int8 A given of at most FewRows rows, 8 or 1 (TileSums' HalfRows sums, as for x quantized in the
-// kernel; OneRow for 1); 0: up to 16.
+// kernel; OneRow for 1); 0: up to 16. BZero: 4-bit B with zero points (p.b_zero_point).
 template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, class Epi, class XT, bool BInt4,
-          int FewRows = 0>
+          int FewRows = 0, bool BZero = false>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     skinny_gemm_kernel(const GemmProblem p, const Epi epi, const QuantizeParams xq) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -868,15 +910,15 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     if constexpr (!kQuantizes) {
       b.start(p);
       ptx::griddep_wait();  // A, its scales and D belong to the kernels before this one
-      skinny_tiles_int4<RowTiles, ColTiles, From::kCached, Epi, FewRows != 0, FewRows == 1>(
+      skinny_tiles_int4<RowTiles, ColTiles, From::kCached, Epi, FewRows != 0, FewRows == 1, BZero>(
           p, epi, static_cast<const uint8_t*>(p.a.ptr), p.a.stride_row, b);
     } else {
       ptx::griddep_wait();  // x and D belong to the kernels before this one
       const XShare share = XT::kInParts ? XShare{static_cast<int>(ptx::cluster_ctarank()), cluster_split(p)} : XShare{};
       quantize_a_to_shared<XT>(xq, smem, layout, share, start_b);
       const Epi in_block = epi.with_a_scales(reinterpret_cast<const float*>(smem + layout.scales_at));
-      skinny_tiles_int4<RowTiles, ColTiles, From::kShared, Epi, RowTiles == 1, XT::kOneToken>(p, in_block, smem,
-                                                                                            layout.row_stride, b);
+      skinny_tiles_int4<RowTiles, ColTiles, From::kShared, Epi, RowTiles == 1, XT::kOneToken, BZero>(
+          p, in_block, smem, layout.row_stride, b);
     }
   } else {
     if (!kQuantizes && p.pdl && blockIdx.x < kBlocksPerSm * ptx::nsmid()) prefetch_first_round();
@@ -918,7 +960,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 
 // A grid of at most blocks_most blocks over the tiles of D (flattened into gridDim.x), in
 // clusters of p.cluster_k_split blocks per tile (a whole number of clusters).
-template <class Cfg, class Epi, bool ASigned, bool BSigned, class XT, bool BInt4, int FewRows = 0>
+template <class Cfg, class Epi, bool ASigned, bool BSigned, class XT, bool BInt4, int FewRows = 0,
+          bool BZero = false>
 void launch_grid(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int64_t blocks_most, int smem_bytes) {
   const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, Cfg::kRows)) * ceil_div(p.n, Cfg::kCols);
   const int64_t split = p.cluster_k_split;
@@ -927,24 +970,37 @@ void launch_grid(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq,
   if (tiles * split >= (int64_t{1} << 31)) throw std::invalid_argument("tcgemm: the skinny GEMM's grid exceeds 2^31 blocks");
   const int64_t blocks = std::min(tiles * split, blocks_most / split * split);
   const auto kernel =
-      skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi, XT, BInt4, FewRows>;
+      skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi, XT, BInt4, FewRows, BZero>;
   tcgemm::launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(blocks)), kThreads,
                                     static_cast<size_t>(smem_bytes), p.stream, p.pdl, static_cast<unsigned>(split), p,
                                     epi, xq);
 }
 
-// The persistent grid of a packed 4-bit B (signed A against signed 4-bit values): kBlocksPerSm
-// blocks per SM, each with its rings after x_bytes of quantized x.
-template <class Cfg, class Epi, class XT, int XMost, int FewRows = 0>
-void launch_int4(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count, int x_bytes) {
+template <class Cfg, class Epi, class XT, int XMost, int FewRows, bool BZero>
+void launch_int4_as(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count, int x_bytes) {
   if (!p.a.is_signed) throw std::logic_error("tcgemm: 4-bit B needs an int8 A");
   if (FewRows != 0 && p.m > FewRows)
     throw std::logic_error("tcgemm: the few-rows 4-bit kernel takes fewer rows");
   constexpr int kMost = b_smem_at(XMost) + Int4Ring<Cfg>::kBytes;
   if (x_bytes > XMost) throw std::logic_error("tcgemm: the skinny kernel's quantized x leaves no room for 4-bit B");
-  allow_dynamic_smem<skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT, true, FewRows>, kMost>();
-  launch_grid<Cfg, Epi, true, true, XT, true, FewRows>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count,
-                                                      b_smem_at(x_bytes) + Int4Ring<Cfg>::kBytes);
+  allow_dynamic_smem<skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT, true, FewRows, BZero>,
+                     kMost>();
+  launch_grid<Cfg, Epi, true, true, XT, true, FewRows, BZero>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count,
+                                                             b_smem_at(x_bytes) + Int4Ring<Cfg>::kBytes);
+}
+
+// The persistent grid of a packed 4-bit B (signed A against signed 4-bit values): kBlocksPerSm
+// blocks per SM, each with its rings after x_bytes of quantized x; the kernel that reads zero
+// points where B has them (promoting epilogues only: fp32 scales per K block).
+template <class Cfg, class Epi, class XT, int XMost, int FewRows = 0>
+void launch_int4(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count, int x_bytes) {
+  if constexpr (Epi::kPromotes) {
+    if (p.b_zero_point != nullptr)
+      return launch_int4_as<Cfg, Epi, XT, XMost, FewRows, true>(p, epi, xq, sm_count, x_bytes);
+  } else if (p.b_zero_point != nullptr) {
+    throw std::logic_error("tcgemm: the skinny kernel reads 4-bit zero points with fp32 scales per K block only");
+  }
+  launch_int4_as<Cfg, Epi, XT, XMost, FewRows, false>(p, epi, xq, sm_count, x_bytes);
 }
 
 template <class Cfg, class Epi>
