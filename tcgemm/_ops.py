@@ -312,8 +312,9 @@ def quant_linear(
         weight_zero_point: zero points of an asymmetric 4-bit ``weight``: int8 ``[N, ceil(K/128)]``
             in [-8, 7], one per 1x128 group: the layer computes with the int8 weight ``q -
             weight_zero_point`` (in [-15, 15]) and fp32 scales (per channel or per group; not with
-            ``weight_group_scale``). The weight is unpacked into int8 before the GEMM (values
-            outside [-8, 7] raise ValueError for CPU tensors; CUDA tensors are not read on the host).
+            ``weight_group_scale``). On a GPU the few-rows kernel reads them in place (up to 32 rows,
+            fp32 scales per group); elsewhere the weight is unpacked into int8 ``q - z`` first. Values
+            outside [-8, 7] raise ValueError for CPU tensors; CUDA tensors are not read on the host.
 
     Returns:
         [..., N] of ``x.dtype``.

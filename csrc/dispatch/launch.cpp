@@ -74,6 +74,8 @@ void with_w4_config(W4Config config, F&& f) {
 }
 
 void run_sm90_w4(const GemmProblem& p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
+  if (p.b_zero_point != nullptr)
+    throw std::logic_error("tcgemm: the W4 kernel got 4-bit zero points, which it does not read");
   const bool per_block = epilogue_family_of(epilogue) == kEpiPerBlock;
   const std::optional<W4Plan> plan = plan_sm90_w4(p.m, p.n, p.k, dev.sm_count, dev.w4_resident, per_block);
   if (!plan) throw std::logic_error("tcgemm: run_sm90 got an A in the W4 order for a shape the W4 kernel declines");
@@ -85,6 +87,8 @@ void run_sm90_w4(const GemmProblem& p, const EpilogueArgs& epilogue, const Devic
 void run_sm90(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
   if (p.a_w4_order) return run_sm90_w4(p, epilogue, dev);
   if (use_skinny(p.m, p.n, p.k, dev.sm_count, /*vs_sm90=*/true, p.b_int4)) return run_skinny(p, epilogue, dev);
+  if (p.b_zero_point != nullptr)
+    throw std::logic_error("tcgemm: run_sm90 got 4-bit zero points, which the skinny kernel reads only");
   const auto* scaled = std::get_if<ScaledEpilogueParams>(&epilogue);
   const bool column_scales = scaled != nullptr && scaled->b.per_row_block();
   const Sm90Plan plan = plan_sm90(p.m, p.n, p.k, epilogue_family_of(epilogue), column_scales, dev.sm_count, p.b_int4,

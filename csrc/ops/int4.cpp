@@ -5,6 +5,7 @@
 #include "common/int4.h"
 
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -108,6 +109,8 @@ InGemmUnpacking::InGemmUnpacking(GemmProblem& p, const Tensor& packed)
     : buffer(empty({p.n, p.k}, ScalarType::Char, packed)),  // K % 32 == 0: rows 16-byte aligned
       flags(empty({sm90::in_gemm_unpack_flag_words(p.n, p.k)}, ScalarType::Int, packed)) {
   zero(flags);
+  if (p.b_zero_point != nullptr)
+    throw std::logic_error("tcgemm: the unpacking GEMM got 4-bit zero points, which it does not read");
   source.packed = static_cast<const uint8_t*>(p.b.ptr);
   source.packed_stride = packed_b_row_stride(p);
   source.group_scale = p.b_group_scale;
