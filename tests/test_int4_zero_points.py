@@ -47,6 +47,22 @@ def test_unpack_subtracts_the_zero_points(n, k, device, rng):
     assert int(want.min()) == -15 and int(want.max()) == 15
 
 
+def test_zero_points_out_of_range_are_named(rng):
+    """On CPU tensors the ops read the zero points' values: outside [-8, 7] is a ValueError naming
+    the argument and the range (q - z would no longer be the weight the format means)."""
+    q, zp = case(8, 256, rng)
+    packed = pack(q)
+    for bad in (torch.full_like(zp, 8), torch.full_like(zp, -9)):
+        lo = int(bad.min())
+        message = (rf"tcgemm.unpack_int4: argument 'zero_point' must hold values in \[-8, 7\] \(the zero points of "
+                   rf"4-bit values\), got values in \[{lo}, {lo}\]")
+        with pytest.raises(ValueError, match=message):
+            tcgemm.unpack_int4(packed, zero_point=bad)
+        with pytest.raises(ValueError, match=r"tcgemm.quant_linear: argument 'weight_zero_point' must hold values in "
+                                             r"\[-8, 7\]"):
+            tcgemm.quant_linear(torch.randn(2, 256), packed, torch.ones(8, 2), weight_zero_point=bad)
+
+
 @pytest.mark.parametrize("m", [1, 4, 16, 17, 64, 300])
 @pytest.mark.parametrize("n, k", [(96, 512), (200, 1024 + 256)])
 @pytest.mark.parametrize("per_group", [True, False], ids=["group-scales", "channel-scales"])
