@@ -48,3 +48,17 @@ def cuda_kernels(fn):
 
     fn()
     return [name for name, _, _ in timing.cuda_kernels(fn)]
+
+
+def assert_int8_layer_of_less_zero_points(y, x, layer):
+    """`y`, the output of an asymmetric 4-bit `layer` for `x`, is that of the int8 layer of its
+    q - zero_point with the same fp32 group scales: bit for bit on the CPU (both unpack), and up to
+    the order of the fp32 sums of the K blocks on the GPU, where the few-rows kernel reads the
+    packed weight and its zero points in place and sums the blocks in another order."""
+    import tcgemm  # noqa: PLC0415  (cases.py is imported by tests that do not need the package)
+
+    int8 = tcgemm.quant_linear(x, layer.int_weight(), layer.weight_scale, layer.bias)
+    if y.is_cuda:
+        torch.testing.assert_close(y, int8, rtol=1e-5, atol=1e-5 * float(int8.abs().max()))
+    else:
+        assert torch.equal(y, int8)
