@@ -176,6 +176,15 @@ def main() -> int:
         ok = torch.allclose(y, ref, rtol=2**-7, atol=2**-7 * ref.abs().max().item())
         failures += not ok
         print(f"quant_linear 4-bit skinny zero points {m}x{n}x{k}: {'close' if ok else 'MISMATCH'}")
+        # fp32 scales per 64 or 32 inputs: the few-rows kernel's slot rows at every M (a tile row per
+        # 16 / slots rows of x), against the CPU's promotion per group.
+        for size in (64, 32):
+            wg = torch.rand(n, -(-k // size), generator=gen) * 1e-2
+            y = tcgemm.quant_linear(x, packed, wg.cuda()).float().cpu()
+            ref = tcgemm.quant_linear(x.cpu(), packed.cpu(), wg).float()
+            ok = torch.allclose(y, ref, rtol=2**-7, atol=2**-7 * ref.abs().max().item())
+            failures += not ok
+            print(f"quant_linear 4-bit skinny groups of {size} {m}x{n}x{k}: {'close' if ok else 'MISMATCH'}")
     # More rows, and tiles that fill the SMs: on sm90 the tiled kernel unpacks the packed weight in
     # shared memory (int32 and the scaled epilogue), against the unpacked int8 weight; at prefill
     # rows (2048) the int8 kernel's producer warps unpack it into its B as it runs; the W4 kernel

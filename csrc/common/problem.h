@@ -64,6 +64,10 @@ struct GemmProblem {
   // k / 128] (fp32 scales per K block; read by the skinny kernel only, else B is unpacked first).
   const int8_t* b_zero_point = nullptr;
   int64_t b_zero_point_stride = 0;
+  // B's fp32 per-block scales per 128 / b_scale_groups inputs (1; 2: groups of 64, 4: of 32, for
+  // 4-bit B): group j of K block kb takes the epilogue's b_block_scale(n, kb * b_scale_groups + j)
+  // (common/scale_layout.h, weight_scale_groups). Read by the skinny kernel and the CPU only.
+  int b_scale_groups = 1;
   // Split-K (set by dispatch, for epilogues that can add partial sums): K is cut into split_k
   // ranges of whole K blocks, each adding epilogue.partial(its sum) onto D with wrapping atomics,
   // after D was filled with epilogue(0) (epilogue/int32_epilogue_fill.h).

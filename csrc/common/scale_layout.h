@@ -127,6 +127,18 @@ inline std::optional<ScaleOperand> decode_weight_scale(const ScaleTensor& s, int
   return std::nullopt;
 }
 
+// The fp32 scales of a 4-bit weight per channel and group of kScaleBlock / groups inputs, groups
+// 2 (64 inputs) or 4 (32), are a [N, ceil(K * groups / 128)] table: its group count, or 1 for any
+// other table (one per 1x128 block among them; a width two group sizes share means one group
+// for both, K being at most the smaller).
+inline int weight_scale_groups(const ScaleTensor& s, int64_t n, int64_t k) {
+  for (const int groups : {2, 4}) {
+    const int64_t width = (k * groups + kScaleBlock - 1) / kScaleBlock;
+    if (s.dim == 2 && s.sizes[0] == n && s.sizes[1] == width && width != scale_blocks(k)) return groups;
+  }
+  return 1;
+}
+
 // The shapes each decoder above accepts, as the ops' error messages name them (m, n: the rows of
 // the operand; kb: its K blocks, as the decoder was given them).
 inline std::string weight_block_shapes(int64_t n, int64_t kb) {

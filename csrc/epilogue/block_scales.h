@@ -2,6 +2,7 @@
 // block's exact int32 partial sums are folded into fp32 accumulators with that block's scales.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "common/hd.h"
@@ -26,24 +27,29 @@ struct BlockScales {
 #if defined(__CUDACC__)
 // Promotion of an mma.sync accumulator tile (the sm80 and skinny kernels): MmaM m16 tiles by
 // MmaN n8 tiles whose fragment register r of lane (g, t) = (lane / 4, lane % 4) holds row
-// row0 + 16 i + g + 8 (r / 2) and column col0 + 8 j + 2 t + r % 2.
-template <int MmaM, int MmaN>
+// row0 + 16 i + g + 8 (r / 2) and column col0 + 8 j + 2 t + r % 2. Slots > 1 (the skinny
+// kernel's B scales per 128 / Slots inputs): the tile's row r is instead slot r % Slots, the sums
+// over group r % Slots of each K block, of row row0 + r / Slots of D.
+template <int MmaM, int MmaN, int Slots = 1>
 struct MmaSyncPromotion {
   float rows[MmaM][2];  // scale_a of rows + 0 and + 8 of each m16 tile
-  float cols[MmaN][2];  // the K-block part of scale_b of the lane's two columns of each n8 tile
+  float cols[MmaN][2];  // the K-block (or group) part of scale_b of the lane's two columns of each n8 tile
 
-  // The scales of K block kb; rows and columns past the edges of D clamp to the last one.
+  // The scales of K block kb; rows and columns past the edges of D clamp to the last one, groups
+  // (Slots > 1) to last_group, the last of K.
   template <class Epi>
-  TCGEMM_HD void load(const Epi& epi, int row0, int col0, int m, int n, int lane, int kb) {
+  TCGEMM_HD void load(const Epi& epi, int row0, int col0, int m, int n, int lane, int kb, int last_group = INT_MAX) {
     const int g = lane >> 2, t = lane & 3;
+    const int b_index = Slots == 1 ? kb : min_int(kb * Slots + g % Slots, last_group);
 #pragma unroll
     for (int i = 0; i < MmaM; ++i)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) rows[i][h] = epi.a_block_scale(min_int(row0 + i * 16 + g + 8 * h, m - 1), kb);
+      for (int h = 0; h < 2; ++h)
+        rows[i][h] = epi.a_block_scale(min_int(row0 + (i * 16 + g + 8 * h) / Slots, m - 1), kb);
 #pragma unroll
     for (int j = 0; j < MmaN; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) cols[j][e] = epi.b_block_scale(min_int(col0 + j * 8 + 2 * t + e, n - 1), kb);
+      for (int e = 0; e < 2; ++e) cols[j][e] = epi.b_block_scale(min_int(col0 + j * 8 + 2 * t + e, n - 1), b_index);
   }
 
   TCGEMM_HD void promote_into(float (&accf)[MmaM][MmaN][4], const int32_t (&acc)[MmaM][MmaN][4]) const {

@@ -135,6 +135,9 @@ struct ScaledGemmCall {
   // Its int8 zero points per 1x128 group (asymmetric 4-bit weights), or none: read by the skinny
   // kernel with fp32 scales per K block, else subtracted as the weight is unpacked into int8.
   const Tensor* b_zero_point = nullptr;
+  // Its fp32 per-block scales per 128 / b_scale_groups inputs (GemmProblem::b_scale_groups: 2 or 4
+  // for groups of 64 or 32), read on the GPU by the skinny kernel only, at any M.
+  int b_scale_groups = 1;
   // Or A quantized by the GEMM kernel itself from the float rows xq describes (quant_linear at a
   // few rows, where gemm_quantizes_a said so; m and k as above): one kernel for the layer.
   const QuantizeParams* quantize_a = nullptr;
@@ -143,9 +146,10 @@ struct ScaledGemmCall {
 // Whether scaled_gemm_impl can take A as ScaledGemmCall::quantize_a = &xq: the `requested`
 // backend resolves to the skinny kernel for this shape, which then quantizes x itself
 // (skinny::quantizes_in_kernel) and reads `weight` [N, K] in place (scaled_gemm.cpp).
-// zero_points: the packed weight has zero points (ScaledGemmCall::b_zero_point).
+// zero_points: the packed weight has zero points (ScaledGemmCall::b_zero_point); scale_groups: its
+// fp32 scales' groups per K block (ScaledGemmCall::b_scale_groups).
 bool gemm_quantizes_a(Backend requested, const Tensor& weight, const ScaledEpilogueParams& e, const QuantizeParams& xq,
-                      bool zero_points = false);
+                      bool zero_points = false, int scale_groups = 1);
 
 // tcgemm.scaled_gemm on validated operands whose scales are decoded into e.a / e.b (and zero
 // points into e.a_zero); `bias_f32` is an fp32 contiguous [N] tensor or null. Errors name

@@ -97,12 +97,22 @@ void copy_one_element(const Tensor& src, T* dst, const Tensor& x) {
   }
 }
 
-ScaleOperand describe_weight_scale(const Tensor& s, int64_t n, int64_t k) {
+// The weight's scales; `groups` (ScaledGemmCall::b_scale_groups) is 2 or 4 for a 4-bit (`packed`)
+// weight's fp32 scales per 64 or 32 inputs, else 1.
+ScaleOperand describe_weight_scale(const Tensor& s, int64_t n, int64_t k, bool packed, int& groups) {
   TCGEMM_CHECK_TYPE(dtype_of(s) == ScalarType::Float, kOp,
                     ": argument 'weight_scale' must have dtype torch.float32, got ", dtype_name(dtype_of(s)));
   const int64_t kb = scale_blocks(k);
-  const std::optional<ScaleOperand> op = s.dim() <= 2 ? decode_weight_scale(scale_tensor(s), n, kb) : std::nullopt;
+  groups = packed && s.dim() == 2 ? weight_scale_groups(scale_tensor(s), n, k) : 1;
+  const std::optional<ScaleOperand> op =
+      s.dim() > 2   ? std::nullopt
+      : groups > 1 ? decode_scale_b_blocks(scale_tensor(s), n, s.size(1))  // [N, groups]: one per row
+                    : decode_weight_scale(scale_tensor(s), n, kb);
   TCGEMM_CHECK_VALUE(op.has_value(), kOp, ": argument 'weight_scale' must have shape ", weight_scale_shapes(n, kb),
+                     packed ? ", or, 4-bit per group of 64 or 32 inputs, [N, ceil(K/64)] = [" + num(n) + ", " +
+                                  num((k + 63) / 64) + "] or [N, ceil(K/32)] = [" + num(n) + ", " + num((k + 31) / 32) +
+                                  "]"
+                            : std::string(),
                      ", got ", shape_str(s));
   return *op;
 }
@@ -133,7 +143,8 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
   TCGEMM_CHECK_VALUE(x.size(x.dim() - 1) == k, kOp, ": in_features mismatch: 'x' is [..., K] = ", shape_str(x),
                      " but 'weight' is [N, K] = ", shape_str(weight));
   ScaledEpilogueParams e;
-  e.b = describe_weight_scale(weight_scale, n, k);
+  int scale_groups = 1;
+  e.b = describe_weight_scale(weight_scale, n, k, packed, scale_groups);
   check_same_device(kOp, weight_scale, "weight_scale", x, "x");
   const Tensor* group_scale = weight_group_scale.has_value() ? &*weight_group_scale : nullptr;
   if (group_scale != nullptr) {  // two-level 4-bit scales
@@ -149,6 +160,9 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
                        ": arguments 'weight_group_scale' and 'weight_zero_point' exclude each other (asymmetric "
                        "4-bit weights have fp32 scales, no int8 group scales)");
     check_zero_point(kOp, *zero_point, "weight_zero_point", n, k, x, "x");
+    TCGEMM_CHECK_VALUE(scale_groups == 1, kOp,
+                       ": argument 'weight_zero_point' needs zero points and fp32 scales per 128 inputs ('weight_scale' "
+                       "[N] or [N, ceil(K/128)]), got 'weight_scale' ", shape_str(weight_scale));
   }
   std::optional<Tensor> bias_copy, colsum_copy;
   const Tensor* bias_f32 = checked_bias_f32(kOp, bias, n, x, "x", bias_copy);
@@ -197,6 +211,7 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
   call.b_int4 = packed;
   call.b_group_scale = group_scale;
   call.b_zero_point = zero_point;
+  call.b_scale_groups = scale_groups;
   call.out_shape = &out_shape;
   call.m = m;
   call.k = k;
@@ -209,7 +224,7 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
     if (channel_mul) xq.channel_mul = const_data<float>(*channel_mul);
     if (input_scale.has_value()) xq.scale_in = const_data<float>(*input_scale);  // one element
     e.a = *decode_scale_a(quantize_scales(granularity, nullptr, m, k), m, scale_blocks(k));
-    if (gemm_quantizes_a(requested, weight, e, xq, zero_point != nullptr)) {
+    if (gemm_quantizes_a(requested, weight, e, xq, zero_point != nullptr, scale_groups)) {
       call.quantize_a = &xq;
       return scaled_gemm_impl(kOp, requested, x, weight, e, bias_f32, dtype_of(x), call);
     }

@@ -94,8 +94,17 @@ void run_cuda(const char* op, Backend requested, const Tensor& a, const Tensor& 
     return;
   }
   Backend backend = Backend::kAuto;
+  if (p.b_scale_groups > 1) {  // fp32 scales per 32 or 64 inputs: the skinny kernel's promotion only
+    TCGEMM_CHECK_VALUE(requested == Backend::kAuto || requested == Backend::kSkinny, op,
+                       ": 4-bit weights with scales per 32 or 64 inputs run on the skinny kernel only (backend "
+                       "'auto' or 'skinny'), got backend '", backend_name(requested), "'");
+    requested = Backend::kSkinny;
+  }
   const std::string why_not = resolve_gpu_backend(requested, dev, e, &backend);
   TCGEMM_CHECK_VALUE(why_not.empty(), op, ": ", why_not, " (argument 'backend')");
+  TCGEMM_CHECK_VALUE(p.b_scale_groups == 1 || reads_packed_b(backend, p, dev, e.per_block()), op,
+                     ": the skinny kernel cannot read this 4-bit weight in place (K-major rows, 16-byte aligned), "
+                     "which scales per 32 or 64 inputs need");
   const bool native_int4 = p.b_int4 && reads_packed_b(backend, p, dev, e.per_block());
   // A packed B the kernel does not read as it is: unpacked by the GEMM kernel as it runs (into a
   // buffer it fills, with flags), or by a pass before it.
@@ -205,6 +214,7 @@ Tensor scaled_gemm_impl(const char* op, Backend requested, const Tensor& a, cons
     p.b_group_scale_stride = group_scale ? group_scale->size(1) : 0;
     p.b_zero_point = zero_point ? const_data<int8_t>(*zero_point) : nullptr;
     p.b_zero_point_stride = zero_point ? zero_point->size(1) : 0;
+    p.b_scale_groups = call.b_scale_groups;
   }
   if (is_cuda(a)) {
     run_cuda(op, requested, a, b, p, e, call);
@@ -216,7 +226,7 @@ Tensor scaled_gemm_impl(const char* op, Backend requested, const Tensor& a, cons
 }
 
 bool gemm_quantizes_a(Backend requested, const Tensor& weight, const ScaledEpilogueParams& e,
-                      const QuantizeParams& xq, bool zero_points) {
+                      const QuantizeParams& xq, bool zero_points, int scale_groups) {
   if (!is_cuda(weight) || e.asymmetric()) return false;
   const DeviceInfo dev = device_info(weight);
   const int m = static_cast<int>(xq.m), n = static_cast<int>(weight.size(0)), k = static_cast<int>(xq.k);
@@ -227,6 +237,10 @@ bool gemm_quantizes_a(Backend requested, const Tensor& weight, const ScaledEpilo
   if (!resolve_gpu_backend(requested, dev, e, &backend).empty()) return false;  // the plain path names the error
   // Zero points: never on the W4 kernel, and on the skinny kernel with fp32 scales per K block only.
   if (zero_points && !e.per_block()) return false;
+  // Scales per 32 or 64 inputs: the skinny kernel at every M (run_cuda).
+  if (scale_groups > 1)
+    return (requested == Backend::kAuto || requested == Backend::kSkinny) && dev.major >= 8 &&
+           skinny::packed_b_fits(describe(weight, false), n);
   return runs_on_skinny(backend, m, n, k, dev, packed) &&
          !(packed && !zero_points && runs_on_w4(backend, m, n, k, describe(weight, false), dev, e.per_block())) &&
          (packed ? skinny::packed_b_fits(describe(weight, false), n)

@@ -24,7 +24,9 @@ void rows(const GemmProblem& p, const Epi& epi, int64_t m_begin, int64_t m_end) 
   const TA* a = static_cast<const TA*>(p.a.ptr);
   const TB* b = static_cast<const TB*>(p.b.ptr);
   Out* d = static_cast<Out*>(p.d.ptr);
-  const int64_t k_blocks = scale_blocks(p.k);
+  // Promoted per scale group: a K block, or a 1 / b_scale_groups of one (GemmProblem::b_scale_groups).
+  const int groups_per_block = p.b_scale_groups;
+  const int64_t width = kScaleBlock / groups_per_block, groups = (p.k + width - 1) / width;
   for (int64_t m = m_begin; m < m_end; ++m) {
     const TA* a_row = a + m * p.a.stride_row;
     const typename Epi::Row r = epi.row(m);
@@ -32,9 +34,9 @@ void rows(const GemmProblem& p, const Epi& epi, int64_t m_begin, int64_t m_end) 
       const TB* b_row = b + n * p.b.stride_row;
       typename Epi::Acc acc{};
       if constexpr (Epi::kPromotes) {
-        for (int64_t kb = 0; kb < k_blocks; ++kb) {
-          const int32_t partial = dot(a_row, b_row, kb * kScaleBlock, std::min<int64_t>(p.k, (kb + 1) * kScaleBlock));
-          acc = promote(acc, partial, epi.a_block_scale(m, kb) * epi.b_block_scale(n, kb));
+        for (int64_t group = 0; group < groups; ++group) {
+          const int32_t partial = dot(a_row, b_row, group * width, std::min<int64_t>(p.k, (group + 1) * width));
+          acc = promote(acc, partial, epi.a_block_scale(m, group / groups_per_block) * epi.b_block_scale(n, group));
         }
       } else {
         acc = dot(a_row, b_row, 0, p.k);

@@ -57,6 +57,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <stdexcept>
 #include <tuple>
@@ -433,12 +434,21 @@ struct NoGroupScales {};
 // (pair_even_odd). HalfRows: D has at most 8 rows (one m16 tile, whose rows 8-15 are never
 // stored): A's rows g + 8 are not loaded (the mma takes rows g twice) nor their sums scaled.
 // OneRow: D has one row (kWeightRows: the sums of D's odd rows are not scaled).
+// Slots > 1: 4-bit B with fp32 scales per group of 128 / Slots inputs (GemmProblem::
+// b_scale_groups; 2 or 4). Lane t's bytes of a K block are all of group t * Slots / 4 (K 32t ..
+// 32t + 31), so the tile's rows of A are slots: row r holds row r / Slots of the tile's rows of D
+// where group r % Slots is its lane's, zeros elsewhere. Each mma then sums each group apart, at
+// no more mma per K block where Slots * M rows still fit the tile; the slots' rows are promoted
+// with their group's scales, and added across the Slots lanes of each row of D at the end
+// (fold_slots). A tile holds 16 / Slots rows of D (8 / Slots with HalfRows).
 template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, From ASrc, class Epi, bool BInt4,
-          bool HalfRows = false, bool OneRow = false, bool BZero = false>
+          bool HalfRows = false, bool OneRow = false, bool BZero = false, int Slots = 1>
 struct TileSums {
   static_assert(!HalfRows || RowTiles == 1, "HalfRows is one m16 tile");
+  static_assert(Slots == 1 || ((Slots == 2 || Slots == 4) && BInt4 && Epi::kPromotes && !BZero),
+                "slots: 4-bit B with fp32 scales per 64 or 32 inputs");
   using Acc = typename Epi::Acc;  // int32, or fp32 when per-block scales are promoted
-  using Scales = MmaSyncPromotion<RowTiles, ColTiles>;
+  using Scales = MmaSyncPromotion<RowTiles, ColTiles, Slots>;
   using Group = std::conditional_t<BInt4, Int4GroupScales<ColTiles>, NoGroupScales>;
   static constexpr bool kPerBlock = Epi::kPromotes;
   // 4-bit B against at most 8 rows of A, sums in int32 (two-level or no group scales): the weight
@@ -458,6 +468,7 @@ struct TileSums {
   using B = uint32_t[ColTiles][kBWords];
 
   const uint8_t* a_row[RowTiles][kHalves];
+  bool a_live;  // Slots: the lane's group is its rows' slot's (else its A reads as zero)
   int32_t acc[RowTiles][ColTiles][4];  // the whole K range, or one K block when promoting
   float accf[RowTiles][ColTiles][4];
 
@@ -475,11 +486,12 @@ struct TileSums {
   // A tile of rows m0 ... from zero, for a lane of group g; A's rows at a_base, a_stride bytes
   // apart (rows past the edge clamp: their results are computed and not stored).
   __device__ __forceinline__ void start(const GemmProblem& p, const uint8_t* a_base, int64_t a_stride, int m0, int g) {
+    a_live = Slots == 1 || g % Slots == static_cast<int>(threadIdx.x % 4) * Slots / 4;
 #pragma unroll
     for (int mt = 0; mt < RowTiles; ++mt)
 #pragma unroll
       for (int h = 0; h < kHalves; ++h)
-        a_row[mt][h] = a_base + row_offset(min(m0 + 16 * mt + g + 8 * h, p.m - 1), a_stride);
+        a_row[mt][h] = a_base + row_offset(min(m0 + (16 * mt + g + 8 * h) / Slots, p.m - 1), a_stride);
     each_acc([&](int mt, int nt, int j) {
       acc[mt][nt][j] = 0;
       accf[mt][nt][j] = 0.0f;
@@ -493,6 +505,11 @@ struct TileSums {
     for (int mt = 0; mt < RowTiles; ++mt)
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) {
+        if (Slots > 1 && !a_live) {
+#pragma unroll
+          for (int w = 0; w < 8; ++w) a[mt][h][w] = 0;
+          continue;
+        }
         load_row32<ASrc, Masked, BInt4>(a[mt][h], a_row[mt][h], kb, t, p.k, 0);
         if constexpr (BInt4)
 #pragma unroll
@@ -575,14 +592,28 @@ struct TileSums {
     }
   }
 
+  // Slots: each slot's sums added into those of its row's first slot (lanes 4 apart: the slots of
+  // a row are consecutive rows g of the tile), in a fixed order; before store().
+  __device__ __forceinline__ void fold_slots() {
+    if constexpr (Slots > 1)
+      each_acc([&](int mt, int nt, int j) {
+        if (HalfRows && j >= 2) return;  // rows g + 8, never stored
+#pragma unroll
+        for (int apart = 4; apart < 4 * Slots; apart *= 2)
+          accf[mt][nt][j] += __shfl_xor_sync(0xffffffffu, accf[mt][nt][j], apart);
+      });
+  }
+
   // Where element idx of a tile at (m0, n0) lies in D: register idx / 32 of lane idx % 32 of
-  // every warp (the mma's fragment layout, or its transpose with kWeightRows).
+  // every warp (the mma's fragment layout, or its transpose with kWeightRows). Slots: only the
+  // first slot of each row holds D's element (fold_slots; first_slot).
   __device__ __forceinline__ static void position(int idx, int m0, int n0, int& row, int& col) {
     const int i = idx / 32, l = idx % 32;
     const int mt = i / (ColTiles * 4), nt = (i / 4) % ColTiles, j = i % 4;
-    row = kWeightRows ? m0 + 2 * (l % 4) + j % 2 : m0 + 16 * mt + l / 4 + 8 * (j / 2);
+    row = kWeightRows ? m0 + 2 * (l % 4) + j % 2 : m0 + (16 * mt + l / 4 + 8 * (j / 2)) / Slots;
     col = kWeightRows ? n0 + 16 * nt + l / 4 + 8 * (j / 2) : n0 + 8 * nt + 2 * (l % 4) + j % 2;
   }
+  __device__ __forceinline__ static bool first_slot(int idx) { return Slots == 1 || idx % 32 / 4 % Slots == 0; }
 
   // The block's warps' sums meet in shared memory (buffer `buffer` of Buffers); its threads add
   // them (int32 wraps, so the total is exact in any order; fp32 in a fixed warp order) and apply
@@ -616,7 +647,7 @@ struct TileSums {
     auto element = [&](int e, int& idx, int& row, int& col) {
       idx = threadIdx.x + kThreads * (rank + split * e);
       position(idx, m0, n0, row, col);
-      return idx < kStoredRegs * 32 && row < p.m && col < p.n;
+      return idx < kStoredRegs * 32 && row < p.m && col < p.n && first_slot(idx);
     };
     // The row and column terms, loaded while the warps meet (with per-block promotion, after:
     // those kernels are at the register cap, and holding the terms across the barrier spilled).
@@ -783,14 +814,14 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
 // is x quantized by the block: at most kQuantizeRows rows). HalfRows: A has at most 8 rows (x
 // quantized by the block always); OneRow: one row. Each K block's scales (group scales, per-block
 // scales when promoting; L1 hits but for the first of 32 K blocks) are loaded before its B is
-// waited for. BZero: B has zero points (p.b_zero_point), read with the scales.
-template <int RowTiles, int ColTiles, From ASrc, class Epi, bool HalfRows, bool OneRow, bool BZero>
+// waited for. BZero: B has zero points (p.b_zero_point), read with the scales. Slots: B's scales
+// per 128 / Slots inputs (TileSums), a tile of Cfg::kRows / Slots rows of D.
+template <int RowTiles, int ColTiles, From ASrc, class Epi, bool HalfRows, bool OneRow, bool BZero, int Slots>
 __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Epi& epi, const uint8_t* a_base,
                                                   int64_t a_stride, Int4Stream<TileConfig<RowTiles, ColTiles>>& b) {
   using Cfg = TileConfig<RowTiles, ColTiles>;
-  static_assert(kQuantizeRows <= 8, "x quantized in the kernel takes the HalfRows sums");
   static_assert(!HalfRows || RowTiles == 1, "HalfRows is one m16 tile");
-  using Sums = TileSums<RowTiles, ColTiles, true, true, ASrc, Epi, true, HalfRows, OneRow, BZero>;
+  using Sums = TileSums<RowTiles, ColTiles, true, true, ASrc, Epi, true, HalfRows, OneRow, BZero, Slots>;
   const WarpWork& work = b.work;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int full_blocks = p.k / kBK;
@@ -799,7 +830,7 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
   // one tile's sums and the writes of the tile after next lies the next tile's barrier, so no
   // other is needed (one barrier per tile, not two: the warps wait for each other half as often).
   for (int parity = 0; work.has(tile); parity ^= 1) {
-    const int m0 = tile.row * Cfg::kRows, n0 = tile.col * Cfg::kCols;
+    const int m0 = tile.row * (Cfg::kRows / Slots), n0 = tile.col * Cfg::kCols;
     work.next(tile);  // from here on, the block's next tile
     if constexpr (!Epi::kPromotes) work.prefetch_group_scales(p, tile, Cfg::kCols);
     prefetch_cols<Cfg::kCols>(p, epi, n0);
@@ -816,8 +847,9 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
     typename Sums::Scales scales;
     typename Sums::Group group, zero;
     if constexpr (BZero) group = Sums::Group::all(1);
-    auto load_scales = [&](int kb) {
-      if constexpr (Epi::kPromotes) scales.load(epi, m0, n0, p.m, p.n, lane, kb);
+    // last_group: of B's scales per 128 / Slots inputs, which only the K tail's groups may pass.
+    auto load_scales = [&](int kb, int last_group) {
+      if constexpr (Epi::kPromotes) scales.load(epi, m0, n0, p.m, p.n, lane, kb, last_group);
       if constexpr (BZero) {
         zero = table_rows.load(kb, 0);
       } else {
@@ -825,7 +857,7 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
       }
     };
     for (int q = 0, kb = work.k_first; q < work.per_tile; ++q, kb += work.k_step) {
-      load_scales(kb);
+      load_scales(kb, INT_MAX);
       typename Sums::A a;
       sums.template load_a<false>(p, kb, t, a);
       uint32_t bw[ColTiles][4];
@@ -840,12 +872,13 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
 #pragma unroll
       for (int nt = 0; nt < ColTiles; ++nt)
         load_packed16(bw[nt], b_row[nt], full_blocks, t, p.k / kInt4PerByte, ptx::l2_policy_evict_first());
-      load_scales(full_blocks);
+      load_scales(full_blocks, ceil_div(p.k * Slots, kBK) - 1);
       typename Sums::A a;
       sums.template load_a<true>(p, full_blocks, t, a);
       sums.add(bw, a, scales, group, &zero);
     }
     if (!work.has(tile)) ptx::griddep_launch_dependents();
+    sums.fold_slots();
     sums.template store<2>(p, epi, m0, n0, parity);
   }
   // No block leaves while another block of its cluster may still read its sums. A relaxed arrival:
@@ -864,9 +897,11 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
 // by a persistent grid through the warps' rings (Int4Stream) across the block's tiles; int8 B
 // is read by one block per tile unless x is quantized in the kernel. FewRows: 4-bit B against an
 // int8 A given of at most FewRows rows, 8 or 1 (TileSums' HalfRows sums, as for x quantized in the
-// kernel; OneRow for 1); 0: up to 16. BZero: 4-bit B with zero points (p.b_zero_point).
+// kernel; OneRow for 1); 0: up to 16. BZero: 4-bit B with zero points (p.b_zero_point). Slots:
+// 4-bit B with fp32 scales per 128 / Slots inputs (TileSums), FewRows then counting slot rows
+// (Slots * M).
 template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, class Epi, class XT, bool BInt4,
-          int FewRows = 0, bool BZero = false>
+          int FewRows = 0, bool BZero = false, int Slots = 1>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     skinny_gemm_kernel(const GemmProblem p, const Epi epi, const QuantizeParams xq) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -899,7 +934,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     // gate+up 22.6 -> 23.4 us, 70B o 14.0 -> 14.7 us with the copies first).
     const QuantizedA layout = kQuantizes ? QuantizedA::layout(p.m, p.k, xq.granularity) : QuantizedA{0, 0, 0};
     Int4Stream<Cfg> b{smem + (kQuantizes ? b_smem_at(layout.bytes) : 0),
-                      WarpWork::of_block(p, Cfg::kRows, Cfg::kCols)};
+                      WarpWork::of_block(p, Cfg::kRows / Slots, Cfg::kCols)};
     // Where the kernel quantizes x, the first tile's group scales go with the rings' first copies
     // (skinny_tiles_int4 prefetches each next tile's as it starts one). With an int8 A given, not:
     // after griddep_wait they cost 8B down (K = 14336) at 16 rows 10% on an H100.
@@ -910,14 +945,18 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     if constexpr (!kQuantizes) {
       b.start(p);
       ptx::griddep_wait();  // A, its scales and D belong to the kernels before this one
-      skinny_tiles_int4<RowTiles, ColTiles, From::kCached, Epi, FewRows != 0, FewRows == 1, BZero>(
+      skinny_tiles_int4<RowTiles, ColTiles, From::kCached, Epi, FewRows != 0, FewRows == 1, BZero, Slots>(
           p, epi, static_cast<const uint8_t*>(p.a.ptr), p.a.stride_row, b);
     } else {
       ptx::griddep_wait();  // x and D belong to the kernels before this one
       const XShare share = XT::kInParts ? XShare{static_cast<int>(ptx::cluster_ctarank()), cluster_split(p)} : XShare{};
       quantize_a_to_shared<XT>(xq, smem, layout, share, start_b);
       const Epi in_block = epi.with_a_scales(reinterpret_cast<const float*>(smem + layout.scales_at));
-      skinny_tiles_int4<RowTiles, ColTiles, From::kShared, Epi, RowTiles == 1, XT::kOneToken, BZero>(
+      // x quantized in the kernel (at most kQuantizeRows rows) takes the HalfRows sums where its
+      // slot rows fit them.
+      static_assert(kQuantizeRows <= 8, "x quantized in the kernel takes the HalfRows sums");
+      constexpr bool kHalfRows = RowTiles == 1 && kQuantizeRows * Slots <= 8;
+      skinny_tiles_int4<RowTiles, ColTiles, From::kShared, Epi, kHalfRows, XT::kOneToken && Slots == 1, BZero, Slots>(
           p, in_block, smem, layout.row_stride, b);
     }
   } else {
@@ -961,46 +1000,69 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 // A grid of at most blocks_most blocks over the tiles of D (flattened into gridDim.x), in
 // clusters of p.cluster_k_split blocks per tile (a whole number of clusters).
 template <class Cfg, class Epi, bool ASigned, bool BSigned, class XT, bool BInt4, int FewRows = 0,
-          bool BZero = false>
+          bool BZero = false, int Slots = 1>
 void launch_grid(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int64_t blocks_most, int smem_bytes) {
-  const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, Cfg::kRows)) * ceil_div(p.n, Cfg::kCols);
+  const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, Cfg::kRows / Slots)) * ceil_div(p.n, Cfg::kCols);
   const int64_t split = p.cluster_k_split;
   if (split < 1 || (split > 1 && (!BInt4 || blocks_most < split)))
     throw std::logic_error("tcgemm: the skinny kernel splits K between cluster blocks for 4-bit B only");
   if (tiles * split >= (int64_t{1} << 31)) throw std::invalid_argument("tcgemm: the skinny GEMM's grid exceeds 2^31 blocks");
   const int64_t blocks = std::min(tiles * split, blocks_most / split * split);
   const auto kernel =
-      skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi, XT, BInt4, FewRows, BZero>;
+      skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi, XT, BInt4, FewRows, BZero, Slots>;
   tcgemm::launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(blocks)), kThreads,
                                     static_cast<size_t>(smem_bytes), p.stream, p.pdl, static_cast<unsigned>(split), p,
                                     epi, xq);
 }
 
-template <class Cfg, class Epi, class XT, int XMost, int FewRows, bool BZero>
+// Whether XT quantizes one row of x in parts (XQuant's kInParts; void: x given as int8).
+template <class XT>
+constexpr bool x_in_parts() {
+  if constexpr (std::is_void_v<XT>) {
+    return false;
+  } else {
+    return XT::kInParts;
+  }
+}
+
+template <class Cfg, class Epi, class XT, int XMost, int FewRows, bool BZero, int Slots>
 void launch_int4_as(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count, int x_bytes) {
   if (!p.a.is_signed) throw std::logic_error("tcgemm: 4-bit B needs an int8 A");
-  if (FewRows != 0 && p.m > FewRows)
+  if (FewRows != 0 && int64_t{p.m} * Slots > FewRows)
     throw std::logic_error("tcgemm: the few-rows 4-bit kernel takes fewer rows");
   constexpr int kMost = b_smem_at(XMost) + Int4Ring<Cfg>::kBytes;
   if (x_bytes > XMost) throw std::logic_error("tcgemm: the skinny kernel's quantized x leaves no room for 4-bit B");
-  allow_dynamic_smem<skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT, true, FewRows, BZero>,
-                     kMost>();
-  launch_grid<Cfg, Epi, true, true, XT, true, FewRows, BZero>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count,
-                                                             b_smem_at(x_bytes) + Int4Ring<Cfg>::kBytes);
+  allow_dynamic_smem<
+      skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT, true, FewRows, BZero, Slots>, kMost>();
+  launch_grid<Cfg, Epi, true, true, XT, true, FewRows, BZero, Slots>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count,
+                                                                    b_smem_at(x_bytes) + Int4Ring<Cfg>::kBytes);
 }
 
 // The persistent grid of a packed 4-bit B (signed A against signed 4-bit values): kBlocksPerSm
 // blocks per SM, each with its rings after x_bytes of quantized x; the kernel that reads zero
-// points where B has them (promoting epilogues only: fp32 scales per K block).
+// points or takes scales per 32 or 64 inputs (TileSums' slots) where B has them (promoting
+// epilogues only: fp32 scales per K block or group).
 template <class Cfg, class Epi, class XT, int XMost, int FewRows = 0>
 void launch_int4(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count, int x_bytes) {
   if constexpr (Epi::kPromotes) {
+    if (p.b_zero_point != nullptr && p.b_scale_groups != 1)
+      throw std::logic_error("tcgemm: the skinny kernel reads 4-bit zero points with scales per 128 inputs only");
     if (p.b_zero_point != nullptr)
-      return launch_int4_as<Cfg, Epi, XT, XMost, FewRows, true>(p, epi, xq, sm_count, x_bytes);
-  } else if (p.b_zero_point != nullptr) {
-    throw std::logic_error("tcgemm: the skinny kernel reads 4-bit zero points with fp32 scales per K block only");
+      return launch_int4_as<Cfg, Epi, XT, XMost, FewRows, true, 1>(p, epi, xq, sm_count, x_bytes);
+    // x quantized in parts (a K split between cluster blocks) never meets per-block scales, nor
+    // does one slot row (FewRows 1) meet slots.
+    if constexpr (!x_in_parts<XT>() && FewRows != 1) {
+      if (p.b_scale_groups == 2)
+        return launch_int4_as<Cfg, Epi, XT, XMost, FewRows, false, 2>(p, epi, xq, sm_count, x_bytes);
+      if (p.b_scale_groups == 4)
+        return launch_int4_as<Cfg, Epi, XT, XMost, FewRows, false, 4>(p, epi, xq, sm_count, x_bytes);
+    }
+  } else if (p.b_zero_point != nullptr || p.b_scale_groups != 1) {
+    throw std::logic_error("tcgemm: the skinny kernel reads 4-bit zero points and scales per 32 or 64 inputs with fp32 "
+                           "scales per K block only");
   }
-  launch_int4_as<Cfg, Epi, XT, XMost, FewRows, false>(p, epi, xq, sm_count, x_bytes);
+  if (p.b_scale_groups != 1) throw std::logic_error("tcgemm: 4-bit B's scales per group: 2 or 4 groups per K block");
+  launch_int4_as<Cfg, Epi, XT, XMost, FewRows, false, 1>(p, epi, xq, sm_count, x_bytes);
 }
 
 template <class Cfg, class Epi>
@@ -1009,11 +1071,13 @@ void launch(const GemmProblem& p, const Epi& epi, int sm_count) {
     // Not instantiated for the config 4-bit B does not take (configs.h, Int4Rows16).
     // At most 8 rows of A (a K-heavy layer's int8 A at decode): the HalfRows sums, with the
     // weight as the mma's A operand (TileSums::kWeightRows); one row, OneRow.
+    // Scales per 32 or 64 inputs count p.b_scale_groups slot rows per row (TileSums' Slots).
+    const int64_t slot_rows = int64_t{p.m} * p.b_scale_groups;
     if constexpr (std::is_same_v<Cfg, Rows16Cols16>)
       throw std::logic_error("tcgemm: 4-bit B takes another skinny config");
-    else if (Cfg::kRowTiles == 1 && p.m == 1)
+    else if (Cfg::kRowTiles == 1 && slot_rows == 1)
       return launch_int4<Cfg, Epi, void, 0, Cfg::kRowTiles == 1 ? 1 : 0>(p, epi, QuantizeParams{}, sm_count, 0);
-    else if (Cfg::kRowTiles == 1 && p.m <= 8)
+    else if (Cfg::kRowTiles == 1 && slot_rows <= 8)
       return launch_int4<Cfg, Epi, void, 0, Cfg::kRowTiles == 1 ? 8 : 0>(p, epi, QuantizeParams{}, sm_count, 0);
     else return launch_int4<Cfg, Epi, void, 0>(p, epi, QuantizeParams{}, sm_count, 0);
   }
