@@ -16,7 +16,9 @@ weights with an fp32 scale per channel and int8 scales per 128 inputs), the same
 (``rotate=True``: x rotated per 128 features inside its quantization), ``scheme="w4a8-group"``
 (4-bit weights with an fp32 scale per 128 inputs, as most 4-bit checkpoints hold them),
 ``scheme="w4a8-group-asymmetric"`` (the same with a zero point per 128 inputs, as AWQ checkpoints
-hold them); and its peer, torch's int4
+hold them), ``scheme="w4a8-group32"`` and ``"w4a8-group64"`` (symmetric, an fp32 scale per 32 or 64
+inputs, as many GPTQ checkpoints hold them; by phases of groups of 128 above 16 rows); and its
+peer, torch's int4
 weight-only kernel (``torch.ops.aten._weight_int4pack_mm``, tinygemm) on bf16 activations with
 weights packed as torchao's ``Int4WeightOnlyConfig`` packs them; and gemlite's Triton kernels
 (``gemlite_a8w8``: ``A8W8_int8_dynamic``, int8 weights per channel and int8 activations per token,
@@ -68,12 +70,12 @@ STATIC = ("8B up", 4096, 14336)
 STATIC_ROWS = (1, 16)
 PREFILL_ROWS = 2048
 METHODS = ("bf16", "quantlinear", "two_ops", "quantlinear_block", "w4a8", "w4a8_rot", "w4a8_group", "w4a8_group_asym",
-           "torch_int4", "gemlite_a8w8", "gemlite_a16w4")
+           "w4a8_group32", "w4a8_group64", "torch_int4", "gemlite_a8w8", "gemlite_a16w4")
 PREFILL_METHODS = ("bf16", "quantlinear", "quantlinear_block", "w4a8", "w4a8_rot")
 # The weight copy each method reads: methods that read the same one share its copies.
 WEIGHTS = {"bf16": "bf16", "quantlinear": "channel", "two_ops": "channel", "quantlinear_block": "block",
            "w4a8": "w4a8", "w4a8_rot": "w4a8_rot", "w4a8_group": "w4a8_group", "w4a8_group_asym": "w4a8_group_asym",
-           "torch_int4": "torch_int4",
+           "w4a8_group32": "w4a8_group32", "w4a8_group64": "w4a8_group64", "torch_int4": "torch_int4",
            "gemlite_a8w8": "gemlite_a8w8", "gemlite_a16w4": "gemlite_a16w4"}
 # The peers whose Triton kernels tune themselves at each new shape (seconds each): --peer-rows limits them.
 PEERS = ("gemlite_a8w8", "gemlite_a16w4")
@@ -228,6 +230,8 @@ def build_weights(k: int, n: int, device, methods: tuple[str, ...] = METHODS) ->
         "w4a8_rot": lambda lin: tcgemm.QuantLinear.from_linear(lin, scheme=dataclasses.replace(tcgemm.W4A8, rotate=True)),
         "w4a8_group": lambda lin: tcgemm.QuantLinear.from_linear(lin, scheme="w4a8-group"),
         "w4a8_group_asym": lambda lin: tcgemm.QuantLinear.from_linear(lin, scheme="w4a8-group-asymmetric"),
+        "w4a8_group32": lambda lin: tcgemm.QuantLinear.from_linear(lin, scheme="w4a8-group32"),
+        "w4a8_group64": lambda lin: tcgemm.QuantLinear.from_linear(lin, scheme="w4a8-group64"),
         "torch_int4": TorchInt4Linear.from_linear,
         "gemlite_a8w8": gemlite_a8w8,
         "gemlite_a16w4": gemlite_a16w4,
@@ -273,6 +277,8 @@ def make_methods(k: int, n: int, m: int, device, methods: tuple[str, ...] = METH
         "w4a8_rot": lambda i: copies["w4a8_rot"][i](x),
         "w4a8_group": lambda i: copies["w4a8_group"][i](x),
         "w4a8_group_asym": lambda i: copies["w4a8_group_asym"][i](x),
+        "w4a8_group32": lambda i: copies["w4a8_group32"][i](x),
+        "w4a8_group64": lambda i: copies["w4a8_group64"][i](x),
         "torch_int4": lambda i: copies["torch_int4"][i](x),
         "gemlite_a8w8": lambda i: copies["gemlite_a8w8"][i](x),
         "gemlite_a16w4": lambda i: copies["gemlite_a16w4"][i](x),
@@ -472,7 +478,8 @@ def ratio(a: Optional[float], b: Optional[float]) -> str:
 
 LABELS = {"bf16": "bf16", "quantlinear": "QuantLinear", "two_ops": "two ops", "quantlinear_block": "QuantLinear block",
           "w4a8": "W4A8", "w4a8_rot": "W4A8 rotated", "w4a8_group": "W4A8 group",
-          "w4a8_group_asym": "W4A8 group, zero points", "torch_int4": "torch int4",
+          "w4a8_group_asym": "W4A8 group, zero points", "w4a8_group32": "W4A8 group 32",
+          "w4a8_group64": "W4A8 group 64", "torch_int4": "torch int4",
           "gemlite_a8w8": "gemlite A8W8",
           "gemlite_a16w4": "gemlite A16W4", "token": "QuantLinear token", "static": "QuantLinear static"}
 

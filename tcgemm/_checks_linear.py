@@ -79,15 +79,27 @@ def _group_table_checks(op: str, name: str, nk: Callable[[Args], Any], ref: str)
     ]
 
 
+def _ql_scale_groups(x: Args) -> int:
+    """Groups of the weight's fp32 scales per K block of 128: 2 or 4 for a packed 4-bit weight's
+    scales per 64 or 32 inputs (its table's width), else 1 (quant_linear.cpp describe_weight_scale)."""
+    if not _ql_packed(x):
+        return 1
+    n, k, _ = _ql_nkm(x)
+    return _scales.int4_scale_groups(x["weight_scale"].shape, n, k)
+
+
 def _ql_weight_scale_layout(x: Args) -> Optional[str]:
     n, k, _ = _ql_nkm(x)
+    if _ql_scale_groups(x) > 1:
+        return _scales.PER_ROW_GROUP
     return _scales.decode_weight_scale(x["weight_scale"].shape, n, k)
 
 
 def _ql_weight_scale_message(x: Args) -> str:
     n, k, _ = _ql_nkm(x)
+    groups = _scales.int4_group_shapes(n, k) if _ql_packed(x) else ""
     return (f"{_QUANT_LINEAR}: argument 'weight_scale' must have shape "
-            f"{_scales.weight_scale_shapes(n, _scales.scale_blocks(k))}, got {_shape(x['weight_scale'])}")
+            f"{_scales.weight_scale_shapes(n, _scales.scale_blocks(k))}{groups}, got {_shape(x['weight_scale'])}")
 
 
 def _ql_per_block_weight(x: Args):
@@ -169,6 +181,10 @@ def _quant_linear_checks() -> list[Check]:
               lambda x: f"{op}: argument 'weight_zero_point' is used only with a 4-bit 'weight' (torch.uint8)"),
         _zero_point_alone(op, "weight_group_scale", "weight_zero_point"),
         *_group_table_checks(op, "weight_zero_point", lambda x: _ql_nkm(x)[:2], "x"),
+        Check("weight_zero_point_groups", ValueError,
+              lambda x: x["weight_zero_point"] is None or _ql_scale_groups(x) == 1,
+              lambda x: f"{op}: argument 'weight_zero_point' needs zero points and fp32 scales per 128 inputs "
+              f"('weight_scale' [N] or [N, ceil(K/128)]), got 'weight_scale' {_shape(x['weight_scale'])}"),
         Check("bias_shape", ValueError,
               lambda x: x["bias"] is None or (x["bias"].dim() == 1 and x["bias"].shape[0] == _ql_nkm(x)[0]),
               lambda x: f"{op}: argument 'bias' must have shape [N] = [{_ql_nkm(x)[0]}], got {_shape(x['bias'])}"),

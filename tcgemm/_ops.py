@@ -8,6 +8,7 @@ import torch
 
 from ._checks import check_args, require_int32, require_str, require_tensor
 from ._library import BACKEND_EPILOGUES, BACKENDS, typed_error  # noqa: F401  (tcgemm.BACKENDS)
+from ._scales import SCALE_BLOCK
 from .scheme import as_scheme
 
 _GEMM = "tcgemm.gemm"
@@ -141,6 +142,8 @@ def supports(backend: str, op: str, scheme=None) -> bool:
         raise ValueError(f"tcgemm.supports: argument 'backend' must be one of {', '.join(BACKENDS)}; got {backend!r}")
     if scheme is not None:
         scheme = as_scheme("tcgemm.supports", scheme)
+    if scheme is not None and scheme.weights.group_size != SCALE_BLOCK:  # promoted per 32 or 64 inputs
+        return op == "quant_linear" and backend in ("skinny", "cpu")
     families = BACKEND_EPILOGUES[backend]
     needed = _OP_EPILOGUES[op]
     if needed == "scaled" and scheme is not None and scheme.per_block:
@@ -281,7 +284,11 @@ def quant_linear(
             :func:`unpack_int4` ``(weight, weight_group_scale, weight_zero_point)``.
         weight_scale: fp32 ``[N]`` per channel, ``[ceil(N/128), ceil(K/128)]`` per 128x128 block,
             or ``[N, ceil(K/128)]`` per channel and 1x128 block (told apart by rank); ``[N, 1]``
-            (what :func:`tcgemm.quantize` returns for a weight's rows) is per channel too.
+            (what :func:`tcgemm.quantize` returns for a weight's rows) is per channel too. With a
+            4-bit ``weight`` also ``[N, ceil(K/64)]`` or ``[N, ceil(K/32)]``, per channel and group
+            of 64 or 32 inputs (told apart by width; each group's exact int32 sum promoted with
+            its scale; on a GPU the few-rows kernel runs them at any number of rows: see
+            :func:`tcgemm.int4.grouped_linear_by_phases` for many rows).
         bias: optional [N], any float dtype (applied in fp32).
         activation: "token" (one scale per row of x), "block" (per row and 128-wide K block), or
             "static" (the calibrated per-tensor ``input_scale``: no amax pass); a

@@ -21,11 +21,29 @@ PER_TENSOR = "per-tensor"  # every element: [] / [1] / [1, 1]
 PER_ROW = "per-row"  # a row: per-token [M, 1] for A, per-channel [N] or [1, N] for B
 PER_ROW_BLOCK = "per-row-block"  # 1x128: a row's 128-wide K block, [rows, ceil(K/128)]
 PER_BLOCK_128X128 = "per-block-128x128"  # B only: 128 rows x 128 K, [ceil(N/128), ceil(K/128)]
+# A packed 4-bit weight's fp32 scales per group of 64 or 32 inputs of a channel, [N, ceil(K/gs)]
+# (quant_linear only, without int8 group scales or zero points; the group size read off the width).
+PER_ROW_GROUP = "per-row-group"
+
+# The group sizes of 4-bit weights with fp32 group scales, in the order the decoders try them.
+INT4_GROUP_SIZES = (SCALE_BLOCK, 64, 32)
 
 
 def scale_blocks(extent):
     """ceil(extent / 128): the number of 128-wide blocks covering ``extent`` (int or SymInt)."""
     return (extent + SCALE_BLOCK - 1) // SCALE_BLOCK
+
+
+def groups_of(extent, group_size: int = SCALE_BLOCK):
+    """ceil(extent / group_size): the number of groups of ``group_size`` covering ``extent`` (int or SymInt)."""
+    return (extent + group_size - 1) // group_size
+
+
+def weight_group_size(width, k) -> Optional[int]:
+    """The group size of a 4-bit weight's fp32 scale table [N, ``width``] for K = ``k`` inputs:
+    the first of 128, 64, 32 with ceil(K / size) == ``width`` (two sizes give one width only where
+    K is at most the smaller, and then both mean one group); None for any other width."""
+    return next((size for size in INT4_GROUP_SIZES if groups_of(k, size) == width), None)
 
 
 def k_blocks(k):
@@ -45,10 +63,12 @@ def quantize_scale_shape(granularity: str, m, k) -> tuple:
 WEIGHT_LAYOUTS = {"channel": PER_ROW, "group": PER_ROW_BLOCK, "block": PER_BLOCK_128X128}
 
 
-def weight_scale_shape(n, k, granularity: str) -> tuple:
-    """Shape of the fp32 scales of a weight [N, K]: [N] per channel, [N, ceil(K/128)] per 1x128
-    group of each output channel, [ceil(N/128), ceil(K/128)] per 128x128 block."""
-    return {"channel": (n,), "group": (n, scale_blocks(k)), "block": (scale_blocks(n), scale_blocks(k))}[granularity]
+def weight_scale_shape(n, k, granularity: str, group_size: int = SCALE_BLOCK) -> tuple:
+    """Shape of the fp32 scales of a weight [N, K]: [N] per channel, [N, ceil(K/group_size)] per
+    group of each output channel (1x128, or 1x64 / 1x32 for 4-bit weights), [ceil(N/128),
+    ceil(K/128)] per 128x128 block."""
+    return {"channel": (n,), "group": (n, groups_of(k, group_size)),
+            "block": (scale_blocks(n), scale_blocks(k))}[granularity]
 
 
 def _numel(shape: Sequence) -> object:
@@ -137,6 +157,24 @@ def weight_scale_shapes(n, kb) -> str:
     return f"[N] = [{n}] or [N, 1] (per-channel), {weight_block_shapes(n, kb)}"
 
 
+def int4_group_shapes(n, k) -> str:
+    """What quant_linear's message adds to :func:`weight_scale_shapes` for a packed 4-bit weight:
+    its scales per group of 64 or 32 inputs (csrc/ops/quant_linear.cpp words them the same)."""
+    return (f", or, 4-bit per group of 64 or 32 inputs, [N, ceil(K/64)] = [{n}, {groups_of(k, 64)}] or "
+            f"[N, ceil(K/32)] = [{n}, {groups_of(k, 32)}]")
+
+
+def int4_scale_groups(shape: Sequence, n, k) -> int:
+    """How many groups of a packed 4-bit weight's fp32 scales of ``shape`` one K block of 128
+    holds (csrc/common/scale_layout.h, weight_scale_groups): 2 or 4 for [N, ceil(K/64)] or [N,
+    ceil(K/32)] (widths other than ceil(K/128)), else 1."""
+    shape = list(shape)
+    if len(shape) != 2 or shape[0] != n:
+        return 1
+    size = weight_group_size(shape[1], k)
+    return SCALE_BLOCK // size if size is not None else 1
+
+
 def scale_b_is_ambiguous(shape: Sequence, n, k) -> bool:
     """Whether ``shape`` fits several scale_b layouts that mean different things, so that
     scaled_gemm reads it as the first of them (:func:`decode_scale_b`) whatever was meant.
@@ -152,7 +190,10 @@ def scale_b_is_ambiguous(shape: Sequence, n, k) -> bool:
 def scale_varies_along_k(scale: torch.Tensor, layout: str, k) -> bool:
     """Whether scales of ``layout`` change from one K block to the next, which makes scaled_gemm
     run per-block (partial sums promoted every 128 of K): the block layouts with more than one
-    K block, unless the K stride of the scale tensor is 0 (an ``expand``-ed scale)."""
+    K block (groups of 64 or 32: more than one group), unless the K stride of the scale tensor is
+    0 (an ``expand``-ed scale)."""
+    if layout == PER_ROW_GROUP:
+        return scale.shape[1] > 1 and scale.stride(1) != 0
     return layout in (PER_ROW_BLOCK, PER_BLOCK_128X128) and k_blocks(k) > 1 and scale.stride(1) != 0
 
 
@@ -171,15 +212,18 @@ def expand_scale(scale: torch.Tensor, layout: str, rows: int, k: int) -> torch.T
     raise ValueError(f"expand_scale: unknown layout {layout!r}")
 
 
-def per_element(table: torch.Tensor, k: int) -> torch.Tensor:
-    """A [rows, ceil(K/128)] table of :func:`expand_scale` as one scale per element [rows, K]
-    (the last K block cut short)."""
+def per_element(table: torch.Tensor, k: int, group_size: int = SCALE_BLOCK) -> torch.Tensor:
+    """A [rows, ceil(K/group_size)] table (of :func:`expand_scale`: groups of 128) as one scale
+    per element [rows, K] (the last group cut short)."""
     if table.shape[1] == 1:
         return table.expand(table.shape[0], k)
-    return table.repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
+    return table.repeat_interleave(group_size, dim=1)[:, :k]
 
 
-def expand_weight_scale(scale: torch.Tensor, n: int, k: int, granularity: str) -> torch.Tensor:
-    """The scales of a weight [N, K] of ``granularity`` as one value per element [N, K]:
-    ``weight * expand_weight_scale(...)`` is the dequantized weight."""
+def expand_weight_scale(scale: torch.Tensor, n: int, k: int, granularity: str,
+                        group_size: int = SCALE_BLOCK) -> torch.Tensor:
+    """The scales of a weight [N, K] of ``granularity`` (``"group"``: groups of ``group_size``)
+    as one value per element [N, K]: ``weight * expand_weight_scale(...)`` is the dequantized weight."""
+    if granularity == "group" and group_size != SCALE_BLOCK:
+        return per_element(scale.reshape(n, groups_of(k, group_size)), k, group_size)
     return per_element(expand_scale(scale, WEIGHT_LAYOUTS[granularity], n, k), k)

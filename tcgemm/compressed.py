@@ -15,15 +15,17 @@ checkpoint's). tcgemm runs:
   1x128 group of each output channel (``group``, ``group_size 128``) or per 128x128 block
   (``block``, ``block_structure [128, 128]``);
 - W4A8, 4-bit weights (``num_bits 4``), symmetric, one float scale per 1x128 group
-  (``group``, ``group_size 128``): packed eight to an int32 (``pack-quantized``: ``weight_packed``
+  (``group``, ``group_size 128``), or per 1x64 or 1x32 group (``group_size`` 64 or 32, what many
+  GPTQ checkpoints hold): packed eight to an int32 (``pack-quantized``: ``weight_packed``
   int32 [N, ceil(K/8)] holding ``q + 8`` with value i of each word at bits 4i, ``weight_shape``
   [N, K]), or one to an int8 (``int-quantized``, what compressed-tensors writes for W4A8 unless
   told ``pack-quantized``). A layer holds them packed two to a byte with float group scales
-  (``WeightArgs("group", bits=4)``, the preset "w4a8-group"). Weight-only 4-bit checkpoints (W4A16,
+  [N, ceil(K/group_size)] (``WeightArgs("group", bits=4, group_size=...)``, the presets
+  "w4a8-group", "w4a8-group64" and "w4a8-group32"). Weight-only 4-bit checkpoints (W4A16,
   e.g. GPTQ by llm-compressor, no ``input_activations``) run as W4A8: their layers quantize
   their inputs to int8 dynamically per token. GPTQ's activation ordering ``weight`` (or
   ``static``) keeps the groups contiguous; a ``weight_g_idx`` that assigns columns to groups other
-  than k // 128 (``actorder: group``) is refused;
+  than k // group_size (``actorder: group``) is refused;
 - asymmetric 4-bit weights (``symmetric: false``, a ``weight_zero_point`` per group of 128 or per
   channel: ``W4A16_ASYM``, what llm-compressor's AWQ writes), packed or one to an int8, with their
   zero points packed eight to an int32 along the output channels or one to an int8. A layer holds
@@ -36,7 +38,8 @@ checkpoint's). tcgemm runs:
   asymmetric (``symmetric: false``) per token or static per tensor (an ``input_zero_point``), with
   8-bit weights per channel or per tensor.
 
-Anything else (other bit widths, 8-bit ``pack-quantized`` weights, other group sizes, 8-bit
+Anything else (other bit widths, 8-bit ``pack-quantized`` weights, other group sizes (16, 256, ...;
+asymmetric 4-bit or 8-bit weights in groups other than 128), 8-bit
 weight-only schemes, 8-bit weight zero points, fp8) raises a ValueError that names the config group and
 the setting. The config is read and written with the ``compressed-tensors`` package
 (``pip install compressed-tensors``), an optional dependency: its own matching decides which
@@ -84,7 +87,8 @@ _MIXED = "mixed-precision"
 _GROUP_ACTORDER = ("group", "dynamic", True)
 _RUNS = ("tcgemm runs W8A8 (symmetric int8 weights per channel, tensor, 1x128 group or 128x128 block; int8 "
          "activations per token, per 1x128 group or static per tensor, asymmetric per token or static per tensor "
-         "with channel or tensor weights) and W4A8 (symmetric 4-bit weights in groups of 128, int8 activations "
+         "with channel or tensor weights) and W4A8 (symmetric 4-bit weights in groups of 128, 64 or 32, int8 "
+         "activations "
          "per token, per 1x128 group or static per tensor; weight-only 4-bit runs with dynamic per-token "
          "activations; asymmetric 4-bit weights in groups of 128 or per channel keep their zero points)")
 
@@ -392,7 +396,8 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
     if scheme.weights.per_block:
         expected = layer_scheme.weights.scale_shape(n, k)
         if tuple(sw.shape) != expected:
-            what = f"{SCALE_BLOCK}x{SCALE_BLOCK} blocks" if weight == "block" else f"groups of {SCALE_BLOCK}"
+            size = scheme.weights.group_size
+            what = f"{SCALE_BLOCK}x{SCALE_BLOCK} blocks" if weight == "block" else f"groups of {size}"
             raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' must be {list(expected)} for {what}, "
                              f"got {list(sw.shape)}")
         if scheme.bits == _PACKED_BITS and sw.numel() and not bool(((sw > 0) & sw.isfinite()).all()):
@@ -406,7 +411,8 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
     elif sw.numel() != n:
         raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' must be [{n}, 1], got {list(sw.shape)}")
     group_scale = None
-    if scheme.bits == _PACKED_BITS and weight == "group" and zp is None:  # two-level where they factor exactly
+    if scheme.bits == _PACKED_BITS and weight == "group" and zp is None and scheme.weights.group_size == SCALE_BLOCK:
+        # two-level where they factor exactly
         two_level = dataclasses.replace(layer_scheme, weights=WeightArgs("channel", bits=_PACKED_BITS))
         factored = factor_group_scales(sw)
         if factored is not None and _runs(two_level):
@@ -451,14 +457,15 @@ def _runs(scheme: QuantScheme) -> bool:
 
 def _check_g_idx(name: str, group: str, g_idx: Optional[torch.Tensor], scheme: QuantScheme, k: int) -> None:
     """A ``weight_g_idx`` (GPTQ's activation ordering: the group of each input column) is fine when
-    it says what the groups are anyway, k // 128 (all -1: unset); ValueError otherwise."""
+    it says what the groups are anyway, k // group_size (all -1: unset); ValueError otherwise."""
     if g_idx is None or bool(g_idx.eq(-1).all()):
         return
+    size = scheme.weights.group_size
     trivial = (scheme.weight == "group" and g_idx.numel() == k
-               and torch.equal(g_idx.reshape(-1).long().cpu(), torch.arange(k) // SCALE_BLOCK))
+               and torch.equal(g_idx.reshape(-1).long().cpu(), torch.arange(k) // size))
     if not trivial:
         raise ValueError(f"tcgemm.compressed: config group '{group}': '{name}.weight_g_idx' puts the weight's "
-                         f"columns in groups other than k // {SCALE_BLOCK} (activation ordering, actorder 'group'), "
+                         f"columns in groups other than k // {size} (activation ordering, actorder 'group'), "
                          "which tcgemm does not run")
 
 
@@ -470,7 +477,8 @@ def save_compressed(model: nn.Module, path: str, *, max_shard_size: Union[int, s
     and the ``quantization_config`` of ``config.json`` (merged into an existing one, e.g. written
     by ``model.config.save_pretrained(path)``): one config group per scheme, targeting its layers
     by name, with its ``format``: int8 weights ``int-quantized``, 4-bit weights ``pack-quantized``
-    (symmetric, groups of 128); the checkpoint's format is the groups' one, or
+    (their groups of 128, 64 or 32, and zero points where they have them); the checkpoint's format
+    is the groups' one, or
     ``mixed-precision`` where they differ.
 
     The format has no integer group scales: 4-bit layers with two-level scales (the preset "w4a8")
@@ -547,7 +555,8 @@ def compressed_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[st
         raise ValueError("tcgemm.compressed: the model has no QuantLinear layers to save")
     config_groups = {}
     ordered = sorted(groups.items(),
-                     key=lambda item: (-item[0].bits, item[0].weight, item[0].activation, item[0].asymmetric))
+                     key=lambda item: (-item[0].bits, item[0].weight, -item[0].weights.group_size,
+                                       item[0].activation, item[0].asymmetric))
     for i, (scheme, names) in enumerate(ordered):
         config_groups[f"group_{i}"] = QuantizationScheme(
             targets=[f"re:^{re.escape(n)}$" for n in names],

@@ -43,7 +43,8 @@ class TcgemmConfig(QuantizationConfigMixin):
     Args:
         scheme: a preset name of :data:`tcgemm.PRESETS` whose activations are dynamic (no
             calibration on load): "w8a8", "w8a8-group", "w8a8-channel-group", "w8a8-block",
-            "w8a8-asymmetric", "w4a8", "w4a8-group" or "w4a8-group-asymmetric". Others raise ValueError.
+            "w8a8-asymmetric", "w4a8", "w4a8-group", "w4a8-group64", "w4a8-group32" or
+            "w4a8-group-asymmetric". Others raise ValueError.
         skip: qualified names or fnmatch patterns of layers left in float, as in
             :func:`tcgemm.quantize_model` (default: ``["lm_head"]``).
         kwargs: read back from a saved config (``quant_method``), otherwise refused.
@@ -81,7 +82,8 @@ class _QuantizeOnLoad(ConversionOps):
         if attr == "bias":
             return {full_layer_name: value.float()}
         scheme = self.quantizer.scheme
-        q, scale, *tables = quantize_weight(value, scheme.weight, bits=scheme.bits, symmetric=scheme.weights.symmetric)
+        q, scale, *tables = quantize_weight(value, scheme.weight, bits=scheme.bits, symmetric=scheme.weights.symmetric,
+                                           group_size=scheme.weights.group_size)
         out = {full_layer_name: q, f"{prefix}.weight_scale": scale}
         for name, table in zip(("weight_group_scale", "weight_zero_point"), tables):
             if table is not None:

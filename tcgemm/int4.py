@@ -18,7 +18,12 @@ Two formats of scales, per 1x128 group of each output channel along K:
   [1, 16]: ``w = q * group_scale[n, k // 128] * weight_scale[n]``. ``q * group_scale`` lies in
   [-128, 112], an int8 weight with one float scale per channel, so the int32 sums run over all of K.
 - float groups (``WeightArgs("group", bits=4)``, checkpoints): an fp32 ``weight_scale``
-  [N, ceil(K/128)]: ``w = q * weight_scale[n, k // 128]``.
+  [N, ceil(K/128)]: ``w = q * weight_scale[n, k // 128]``; symmetric ones also per group of 64 or
+  32 inputs (``WeightArgs("group", bits=4, group_size=32)``, the presets "w4a8-group64" and
+  "w4a8-group32"): ``weight_scale`` [N, ceil(K/gs)], ``w = q * weight_scale[n, k // gs]``.
+  ``tcgemm.quant_linear`` reads the group size off the table's width; at more than
+  :data:`GROUPED_KERNEL_ROWS` rows on a GPU :class:`tcgemm.QuantLinear` computes such a layer by
+  phases instead (:func:`grouped_linear_by_phases`).
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ from typing import Optional
 
 import torch
 
-from ._scales import SCALE_BLOCK, expand_weight_scale, per_element, scale_blocks
+from ._ops import _OPS
+from ._scales import INT4_GROUP_SIZES, SCALE_BLOCK, expand_weight_scale, groups_of, per_element, scale_blocks
 
-__all__ = ["INT4_MAX", "INT4_MIN", "GROUP_SCALE_MAX", "check_group_scale", "check_packed", "check_zero_point",
-           "pack_int4", "quantize_int4", "quantize_int4_asymmetric", "INT4_GRIDS", "int4_grid", "round_to_grid",
-           "factor_group_scales"]
+__all__ = ["INT4_MAX", "INT4_MIN", "GROUP_SCALE_MAX", "GROUPED_KERNEL_ROWS", "check_group_scale", "check_packed",
+           "check_zero_point", "check_weight_scale", "pack_int4",
+           "quantize_int4", "quantize_int4_asymmetric", "INT4_GRIDS", "int4_grid", "round_to_grid",
+           "factor_group_scales", "grouped_linear_by_phases"]
 
 INT4_MIN, INT4_MAX = -8, 7
 # Two-level group scales lie in [1, GROUP_SCALE_MAX]: q * s then fits int8 ([-128, 112]).
@@ -167,16 +174,16 @@ def _check_group_table(where: str, t: torch.Tensor, n: int, k: int, what: str, v
             raise ValueError(f"{where}: {what} must hold values in [{low}, {high}], got values in [{lo}, {hi}]")
 
 
-def _group_amax(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """max |w| over each 1x128 group of each row (non-finite values left out) as fp32 [N, G], and
-    whether each group holds a value that is not finite."""
+def _group_amax(w: torch.Tensor, size: int = SCALE_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+    """max |w| over each 1 x ``size`` group of each row (non-finite values left out) as fp32 [N, G],
+    and whether each group holds a value that is not finite."""
     n, k = w.shape
-    groups = scale_blocks(k)
+    groups = groups_of(k, size)
     finite = w.isfinite()
-    pad = groups * SCALE_BLOCK - k
+    pad = groups * size - k
     a = torch.nn.functional.pad(w.abs().masked_fill(~finite, 0), (0, pad))
     bad = torch.nn.functional.pad(~finite, (0, pad))
-    return a.view(n, groups, SCALE_BLOCK).amax(dim=2).float(), bad.view(n, groups, SCALE_BLOCK).any(dim=2)
+    return a.view(n, groups, size).amax(dim=2).float(), bad.view(n, groups, size).any(dim=2)
 
 
 # The grids int4_grid chooses from: "amax" maps each group's max |w| to 7; "mse" searches the
@@ -193,13 +200,13 @@ _SEARCH_VALUES_CPU = 1 << 18
 _SEARCH_VALUES_GPU = 1 << 26
 
 
-def _groups(w: torch.Tensor) -> torch.Tensor:
-    """fp32 [N, G, 128] view of w [N, K] zero-padded to whole 1x128 groups, non-finite values as 0."""
+def _groups(w: torch.Tensor, size: int = SCALE_BLOCK) -> torch.Tensor:
+    """fp32 [N, G, size] view of w [N, K] zero-padded to whole 1 x ``size`` groups, non-finite values as 0."""
     n, k = w.shape
-    groups = scale_blocks(k)
+    groups = groups_of(k, size)
     w = w.float()
     w = torch.where(w.isfinite(), w, 0.0)
-    return torch.nn.functional.pad(w, (0, groups * SCALE_BLOCK - k)).view(n, groups, SCALE_BLOCK)
+    return torch.nn.functional.pad(w, (0, groups * size - k)).view(n, groups, size)
 
 
 def _group_error(wg: torch.Tensor, importance: Optional[torch.Tensor], step: torch.Tensor) -> torch.Tensor:
@@ -286,11 +293,11 @@ def _check_grid(where: str, grid: str) -> str:
 
 
 def int4_grid(w: torch.Tensor, two_level: bool, grid: str = "amax", importance: Optional[torch.Tensor] = None,
-              ) -> tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
+              group_size: int = SCALE_BLOCK) -> tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
     """The scales of symmetric 4-bit quantization of a float weight [N, K] (computed in fp32 on
     ``w``'s device), and the step of the grid of each element.
 
-    Per 1x128 group g of row n let ``f = amax_g / 7``.
+    Per 1x128 group g of row n (float groups: 1 x ``group_size``) let ``f = amax_g / 7``.
 
     ``grid="amax"`` (each group's max |w| on the grid's largest level):
 
@@ -318,28 +325,33 @@ def int4_grid(w: torch.Tensor, two_level: bool, grid: str = "amax", importance: 
         grid: ``"amax"`` or ``"mse"``.
         importance: with ``"mse"``, a weight >= 0 per input column, fp32 [K] (e.g. the diagonal
             of the input's second moments, ``E[x_k^2]``); None weighs every value alike.
+        group_size: float groups: the inputs per scale, 128, 64 or 32 (two-level: 128 only;
+            ValueError otherwise).
 
     Returns:
         ``(weight_scale, group_scale, step)``: fp32 [N] and int8 [N, ceil(K/128)] (two-level), or
-        fp32 [N, ceil(K/128)] and None (float groups); and the fp32 step [N, K].
+        fp32 [N, ceil(K/group_size)] and None (float groups); and the fp32 step [N, K].
     """
     n, k = w.shape
     _check_grid("tcgemm.int4.int4_grid", grid)
-    amax, bad = _group_amax(w)
+    if group_size not in INT4_GROUP_SIZES or (two_level and group_size != SCALE_BLOCK):
+        raise ValueError(f"tcgemm.int4.int4_grid: argument 'group_size' must be 128 with two-level scales, and 128, "
+                         f"64 or 32 with float group scales, got {group_size!r} (two_level={two_level})")
+    amax, bad = _group_amax(w, group_size)
     # A tensor divisor: CUDA divides by a Python scalar through its reciprocal, not the IEEE quotient.
     f = amax / amax.new_full((), _INT4_LEVELS)
     mse = grid == "mse" and k > 0
     if mse:
-        wg = _groups(w)
+        wg = _groups(w, group_size)
         if importance is not None:
             importance = torch.nn.functional.pad(importance.detach().to(device=w.device, dtype=torch.float32),
-                                                 (0, wg.shape[1] * SCALE_BLOCK - k)).view(wg.shape[1], SCALE_BLOCK)
+                                                 (0, wg.shape[1] * group_size - k)).view(wg.shape[1], group_size)
     if not two_level:
         positive = amax > 0
         if mse:
             f = _mse_group_scales(wg, importance, torch.where(positive, f, torch.ones_like(f)))
         scale = torch.where(positive, f, torch.ones_like(f)).masked_fill(bad, float("nan"))
-        return scale, None, expand_weight_scale(scale, n, k, "group")
+        return scale, None, expand_weight_scale(scale, n, k, "group", group_size)
     c = f.amax(dim=1) / GROUP_SCALE_MAX if k else torch.zeros(n, device=w.device)
     c = torch.where(c > 0, c, torch.ones_like(c))
     if mse:
@@ -362,9 +374,9 @@ def round_to_grid(w: torch.Tensor, step: torch.Tensor, lo: int, hi: int) -> torc
 
 
 def quantize_int4(w: torch.Tensor, two_level: bool, grid: str = "amax", importance: Optional[torch.Tensor] = None,
-                  ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+                  group_size: int = SCALE_BLOCK) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
     """Symmetric 4-bit round-to-nearest of a float weight [N, K] (K even) with the scales of
-    :func:`int4_grid` (``grid``, ``importance``: see there):
+    :func:`int4_grid` (``grid``, ``importance``, ``group_size``: see there):
     ``q = clamp(round_half_even(w / step), -8, 7)``, packed.
 
     Args:
@@ -372,12 +384,13 @@ def quantize_int4(w: torch.Tensor, two_level: bool, grid: str = "amax", importan
         two_level: two-level scales (fp32 per channel, int8 per group), else fp32 group scales.
         grid: ``"amax"`` or ``"mse"`` (ValueError otherwise).
         importance: with ``"mse"``, fp32 [K] weights of the columns' errors, or None.
+        group_size: the inputs per float group scale: 128, 64 or 32 (two-level: 128).
 
     Returns:
-        ``(packed, weight_scale, group_scale)``: uint8 [N, K/2], fp32 scales, the int8 group
-        scales (two-level) or None.
+        ``(packed, weight_scale, group_scale)``: uint8 [N, K/2], fp32 scales ([N] two-level, [N,
+        ceil(K/group_size)] float groups), the int8 group scales (two-level) or None.
     """
-    scale, group_scale, step = int4_grid(w, two_level, grid, importance)
+    scale, group_scale, step = int4_grid(w, two_level, grid, importance, group_size)
     return pack_int4(round_to_grid(w, step, INT4_MIN, INT4_MAX)), scale, group_scale
 
 
@@ -446,3 +459,129 @@ def factor_group_scales(scale: torch.Tensor) -> Optional[tuple[torch.Tensor, tor
             found |= take
     return (channel, group) if bool(found.all()) else None
 
+
+def check_weight_scale(where: str, scale: torch.Tensor, n: int, k: int, group_size: int = SCALE_BLOCK,
+                       what: str = "argument 'weight_scale'") -> None:
+    """ValueError / TypeError naming ``what`` unless ``scale`` is the fp32 [N, ceil(K/group_size)]
+    table of float group scales of a 4-bit weight [N, K]. ``tcgemm.quant_linear`` reads the group
+    size off the table's width, so a table of another group size would run, wrongly: a layer
+    checks its table where it enters (``load_state_dict``, assignment).
+
+    Args:
+        where: the caller's name, the prefix of the error messages.
+        scale: the tensor to check.
+        n: the weight's rows N.
+        k: the weight's columns K.
+        group_size: the inputs per scale, 128, 64 or 32.
+        what: how the messages name ``scale``.
+
+    Raises:
+        TypeError: ``scale`` is not a tensor.
+        ValueError: its shape is not [N, ceil(K/group_size)].
+
+    Example:
+        >>> check_weight_scale("QuantLinear", layer.weight_scale, 4096, 14336, 32)
+    """
+    if not isinstance(scale, torch.Tensor):
+        raise TypeError(f"{where}: {what} must be a torch.Tensor, got {type(scale).__name__}")
+    shape = (n, groups_of(k, group_size))
+    if tuple(scale.shape) != shape:
+        raise ValueError(f"{where}: {what} must have shape [N, ceil(K/{group_size})] = {list(shape)} (fp32 scales per "
+                         f"group of {group_size} inputs), got {list(scale.shape)}")
+
+
+def float_group_size(layer) -> int:
+    """The group size of a :class:`tcgemm.QuantLinear` with 4-bit weights and fp32 group scales
+    (128, 64 or 32: its ``weight_scale`` is [N, ceil(K/group_size)]), else 0.
+
+    Args:
+        layer: the :class:`tcgemm.QuantLinear` (or one being built: 0 until it has its scheme).
+    """
+    scheme = layer.__dict__.get("scheme")  # None while the layer is built
+    weights = None if scheme is None else scheme.weights
+    return weights.group_size if weights is not None and weights.bits == 4 and weights.granularity == "group" else 0
+
+
+def check_int4_state(layer, state_dict, prefix, *args) -> None:
+    """The ``load_state_dict`` pre-hook of a 4-bit :class:`tcgemm.QuantLinear`: the packed weight
+    is uint8 [N, K/2], the group scales int8 [N, ceil(K/128)] in [1, 16], the zero points int8
+    [N, ceil(K/128)] in [-8, 7] (load_state_dict would cast other dtypes silently), and fp32 group
+    scales [N, ceil(K/group_size)] (the op would read another width as another group size).
+
+    Args:
+        layer: the 4-bit :class:`tcgemm.QuantLinear` loading.
+        state_dict: the state dict it loads.
+        prefix: its name's prefix in ``state_dict``.
+        args: the hook's other arguments (unused).
+    """
+    where = "QuantLinear.load_state_dict"
+    n, k = layer.out_features, layer.in_features
+    weight, scale = state_dict.get(prefix + "weight"), state_dict.get(prefix + "weight_scale")
+    if weight is not None:
+        check_packed(where, weight, n, k, what=f"'{prefix}weight'")
+    if scale is not None and float_group_size(layer):
+        check_weight_scale(where, scale, n, k, float_group_size(layer), what=f"'{prefix}weight_scale'")
+    for name, check in (("weight_group_scale", check_group_scale), ("weight_zero_point", check_zero_point)):
+        table = state_dict.get(prefix + name)
+        if table is not None and layer._buffers.get(name) is not None:
+            check(where, table, n, k, what=f"'{prefix}{name}'")
+
+
+# Rows above which tcgemm.QuantLinear computes a 4-bit layer with fp32 scales per 64 or 32 inputs
+# on a GPU by phases of GEMMs with scales per 128 inputs (grouped_linear_by_phases): the op runs
+# such weights on its few-rows kernel at any number of rows, slowly at many.
+GROUPED_KERNEL_ROWS = 16
+
+_QUANT_LINEAR, _UNPACK_INT4 = _OPS["quant_linear"], _OPS["unpack_int4"]  # looked up once: host time per call
+
+
+def grouped_linear_by_phases(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, group_size: int,
+                             bias: Optional[torch.Tensor] = None, activation: str = "token",
+                             **options) -> torch.Tensor:
+    """``tcgemm.quant_linear(x, weight, weight_scale, bias, activation, **options)`` for a packed
+    4-bit ``weight`` [N, K/2] with fp32 ``weight_scale`` [N, ceil(K/group_size)], group_size 64 or
+    32, computed by S = 128 / group_size GEMMs of scales per 128 inputs, which the GPU's tiled
+    kernels run at many rows.
+
+    The weight is unpacked to int8 once; phase p (0 <= p < S) multiplies x by the int8 weight
+    holding only the columns whose group g = k // group_size has g % S == p (the others zero), with
+    the scales ``weight_scale[n, S * b + p]`` per 128-wide K block b (1.0 where the last block has
+    no such group). Each block of a phase then holds one group of the weight, so its int32 sum is
+    that group's exact sum, promoted with its own scale: every phase is exact per group with the
+    semantics of groups of 128. The S outputs (fp32, ``x`` read as fp32: the same int8 values and
+    activation scales) are summed in phase order, the bias added in fp32, and the result cast to
+    ``x.dtype``: the op's result up to the order of the fp32 sums.
+
+    Args:
+        x: [..., K] bf16, fp16 or fp32.
+        weight: uint8 [N, K/2], packed 4-bit (:func:`pack_int4`).
+        weight_scale: fp32 [N, ceil(K/group_size)].
+        group_size: 64 or 32 (ValueError otherwise).
+        bias: optional [N], added in fp32.
+        activation: the activations, as for ``tcgemm.quant_linear`` ("token", "block" or "static").
+        options: keywords of ``tcgemm.quant_linear`` passed to each phase (``input_scale``,
+            ``smooth``, ``rotate``).
+
+    Returns:
+        [..., N] of ``x.dtype``.
+    """
+    if group_size not in INT4_GROUP_SIZES or group_size == SCALE_BLOCK:
+        raise ValueError(f"tcgemm.int4.grouped_linear_by_phases: argument 'group_size' must be 64 or 32, "
+                         f"got {group_size!r}")
+    k, n = x.shape[-1], weight.shape[0]
+    phases = SCALE_BLOCK // group_size
+    blocks = scale_blocks(k)
+    w8 = _UNPACK_INT4(weight, None, None)
+    # [N, blocks, S]: the scale of phase p in K block b, 1.0 past the last group.
+    table = torch.nn.functional.pad(weight_scale, (0, blocks * phases - weight_scale.shape[1]), value=1.0)
+    table = table.view(n, blocks, phases)
+    phase_of = torch.arange(k, device=weight.device) // group_size % phases
+    xf = x.float()
+    out = None
+    for p in range(phases):
+        y = _QUANT_LINEAR(xf, w8.masked_fill(phase_of != p, 0), table[:, :, p].contiguous(), None, activation,
+                          **options)
+        out = y if out is None else out + y
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(x.dtype)

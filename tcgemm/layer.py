@@ -28,7 +28,8 @@ from ._ops import unpack_int4
 from ._scales import SCALE_BLOCK, expand_weight_scale
 from .calibration import asymmetric_scale, smooth_factors
 from .gptq import GPTQ, HessianLike, hessian_tensor
-from .int4 import check_group_scale, check_packed, check_zero_point
+from .int4 import (GROUPED_KERNEL_ROWS, check_group_scale, check_int4_state, check_weight_scale, check_zero_point,
+                   float_group_size, grouped_linear_by_phases)
 from .rotation import rotate_blocks, rotate_hessian
 from .scheme import ActivationGranularity, QuantScheme, SchemeLike, WeightGranularity, resolve_scheme
 from .weights import quantize_weight
@@ -76,7 +77,9 @@ class QuantLinear(nn.Module):
         ``weight``: int8 [out_features, in_features]; with 4-bit weights uint8
         [out_features, in_features / 2], two values a byte (:func:`tcgemm.pack_int4`).
         ``weight_scale``: fp32 [out_features] (``weight="channel"``),
-        [out_features, ceil(in/128)] (``weight="group"``, 1x128 groups of each output channel) or
+        [out_features, ceil(in/128)] (``weight="group"``, 1x128 groups of each output channel;
+        4-bit weights in groups of 64 or 32, ``"w4a8-group64"`` / ``"w4a8-group32"``:
+        [out_features, ceil(in/64)] or [out_features, ceil(in/32)]) or
         [ceil(out/128), ceil(in/128)] (``weight="block"``, 128x128 blocks).
         ``weight_group_scale``: int8 [out_features, ceil(in/128)] with values in [1, 16], the
         integer group scales of 4-bit weights with two-level scales (:data:`tcgemm.W4A8`:
@@ -105,7 +108,9 @@ class QuantLinear(nn.Module):
 
     With 4-bit weights (``scheme=tcgemm.W4A8`` or ``tcgemm.W4A8_GROUP``; ``in_features`` even)
     the activations are int8 as above; two-level weights run the int8 GEMM of per-channel W8A8
-    on ``q * weight_group_scale``, float group scales that of 1x128 weight groups.
+    on ``q * weight_group_scale``, float group scales that of 1x128 weight groups. Groups of 64 or
+    32 run on the op's few-rows kernel, and above ``tcgemm.int4.GROUPED_KERNEL_ROWS`` rows on a GPU
+    by phases of GEMMs with groups of 128 (:func:`tcgemm.int4.grouped_linear_by_phases`).
 
     The plain constructor makes zero weights of the right shapes, for ``load_state_dict``
     (which checks the packed weight's dtype and the group scales' values);
@@ -156,6 +161,8 @@ class QuantLinear(nn.Module):
         self.scheme: QuantScheme = resolve_scheme("QuantLinear", scheme, weight, activation, asymmetric)
         self._op_activation = self.scheme.activation  # forward's argument, read once
         self._rotate = self.scheme.rotate
+        # Float group scales per 64 or 32 inputs: forward's group size at many rows (0: none).
+        self._phase_group = 0 if self.scheme.weights.group_size == SCALE_BLOCK else self.scheme.weights.group_size
         if self._rotate and self.in_features % SCALE_BLOCK:
             raise ValueError(f"QuantLinear: rotate=True needs in_features a multiple of {SCALE_BLOCK} (one Hadamard "
                              f"block each), got {self.in_features}")
@@ -208,6 +215,8 @@ class QuantLinear(nn.Module):
                 self.__dict__.get("_buffers", {}).get(name) is not None:
             check = check_group_scale if name == "weight_group_scale" else check_zero_point
             check("QuantLinear", value, self.out_features, self.in_features, what=f"argument '{name}'")
+        elif name == "weight_scale" and isinstance(value, torch.Tensor) and float_group_size(self):
+            check_weight_scale("QuantLinear", value, self.out_features, self.in_features, float_group_size(self))
         super().__setattr__(name, value)
 
     @property
@@ -380,7 +389,7 @@ class QuantLinear(nn.Module):
         elif scheme.static:
             module.input_scale.copy_(torch.where(amax.max() > 0, amax.max() / 127.0, 1.0))
         q, scale, *tables = quantize_weight(w, scheme.weight, bits=scheme.bits, hessian=hessian, gptq=gptq,
-                                           symmetric=scheme.weights.symmetric)
+                                           symmetric=scheme.weights.symmetric, group_size=scheme.weights.group_size)
         module.weight.copy_(q)
         module.weight_scale.copy_(scale)
         for name, table in zip(("weight_group_scale", "weight_zero_point"), tables):
@@ -405,13 +414,18 @@ class QuantLinear(nn.Module):
     def _op_weight(self, dtype: torch.dtype) -> torch.Tensor:
         """The weight the input of tcgemm.quant_linear meets (rotated, where the layer rotates)."""
         w = self.int_weight().float() * expand_weight_scale(
-            self.weight_scale, self.out_features, self.in_features, self.weight_granularity)
+            self.weight_scale, self.out_features, self.in_features, self.weight_granularity,
+            self.scheme.weights.group_size)
         if self.smooth is not None:
             w = w * self.smooth  # the layer multiplies its input by smooth: this is the weight x meets
         return w.to(dtype)
 
     def _forward_2d(self, x2d: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
         try:
+            if self._phase_group and x2d.shape[0] > GROUPED_KERNEL_ROWS and x2d.is_cuda:
+                return grouped_linear_by_phases(x2d, self.weight, self.weight_scale, self._phase_group, bias,
+                                                self._op_activation, input_scale=self.input_scale,
+                                                smooth=self.smooth, rotate=self._rotate)
             return _QUANT_LINEAR(
                 x2d, self.weight, self.weight_scale, bias, activation=self._op_activation,
                 input_scale=self.input_scale, smooth=self.smooth, asymmetric=self.asymmetric,
@@ -465,6 +479,10 @@ class QuantLinear(nn.Module):
         # the dispatcher parses is host time, a keyword about 0.5 us more than a position.
         op, activation = _QUANT_LINEAR, self._op_activation
         try:
+            # Float group scales per 64 or 32 inputs at many rows on a GPU: by phases (tcgemm.int4).
+            if self._phase_group and x.numel() > GROUPED_KERNEL_ROWS * self.in_features and x.is_cuda:
+                return grouped_linear_by_phases(x, weight, weight_scale, self._phase_group, bias, activation,
+                                                input_scale=input_scale, smooth=smooth, rotate=self._rotate)
             if zero_point is not None:  # asymmetric 4-bit weights (per-group scales: symmetric activations)
                 return op(x, weight, weight_scale, bias, activation, input_scale=input_scale, smooth=smooth,
                           rotate=self._rotate, weight_zero_point=zero_point)
@@ -505,6 +523,7 @@ class QuantLinear(nn.Module):
         state.setdefault("_rotate", state["scheme"].rotate)
         state.setdefault("tensor_parallel", None)
         state.setdefault("_add_bias", True)
+        state.setdefault("_phase_group", 0)
         state.get("_buffers", {}).pop("hadamard", None)  # rotated layers once kept the matrix as a buffer
         super().__setstate__(state)
         for name in ("input_zero_point", "weight_colsum", "weight_group_scale", "weight_zero_point"):
@@ -532,6 +551,7 @@ class QuantLinear(nn.Module):
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
             f"weight={self.weight_granularity!r}" + (f", bits={self.bits}" if self.bits != 8 else "")
+            + (f", group_size={self._phase_group}" if self._phase_group else "")
             + (", weight_zero_point=True" if self._buffers.get("weight_zero_point") is not None else "")
             + f", activation={self.activation_granularity!r}"
             + (", smooth=True" if self.smooth is not None else "")
@@ -546,18 +566,8 @@ def _refresh_colsum_after_load(module: QuantLinear, incompatible_keys) -> None:
     module.refresh_weight_colsum()  # a module-level function: modules with it still pickle
 
 
-def _check_int4_state(module: QuantLinear, state_dict, prefix, *args) -> None:
-    """Before a 4-bit layer loads a state dict: the packed weight is uint8 [N, K/2] and the group
-    scales int8 [N, ceil(K/128)] in [1, 16] (load_state_dict would cast other dtypes silently)."""
-    where = "QuantLinear.load_state_dict"
-    n, k = module.out_features, module.in_features
-    weight = state_dict.get(prefix + "weight")
-    if weight is not None:
-        check_packed(where, weight, n, k, what=f"'{prefix}weight'")
-    for name, check in (("weight_group_scale", check_group_scale), ("weight_zero_point", check_zero_point)):
-        table = state_dict.get(prefix + name)
-        if table is not None and module._buffers.get(name) is not None:
-            check(where, table, n, k, what=f"'{prefix}{name}'")
+# The load_state_dict pre-hook of 4-bit layers, by the name layers pickled whole refer to.
+_check_int4_state = check_int4_state
 
 
 class _QuantLinearFunction(torch.autograd.Function):

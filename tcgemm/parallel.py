@@ -31,8 +31,8 @@ A style applied to a :class:`~tcgemm.QuantLinear` shards it in place; applied to
 
 Shards are even and aligned: N and K must divide by the world size, and every shard must hold
 whole scale blocks of 128 where the layer has them (row-wise: per-group or per-block weights,
-4-bit weights, per-block activations, a rotation; column-wise: per-block weights). Otherwise a
-``ValueError`` names the layer and the sizes.
+4-bit weights, whose groups of 64 or 32 then lie whole in a shard too, per-block activations, a
+rotation; column-wise: per-block weights). Otherwise a ``ValueError`` names the layer and the sizes.
 
 **State dict**: a sharded layer's ``state_dict`` holds plain tensors, its own shards (a rank
 saves and loads its part). Loading a full, unsharded state dict into a sharded layer shards it
@@ -157,9 +157,11 @@ def _slices(info: TensorParallelShard) -> dict[str, Any]:
                                            if t.dim() == 2 and t.shape[0] != n else t.narrow(0, r * nl, nl))}
     kl = k // w
     kb = -(-kl // SCALE_BLOCK)
+    # 2-D weight scales are per K block of 128 or (4-bit) per group of 64 or 32: a row-wise shard
+    # holds whole blocks of 128 (check_shardable), so its share of the table's columns is 1 / w.
     return {"weight": lambda t: t.narrow(1, r * (t.shape[1] * kl // k), t.shape[1] * kl // k),
             "weight_group_scale": cols(kb), "weight_zero_point": cols(kb), "smooth": lambda t: t.narrow(0, r * kl, kl),
-            "weight_scale": lambda t: t.narrow(1, r * kb, kb) if t.dim() == 2 else t}
+            "weight_scale": lambda t: t.narrow(1, r * (t.shape[1] // w), t.shape[1] // w) if t.dim() == 2 else t}
 
 
 def _full_shapes(layer) -> dict[str, tuple[int, ...]]:

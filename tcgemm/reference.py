@@ -8,7 +8,8 @@ from typing import Optional
 import torch
 
 from ._scales import (
-    SCALE_BLOCK, decode_scale_a, decode_scale_b, expand_scale, k_blocks, per_element, quantize_scale_shape,
+    SCALE_BLOCK, decode_scale_a, decode_scale_b, expand_scale, groups_of, per_element, quantize_scale_shape,
+    weight_group_size,
 )
 from .rotation import rotate_blocks
 from .scheme import ACTIVATION_GRANULARITIES
@@ -63,15 +64,19 @@ def scaled_gemm_reference(
     """The scaled GEMM in float64 on the CPU: exact int64 partial sums per 128-wide K block,
     times float64 scales, summed, plus bias; then cast to ``out_dtype`` (or returned unrounded
     with ``return_float64=True``). With ``zero_point_a`` (int32, one element or [M, 1]) the
-    sums are those of ``a - zero_point_a``, exact in int64.
+    sums are those of ``a - zero_point_a``, exact in int64. A ``scale_b`` of fp32 scales per
+    group of 64 or 32 inputs of each output channel, [N, ceil(K/64)] or [N, ceil(K/32)] (what
+    ``tcgemm.quant_linear`` takes with 4-bit weights, told apart by width), gives exact int64
+    sums per group, each times its group's scale and its K block's ``scale_a``.
 
     Args:
         a: int8 [M, K].
         b: int8 [K, N].
         scale_a: fp32 in a layout of :func:`tcgemm.scaled_gemm` (per tensor, per token or per
             1x128 block); another shape raises ValueError.
-        scale_b: fp32 in a layout of :func:`tcgemm.scaled_gemm` (per tensor, per channel or per
-            128x128 block); another shape raises ValueError.
+        scale_b: fp32 in a layout of :func:`tcgemm.scaled_gemm` (per tensor, per channel, per
+            128x128 block or per channel and 1x128 block), or per channel and group of 64 or 32
+            inputs; another shape raises ValueError.
         bias: optional [N], any float dtype (added in float64).
         out_dtype: the dtype of the result.
         return_float64: return the float64 sums unrounded instead.
@@ -83,17 +88,23 @@ def scaled_gemm_reference(
     m, k = a.shape
     n = b.shape[1]
     sa = _scale_table(scale_a, decode_scale_a(scale_a.shape, m, k), m, k)
-    sb = _scale_table(scale_b, decode_scale_b(scale_b.shape, n, k), n, k)
+    layout_b = decode_scale_b(scale_b.shape, n, k)
+    group = SCALE_BLOCK  # the K extent of one partial sum: a block, or a group of the weight's scales
+    if layout_b is None and scale_b.dim() == 2 and scale_b.shape[0] == n:
+        group = weight_group_size(scale_b.shape[1], k) or SCALE_BLOCK
+    if group != SCALE_BLOCK:  # [N, ceil(K/group)]: one scale per channel and group
+        sb = scale_b.detach().cpu().double()
+    else:
+        sb = _scale_table(scale_b, layout_b, n, k)
     a64, b64 = a.cpu().long(), b.cpu().long()
     if zero_point_a is not None:
         a64 = a64 - zero_point_a.detach().cpu().long().reshape(-1, 1)
     out = torch.zeros(m, n, dtype=torch.float64)
-    for blk in range(k_blocks(k)):
-        lo, hi = blk * SCALE_BLOCK, min(k, (blk + 1) * SCALE_BLOCK)
-        if lo >= hi:
-            break
+    for g in range(groups_of(k, group)):
+        lo, hi = g * group, min(k, (g + 1) * group)
+        blk = lo // SCALE_BLOCK  # the K block of a's scales (a group lies within one)
         partial = (a64[:, lo:hi] @ b64[lo:hi, :]).double()
-        out += partial * sa[:, blk : blk + 1] * sb[:, blk].reshape(1, n)
+        out += partial * sa[:, blk : blk + 1] * sb[:, g].reshape(1, n)
     if bias is not None:
         out += bias.detach().cpu().double().reshape(1, n)
     return out if return_float64 else out.to(out_dtype)
@@ -288,8 +299,16 @@ def int4_weight_reference(packed: torch.Tensor, weight_scale: torch.Tensor,
                           group_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The float64 [N, K] weight a packed 4-bit weight stands for, on the CPU: two-level
     (``weight_scale`` [N], ``group_scale`` int8 [N, ceil(K/128)]) ``q * group_scale * weight_scale``;
-    float groups (``weight_scale`` [N, ceil(K/128)]) ``q * weight_scale[n, k // 128]``."""
+    float groups (``weight_scale`` [N, ceil(K/gs)], gs 128, 64 or 32, told apart by width)
+    ``q * weight_scale[n, k // gs]``; ValueError for another width."""
     q = unpack_int4_reference(packed, group_scale).cpu().double()
     n, k = q.shape
     s = weight_scale.detach().cpu().double()
-    return q * (s.reshape(n, 1) if group_scale is not None else per_element(s.reshape(n, -1), k))
+    if group_scale is not None:
+        return q * s.reshape(n, 1)
+    s = s.reshape(n, -1)
+    size = weight_group_size(s.shape[1], k)
+    if size is None:
+        raise ValueError(f"int4_weight_reference: weight_scale must be [N, ceil(K/gs)] for gs 128, 64 or 32, got "
+                         f"{list(weight_scale.shape)} for K = {k}")
+    return q * per_element(s, k, size)

@@ -29,7 +29,9 @@ granularity         weights                     activations
 4-bit weights (``WeightArgs(granularity, bits=4)``, packed two to a byte: :mod:`tcgemm.int4`) have
 ``"channel"`` scales in two levels, fp32 ``[N]`` per channel times int8 ``[N, ceil(K/128)]`` per
 1x128 group with values in [1, 16] (the GEMM runs on the int8 weight ``q * group_scale``), or
-``"group"`` fp32 ``[N, ceil(K/128)]`` scales; 128x128 blocks and per-tensor scales are 8-bit only.
+``"group"`` fp32 ``[N, ceil(K/128)]`` scales (symmetric ones also per group of 64 or 32,
+``WeightArgs("group", bits=4, group_size=32)``: ``[N, ceil(K/32)]``, as many GPTQ checkpoints hold
+them); 128x128 blocks and per-tensor scales are 8-bit only.
 """
 
 from __future__ import annotations
@@ -38,10 +40,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Optional, Union
 
-from ._scales import SCALE_BLOCK, quantize_scale_shape, weight_scale_shape
+from ._scales import INT4_GROUP_SIZES, SCALE_BLOCK, quantize_scale_shape, weight_scale_shape
 
 __all__ = [
-    "ActivationArgs", "QuantScheme", "WeightArgs", "W4A8", "W4A8_GROUP", "W8A8_ASYMMETRIC", "W8A8_BLOCK",
+    "ActivationArgs", "QuantScheme", "WeightArgs", "W4A8", "W4A8_GROUP", "W4A8_GROUP32", "W4A8_GROUP64",
+    "W4A8_GROUP_ASYMMETRIC", "W8A8_ASYMMETRIC", "W8A8_BLOCK",
     "W8A8_CHANNEL_GROUP", "W8A8_DYNAMIC", "W8A8_GROUP", "W8A8_STATIC", "W8A8_STATIC_ASYMMETRIC", "PRESETS",
     "as_scheme", "resolve_scheme",
 ]
@@ -56,6 +59,15 @@ INT4_GRANULARITIES = ("channel", "group")
 # The granularity of tcgemm.quantize that gives a weight's scales, its rows taken as tokens (the
 # granularities without one, 128x128 blocks, take their amax over 2-D blocks: nn.quantize_weight).
 WEIGHT_QUANTIZED_AS = {"channel": "token", "group": "group"}
+# The group sizes (input features per fp32 scale) of symmetric 4-bit "group" weights; every other
+# weight format groups by SCALE_BLOCK.
+GROUP_SIZES = tuple(sorted(INT4_GROUP_SIZES))
+
+
+def _sizes(sizes) -> str:
+    """``(32, 64, 128)`` as "32, 64 or 128"."""
+    words = [str(s) for s in sizes]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
 class SchemeError(ValueError):
@@ -99,6 +111,16 @@ def _block_fields_match(args: Any, granularity: str) -> bool:
     return True
 
 
+def _check_group_size(group_size: Any, granularity: str, bits: int, symmetric: bool) -> None:
+    """SchemeError unless ``group_size`` (not 128) is one symmetric 4-bit "group" weights have."""
+    if isinstance(group_size, bool) or group_size not in GROUP_SIZES:
+        raise SchemeError(f"weight group_size must be one of {_sizes(GROUP_SIZES)}, got {group_size!r}")
+    if bits != 4 or granularity != "group" or not symmetric:
+        raise SchemeError(f"weight group_size {group_size} needs symmetric 4-bit weights with granularity 'group' "
+                          f"(fp32 group scales); {'asymmetric ' if not symmetric else ''}{bits}-bit "
+                          f"'{granularity}' weights have group_size {SCALE_BLOCK}")
+
+
 def _check_int4_granularity(granularity: str) -> None:
     if granularity not in INT4_GRANULARITIES:
         raise SchemeError(f"4-bit weights need granularity 'channel' (two-level scales) or 'group' (float group "
@@ -115,22 +137,28 @@ class WeightArgs:
     times an int8 group scale in [1, 16] per 1x128 group (:attr:`two_level`), or ``"group"``:
     fp32 per 1x128 group, symmetric or asymmetric (``symmetric=False``: an int8 zero point in
     [-8, 7] per 1x128 group as well, ``w ~ scale * (q - zero_point)``, as AWQ and llm-compressor's
-    asymmetric schemes store them).
+    asymmetric schemes store them). Symmetric 4-bit ``"group"`` weights may have smaller groups,
+    ``group_size=64`` or ``32`` (fp32 scales [N, ceil(K/group_size)], ``w = scale[n, k //
+    group_size] * q``: what many GPTQ checkpoints hold).
 
     Args:
         granularity: "channel", "group" or "block"; or "tensor" (one scale for the whole weight:
             checkpoints only, a layer holds it per channel, :meth:`layer_weights`).
         bits: 8, or 4 (``"channel"`` or ``"group"`` only).
         symmetric: False for zero points: 4-bit ``"group"`` weights only.
+        group_size: the input features per group scale: 128 (the default), or 64 or 32 for
+            symmetric 4-bit ``"group"`` weights only. Shown by ``repr`` only when not 128.
 
     Raises:
         ValueError: (``SchemeError``) any other granularity or bits, 4-bit ``"block"`` or
-            ``"tensor"``, or ``symmetric=False`` other than with 4-bit ``"group"``.
+            ``"tensor"``, ``symmetric=False`` other than with 4-bit ``"group"``, or a
+            ``group_size`` other than 128 except 64 or 32 with symmetric 4-bit ``"group"``.
     """
 
     granularity: Literal["channel", "group", "block", "tensor"] = "channel"
     bits: int = 8
     symmetric: bool = True
+    group_size: int = SCALE_BLOCK
 
     def __post_init__(self) -> None:
         if self.granularity != "tensor":
@@ -142,6 +170,13 @@ class WeightArgs:
         if not self.symmetric and (self.bits != 4 or self.granularity != "group"):
             raise SchemeError(f"weights are asymmetric {self.bits}-bit per {self.granularity}; weight zero points "
                               f"are read with 4-bit weights per group of {SCALE_BLOCK}")
+        if self.group_size != SCALE_BLOCK:
+            _check_group_size(self.group_size, self.granularity, self.bits, self.symmetric)
+
+    def __repr__(self) -> str:
+        size = f", group_size={self.group_size!r}" if self.group_size != SCALE_BLOCK else ""
+        return (f"WeightArgs(granularity={self.granularity!r}, bits={self.bits!r}, symmetric={self.symmetric!r}"
+                f"{size})")
 
     @property
     def per_block(self) -> bool:
@@ -155,8 +190,9 @@ class WeightArgs:
         return self.bits == 4 and self.granularity == "channel"
 
     def scale_shape(self, n: int, k: int) -> tuple[int, ...]:
-        """Shape of the fp32 scales of a weight [N, K] (``n`` rows, ``k`` columns)."""
-        return weight_scale_shape(n, k, self.granularity)
+        """Shape of the fp32 scales of a weight [N, K] (``n`` rows, ``k`` columns); ``"group"``:
+        [N, ceil(K/group_size)]."""
+        return weight_scale_shape(n, k, self.granularity, self.group_size)
 
     def zero_point_shape(self, n: int, k: int) -> Optional[tuple[int, ...]]:
         """Shape of the int8 zero points of a weight [N, K] (``n`` rows, ``k`` columns): [N,
@@ -178,15 +214,19 @@ class WeightArgs:
         4-bit weights are saved as float group scales (``strategy="group"``, ``group_size=128``:
         the format has no integer group scales), so they read back as ``WeightArgs("group", bits=4)``."""
         granularity = "group" if self.two_level else self.granularity
+        fields = _block_fields(granularity)
+        if granularity == "group":
+            fields["group_size"] = self.group_size
         return dict(num_bits=self.bits, type="int", symmetric=self.symmetric, dynamic=False,
-                    strategy=granularity, **_block_fields(granularity))
+                    strategy=granularity, **fields)
 
     @classmethod
     def from_compressed_tensors(cls, args: Any) -> "WeightArgs":
         """The weights of a compressed-tensors ``QuantizationArgs`` (or its dict) ``args``;
         SchemeError (a ValueError) naming the setting tcgemm does not run: not 8- or 4-bit int,
-        asymmetric, dynamic, 4-bit other than groups of 128, or a strategy other than channel,
-        tensor, group of 128 or 128x128 block."""
+        asymmetric other than 4-bit groups of 128, dynamic, 4-bit other than groups of 32, 64 or
+        128 (symmetric) or 128 (asymmetric), or a strategy other than channel, tensor, group of 128
+        or 128x128 block."""
         bits, kind = _field(args, "num_bits"), _field(args, "type")
         if bits not in WEIGHT_BITS or kind != "int":
             raise SchemeError(f"weights are {bits}-bit {kind}, not {'/'.join(map(str, WEIGHT_BITS))}-bit int")
@@ -197,9 +237,14 @@ class WeightArgs:
         if _field(args, "dynamic"):
             raise SchemeError("weights have dynamic scales")
         granularity = _field(args, "strategy")
-        if bits == 4 and (granularity != "group" or not _block_fields_match(args, granularity)):
-            raise SchemeError(f"weights are 4-bit int with strategy '{granularity}' (group_size "
-                              f"{_field(args, 'group_size')}); 4-bit weights are read as groups of {SCALE_BLOCK}")
+        if bits == 4:
+            group_size = _field(args, "group_size")
+            sizes = GROUP_SIZES if symmetric else (SCALE_BLOCK,)
+            if granularity != "group" or group_size not in sizes:
+                raise SchemeError(f"weights are {'' if symmetric else 'asymmetric '}4-bit int with strategy "
+                                  f"'{granularity}' (group_size {group_size}); 4-bit weights are read as groups of "
+                                  f"{_sizes(GROUP_SIZES)} (symmetric) or {SCALE_BLOCK} (asymmetric)")
+            return cls("group", bits=bits, symmetric=symmetric, group_size=group_size)
         if granularity not in WEIGHT_GRANULARITIES + ("tensor",) or not _block_fields_match(args, granularity):
             raise SchemeError(f"weight strategy '{granularity}' (group_size {_field(args, 'group_size')}, block_structure "
                        f"{_field(args, 'block_structure')}) is not channel, tensor, group of {SCALE_BLOCK} or "
@@ -286,7 +331,8 @@ class QuantScheme:
     Presets: :data:`W8A8_DYNAMIC` (the default), :data:`W8A8_STATIC`, :data:`W8A8_GROUP`,
     :data:`W8A8_CHANNEL_GROUP`, :data:`W8A8_BLOCK`, :data:`W8A8_ASYMMETRIC`, :data:`W8A8_STATIC_ASYMMETRIC`,
     :data:`W4A8` (4-bit weights, two-level scales), :data:`W4A8_GROUP` (4-bit weights, float group
-    scales); ``PRESETS`` by name.
+    scales per 128 inputs; :data:`W4A8_GROUP64`, :data:`W4A8_GROUP32` per 64 or 32 inputs),
+    :data:`W4A8_GROUP_ASYMMETRIC` (the same with zero points); ``PRESETS`` by name.
 
     Args:
         weights: the :class:`WeightArgs` (default: int8, one scale per channel).
@@ -416,6 +462,7 @@ class QuantScheme:
 
     def __str__(self) -> str:
         text = f"weight={self.weight}" + (f", bits={self.bits}" if self.bits != 8 else "")
+        text += f", group_size={self.weights.group_size}" if self.weights.group_size != SCALE_BLOCK else ""
         text += "" if self.weights.symmetric else ", weight zero points"
         text += f", activation={self.activation}"
         return (text + (", asymmetric" if self.asymmetric else "") + (f", smooth={self.smooth}" if self.smooth else "")
@@ -437,6 +484,9 @@ W4A8 = QuantScheme(WeightArgs("channel", bits=4))
 W4A8_GROUP = QuantScheme(WeightArgs("group", bits=4))
 # The same with a zero point per group (asymmetric weights: AWQ, llm-compressor's W4A16_ASYM).
 W4A8_GROUP_ASYMMETRIC = QuantScheme(WeightArgs("group", bits=4, symmetric=False))
+# 4-bit weights with fp32 scales per 1x32 / 1x64 group (GPTQ checkpoints with group_size 32 or 64).
+W4A8_GROUP32 = QuantScheme(WeightArgs("group", bits=4, group_size=32))
+W4A8_GROUP64 = QuantScheme(WeightArgs("group", bits=4, group_size=64))
 
 PRESETS: dict[str, QuantScheme] = {
     "w8a8": W8A8_DYNAMIC,
@@ -449,6 +499,8 @@ PRESETS: dict[str, QuantScheme] = {
     "w4a8": W4A8,
     "w4a8-group": W4A8_GROUP,
     "w4a8-group-asymmetric": W4A8_GROUP_ASYMMETRIC,
+    "w4a8-group32": W4A8_GROUP32,
+    "w4a8-group64": W4A8_GROUP64,
 }
 
 # What every scheme= argument takes: a scheme, or the name of a preset.

@@ -3,6 +3,7 @@ rounding to nearest or by GPTQ (:mod:`tcgemm.gptq`).
 
     q, scale = tcgemm.weights.quantize_weight(linear.weight, "channel")                  # int8, fp32 [N]
     packed, scale, group_scale = tcgemm.weights.quantize_weight(linear.weight, bits=4)   # W4A8
+    packed, scale, _ = tcgemm.weights.quantize_weight(linear.weight, "group", bits=4, group_size=32)
 """
 
 from __future__ import annotations
@@ -17,29 +18,40 @@ from ._scales import SCALE_BLOCK, WEIGHT_LAYOUTS, expand_scale, expand_weight_sc
 from ._scales import weight_scale_shape as _weight_scale_shape
 from .gptq import GPTQ, HessianLike, gptq_integers, hessian_tensor
 from .int4 import INT4_GRIDS, INT4_MAX, INT4_MIN, int4_grid, pack_int4, quantize_int4, quantize_int4_asymmetric
-from .scheme import WEIGHT_BITS, WEIGHT_QUANTIZED_AS, SchemeError, WeightArgs, check_weight_granularity
+from .scheme import GROUP_SIZES, WEIGHT_BITS, WEIGHT_QUANTIZED_AS, SchemeError, WeightArgs, check_weight_granularity
 
 __all__ = ["quantize_weight", "weight_scale_shape"]
 
 _INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
-def weight_scale_shape(out_features: int, in_features: int, granularity: str) -> tuple[int, ...]:
-    """Shape of the fp32 weight scales: [N] per channel, [N, ceil(K/128)] per 1x128 group of each
-    output channel, [ceil(N/128), ceil(K/128)] per 128x128 block.
+def weight_scale_shape(out_features: int, in_features: int, granularity: str,
+                       group_size: int = SCALE_BLOCK) -> tuple[int, ...]:
+    """Shape of the fp32 weight scales: [N] per channel, [N, ceil(K/group_size)] per group of
+    each output channel (1x128; 4-bit weights also 1x64 or 1x32), [ceil(N/128), ceil(K/128)] per
+    128x128 block.
 
     Args:
         out_features: N, the weight's rows.
         in_features: K, the weight's columns.
         granularity: "channel", "group" or "block" (ValueError for anything else).
+        group_size: "group": the inputs per scale, 128, 64 or 32 (ValueError otherwise; 128 for
+            the other granularities).
 
     Example:
         >>> weight_scale_shape(4096, 14336, "block")
         (32, 112)
         >>> weight_scale_shape(4096, 14336, "group")
         (4096, 112)
+        >>> weight_scale_shape(4096, 14336, "group", group_size=32)
+        (4096, 448)
     """
-    return _weight_scale_shape(out_features, in_features, check_weight_granularity(granularity))
+    check_weight_granularity(granularity)
+    if group_size != SCALE_BLOCK and (granularity != "group" or group_size not in GROUP_SIZES):
+        raise ValueError(f"tcgemm.weights.weight_scale_shape: group_size must be one of "
+                         f"{', '.join(map(str, GROUP_SIZES))} with granularity 'group' (128 otherwise), got "
+                         f"{group_size!r} with granularity {granularity!r}")
+    return _weight_scale_shape(out_features, in_features, granularity, group_size)
 
 
 
@@ -52,6 +64,7 @@ def quantize_weight(
     gptq: Optional[GPTQ] = None,
     grid: Optional[str] = None,
     symmetric: bool = True,
+    group_size: int = SCALE_BLOCK,
 ) -> tuple[torch.Tensor, ...]:
     """Symmetric quantization of an ``nn.Linear`` weight [N, K] to int8 or packed 4-bit, computed
     in fp32 on ``w``'s device.
@@ -67,8 +80,9 @@ def quantize_weight(
     4 bits (``bits=4``, K even; :mod:`tcgemm.int4`): ``granularity="channel"``: two-level scales,
     a channel scale ``c`` fp32 [N] and group scales ``s_g`` in [1, 16] int8 [N, ceil(K/128)] per
     1x128 group g; ``q = clamp(round_half_even(w / (c * s_g)), -8, 7)``. ``granularity="group"``:
-    ``scale`` fp32 [N, ceil(K/128)]; ``q = clamp(round_half_even(w / scale), -8, 7)``. The scales
-    are those of :func:`tcgemm.int4.int4_grid` with ``grid``:
+    ``scale`` fp32 [N, ceil(K/group_size)], one per 1 x ``group_size`` group (128, 64 or 32);
+    ``q = clamp(round_half_even(w / scale), -8, 7)``. The scales are those of
+    :func:`tcgemm.int4.int4_grid` with ``grid``, per group of ``group_size``:
 
     - ``"mse"`` (the default): the scales of the least squared error of the rounded weight,
       searched per group (float groups: ``amax_g / 7`` times a clipping ratio in [0.5, 1]) and per
@@ -95,11 +109,14 @@ def quantize_weight(
         gptq: the GPTQ settings; needs ``hessian``.
         grid: 4 bits only: how the scales are chosen, ``"mse"`` (None: the default) or ``"amax"``.
         symmetric: False for asymmetric 4-bit ``"group"`` weights (no ``gptq``, no ``grid``).
+        group_size: the input features per scale of 4-bit ``"group"`` weights: 128 (the default),
+            64 or 32 (symmetric only); 128 for every other format.
 
     Returns:
         8 bits: ``(q, scale)``, int8 [N, K] (contiguous) and the fp32 scales. 4 bits:
         ``(packed, scale, group_scale)``, uint8 [N, K/2] (:func:`tcgemm.pack_int4`), the fp32
-        scales and the int8 group scales (``"channel"``) or None (``"group"``); asymmetric:
+        scales ([N, ceil(K/group_size)] for ``"group"``) and the int8 group scales
+        (``"channel"``) or None (``"group"``); asymmetric:
         ``(packed, scale, None, zero_point)``, the zero points int8 [N, ceil(K/128)]. On ``w``'s
         device.
 
@@ -107,7 +124,9 @@ def quantize_weight(
         ValueError: an unknown ``granularity``, ``bits`` not 8 or 4, ``"block"`` with 4 bits, a
             ``w`` that is not 2-D, an odd K with 4 bits, ``gptq`` without ``hessian`` or the
             reverse, a ``grid`` other than None with 8 bits or not ``"mse"`` / ``"amax"``, a
-            ``hessian`` not [K, K], or (GPTQ) a weight or Hessian holding NaN or inf.
+            ``hessian`` not [K, K], (GPTQ) a weight or Hessian holding NaN or inf, or a
+            ``group_size`` other than 128 except 64 or 32 with symmetric 4-bit ``"group"``
+            weights (the message names the setting).
         TypeError: a ``w`` that is not floating point, a ``gptq`` that is not a :class:`GPTQ`,
             or a ``hessian`` that is neither a float tensor nor a ``(sum, rows)`` pair.
 
@@ -122,7 +141,7 @@ def quantize_weight(
     if bits not in WEIGHT_BITS:
         raise ValueError(f"{where}: argument 'bits' must be one of {', '.join(map(str, WEIGHT_BITS))}, got {bits!r}")
     try:
-        args = WeightArgs(granularity, bits=bits, symmetric=symmetric)
+        args = WeightArgs(granularity, bits=bits, symmetric=symmetric, group_size=group_size)
     except SchemeError as e:
         raise ValueError(f"{where}: {e.what}") from None
     if w.dim() != 2:
@@ -151,11 +170,11 @@ def quantize_weight(
         return packed, scale, None, zero_point
     if gptq is None:
         if bits == 4:
-            return quantize_int4(w, args.two_level, grid)
+            return quantize_int4(w, args.two_level, grid, group_size=group_size)
         return _quantize_int8(w, granularity)
     hessian = hessian_tensor(where, hessian, k)
-    if bits == 4:
-        scale, group_scale, step = int4_grid(w, args.two_level, grid)
+    if bits == 4:  # GPTQ chooses the integers on round-to-nearest's scales, whatever their groups
+        scale, group_scale, step = int4_grid(w, args.two_level, grid, group_size=group_size)
         return pack_int4(gptq_integers(where, w, hessian, step, INT4_MIN, INT4_MAX, gptq)), scale, group_scale
     _, scale = _quantize_int8(w, granularity)
     step = expand_weight_scale(scale, n, k, granularity)

@@ -286,6 +286,9 @@ _QUANT_LINEAR_BAD = [
     ("weight_zero_point_dtype", _packed_layer(weight_zero_point=lambda dev: _ones(8, 2, device=dev))),
     ("weight_zero_point_device", _packed_layer(weight_zero_point=lambda dev: _ones(8, 2, dtype=I8))),
     ("weight_zero_point_shape", _packed_layer(weight_zero_point=lambda dev: _ones(8, 3, dtype=I8, device=dev))),
+    # fp32 scales per 32 inputs ([N, ceil(K/32)] = [8, 8]) with zero points, which are per 128 inputs
+    ("weight_zero_point_groups", _packed_layer(weight_scale=lambda dev: _ones(8, 8, device=dev),
+                                               weight_zero_point=lambda dev: _ones(8, 2, dtype=I8, device=dev))),
     ("weight_size", lambda x, dev: {"weight": _big_rows(2**30, 256, dev)}),
     ("weight_device", lambda x, dev: {"weight": x["weight"].cpu()}),
     ("k_match", lambda x, dev: {"x": _ones(2, 255, device=dev)}),
@@ -294,6 +297,9 @@ _QUANT_LINEAR_BAD = [
     ("weight_scale_shape", lambda x, dev: {"weight_scale": _ones(1, 8, device=dev)}),  # per-channel is [N]
     ("weight_scale_shape", lambda x, dev: {"weight_scale": _ones(8, 3, device=dev)}),
     ("weight_scale_shape", lambda x, dev: {"weight_scale": _ones(1, 1, 8, device=dev)}),
+    ("weight_scale_shape", lambda x, dev: {"weight_scale": _ones(8, 4, device=dev)}),  # groups of 64: 4-bit only
+    ("weight_scale_shape", _packed_layer(weight_scale=lambda dev: _ones(8, 5, device=dev))),  # names 64 and 32
+    ("weight_scale_shape", _packed_layer(weight_scale=lambda dev: _ones(7, 8, device=dev))),
     ("weight_scale_device", lambda x, dev: {"weight_scale": _ones(8)}),
     ("bias_shape", lambda x, dev: {"bias": _ones(7, device=dev)}),
     ("bias_shape", lambda x, dev: {"bias": _ones(1, 8, device=dev)}),
@@ -506,6 +512,11 @@ GOOD = [
     ("quant_linear", _packed_layer(asymmetric=lambda dev: True)),
     ("quant_linear", _packed_layer(weight_scale=lambda dev: _ones(8, 2, device=dev),
                                    weight_zero_point=lambda dev: torch.full((8, 2), -8, dtype=I8, device=dev))),
+    # fp32 scales per group of 64 and 32 inputs of a 4-bit weight (K = 256), with every activation
+    ("quant_linear", _packed_layer(weight_scale=lambda dev: _ones(8, 4, device=dev))),
+    ("quant_linear", _packed_layer(weight_scale=lambda dev: _ones(8, 8, device=dev), activation=lambda dev: "block")),
+    ("quant_linear", _packed_layer(weight_scale=lambda dev: _ones(8, 8, device=dev), activation=lambda dev: "static",
+                                   input_scale=lambda dev: _ones(device=dev))),
     ("unpack_int4", lambda x, dev: {"group_scale": _ones(8, 2, dtype=I8, device=dev)}),
     ("unpack_int4", lambda x, dev: {"zero_point": torch.full((8, 2), 7, dtype=I8, device=dev)}),
     ("gemm_int4", lambda x, dev: {"group_scale": _ones(8, 2, dtype=I8, device=dev)}),

@@ -660,13 +660,13 @@ def _weights(q, **fields):
 @pytest.mark.parametrize("case", [
     ("qconfig", lambda q: _weights(q, symmetric=False, group_size=64),
      r"weights are asymmetric 4-bit int with strategy 'group' \(group_size 64\)"),
-    ("qconfig", lambda q: _weights(q, group_size=64), r"weights are 4-bit int with strategy 'group' \(group_size 64\)"),
+    ("qconfig", lambda q: _weights(q, group_size=16), r"weights are 4-bit int with strategy 'group' \(group_size 16\)"),
     ("qconfig", lambda q: _weights(q, strategy="channel", group_size=None),
      "weights are 4-bit int with strategy 'channel'"),
     ("qconfig", lambda q: _weights(q, num_bits=2), "weights are 2-bit in format 'pack-quantized'"),
     ("qconfig", lambda q: _weights(q, num_bits=8), "weights are 8-bit in format 'pack-quantized'"),
     ("qconfig", lambda q: _weights(q, actorder="group"), None),
-], ids=["asymmetric-group-64", "group-64", "channel", "2-bit", "8-bit", "g_idx"])
+], ids=["asymmetric-group-64", "group-16", "channel", "2-bit", "8-bit", "g_idx"])
 def test_unsupported_4bit_checkpoints_are_named(tmp_path, case):
     """Refusals name the config group and the setting."""
     make_int4_checkpoint(str(tmp_path))
@@ -676,6 +676,112 @@ def test_unsupported_4bit_checkpoints_are_named(tmp_path, case):
         match = r"'0.weight_g_idx' puts the weight's columns in groups other than k // 128 \(activation ordering"
     _mutate(tmp_path, **{kind: edit})
     with pytest.raises(ValueError, match="tcgemm.compressed: config group 'group_0': " + match):
+        tc.load_compressed(float_model(), str(tmp_path))
+
+
+def make_grouped_4bit_checkpoint(path, group_size, quantization_format=None, ignore=("4",), seed=0):
+    """A symmetric 4-bit weight-only checkpoint written by compressed-tensors with fp32 scales per
+    group of `group_size` (32 or 64: W4A16's weights with a smaller group, as GPTQ checkpoints
+    often have them), scales amax / 7 per group, compressed in the format the library infers
+    (pack-quantized) or in `quantization_format`. Returns the float model and the library's
+    decompressed weights."""
+    model = float_model(seed)
+    weights = QuantizationArgs(num_bits=4, type="int", symmetric=True, strategy="group", group_size=group_size)
+    config = QuantizationConfig(config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=weights)},
+                                ignore=list(ignore))
+    apply_quantization_config(model, config)
+    with torch.no_grad():
+        for m in model.modules():
+            if hasattr(m, "weight_scale"):
+                w = m.weight.float()
+                amax = w.abs().reshape(w.shape[0], -1, group_size).amax(dim=2)  # K of every layer: a multiple
+                m.weight_scale.copy_((amax / 7).to(m.weight_scale.dtype))
+    compressor = ModelCompressor.from_pretrained_model(model, quantization_format=quantization_format)
+    _write_compressed(model, compressor, path)
+    compressor.decompress_model(model)
+    decompressed = {k: v.detach().clone() for k, v in model.state_dict().items() if k.endswith(".weight")}
+    return float_model(seed), decompressed
+
+
+@pytest.mark.parametrize("group_size", [32, 64])
+@pytest.mark.parametrize("quantization_format", [None, "int-quantized"], ids=["pack-quantized", "int-quantized"])
+def test_grouped_4bit_checkpoint_loads_at_4_bits(tmp_path, group_size, quantization_format, device):
+    """Symmetric 4-bit weights with fp32 scales per group of 32 or 64 (compressed-tensors' own
+    compressor, packed or one to an int8) load at 4 bits with their scales as [N, K/group_size]:
+    the presets "w4a8-group32" / "w4a8-group64", weight-only run with dynamic per-token int8
+    activations, the dequantized weights the library's decompressed ones bit for bit."""
+    model, decompressed = make_grouped_4bit_checkpoint(str(tmp_path), group_size, quantization_format)
+    qconfig = json.load(open(tmp_path / "config.json"))["quantization_config"]
+    assert qconfig["format"] == (quantization_format or "pack-quantized")
+    assert qconfig["config_groups"]["group_0"]["weights"]["group_size"] == group_size
+    report = tc.load_compressed(model.to(device), str(tmp_path))
+    assert sorted(report.loaded) == ["0", "2"] and report.unused_keys == []
+    assert report.loaded["0"] == f"weight=group, bits=4, group_size={group_size}, activation=token"
+    for name in ("0", "2"):
+        layer = model.get_submodule(name)
+        assert isinstance(layer, tcgemm.QuantLinear)
+        assert layer.scheme == tcgemm.PRESETS[f"w4a8-group{group_size}"] and layer.weight_group_scale is None
+        n, k = layer.out_features, layer.in_features
+        assert layer.weight.dtype == torch.uint8 and layer.weight.shape == (n, k // 2)
+        assert layer.weight_scale.shape == (n, k // group_size)
+        assert torch.equal(layer.dequantize_weight(torch.float32).cpu(), decompressed[f"{name}.weight"])
+    assert_matches_reference(model, device)
+
+
+@pytest.mark.parametrize("group_size", [32, 64])
+def test_grouped_4bit_layers_save_as_the_library_reads_them(tmp_path, group_size):
+    """Layers of groups of 32 or 64 (loaded from compressed-tensors' checkpoint, and quantized by
+    tcgemm) save pack-quantized with their group size, which the library decompresses to the
+    same weights and tcgemm loads back bit for bit; a model mixing group sizes writes one config
+    group per size."""
+    model, decompressed = make_grouped_4bit_checkpoint(str(tmp_path / "in"), group_size)
+    tc.load_compressed(model, str(tmp_path / "in"))
+    tc.save_compressed(model, str(tmp_path / "out"))
+    config, plain = _library_reads(tmp_path / "out", 0)
+    weights = config.config_groups["group_0"].weights
+    assert config.format == "pack-quantized" and weights.symmetric and weights.group_size == group_size
+    for name in ("0", "2"):
+        assert torch.equal(plain.get_submodule(name).weight, decompressed[f"{name}.weight"])
+    again = float_model(0)
+    tc.load_compressed(again, str(tmp_path / "out"))
+    for key, value in model.state_dict().items():
+        assert torch.equal(again.state_dict()[key], value), key
+    mixed = float_model(5)
+    tcgemm.quantize_model(mixed, scheme=f"w4a8-group{group_size}", skip=["2", "4"])
+    tcgemm.quantize_model(mixed, scheme="w4a8-group", skip=["0", "4"])
+    tc.save_compressed(mixed, str(tmp_path / "mixed"))
+    qconfig = json.load(open(tmp_path / "mixed" / "config.json"))["quantization_config"]
+    sizes = sorted(g["weights"]["group_size"] for g in qconfig["config_groups"].values())
+    assert sizes == [group_size, 128] and qconfig["format"] == "pack-quantized"
+    _, plain = _library_reads(tmp_path / "mixed", 5)
+    back = float_model(5)
+    tc.load_compressed(back, str(tmp_path / "mixed"))
+    for name in ("0", "2"):
+        a = mixed.get_submodule(name)
+        assert back.get_submodule(name).scheme == a.scheme
+        assert torch.equal(plain.get_submodule(name).weight.float(), a.dequantize_weight(torch.float32))
+        assert torch.equal(back.get_submodule(name).weight_scale, a.weight_scale)
+
+
+def test_grouped_4bit_g_idx_of_its_groups_loads(tmp_path):
+    """GPTQ's weight_g_idx of k // 32 (contiguous groups of the checkpoint's size) changes nothing;
+    one of k // 128 is another grouping, refused naming the group size."""
+    model, decompressed = make_grouped_4bit_checkpoint(str(tmp_path), 32)
+    _mutate(tmp_path, tensors=lambda t: t.__setitem__("0.weight_g_idx", torch.arange(256, dtype=torch.int32) // 32))
+    tc.load_compressed(model, str(tmp_path))
+    assert torch.equal(model[0].dequantize_weight(torch.float32), decompressed["0.weight"])
+    _mutate(tmp_path, tensors=lambda t: t.__setitem__("0.weight_g_idx", torch.arange(256, dtype=torch.int32) // 128))
+    with pytest.raises(ValueError, match=r"'0.weight_g_idx' puts the weight's columns in groups other than k // 32"):
+        tc.load_compressed(float_model(), str(tmp_path))
+
+
+def test_grouped_4bit_scales_of_another_group_size_are_named(tmp_path):
+    """A table whose width is not K / group_size of the config group is refused (tcgemm would
+    otherwise read its width as another group size)."""
+    make_grouped_4bit_checkpoint(str(tmp_path), 64)
+    _mutate(tmp_path, tensors=lambda t: t.__setitem__("0.weight_scale", t["0.weight_scale"][:, :2].contiguous()))
+    with pytest.raises(ValueError, match=r"tcgemm.compressed: '0.weight_scale' must be \[384, 4\] for groups of 64, "
+                                         r"got \[384, 2\]"):
         tc.load_compressed(float_model(), str(tmp_path))
 
 

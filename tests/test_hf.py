@@ -25,7 +25,7 @@ def float_checkpoint(path, tied=False):
     transformers.LlamaForCausalLM(config).save_pretrained(path, max_shard_size="500KB")
 
 
-@pytest.mark.parametrize("scheme", ["w8a8", "w4a8", "w8a8-block", "w4a8-group-asymmetric"])
+@pytest.mark.parametrize("scheme", ["w8a8", "w4a8", "w8a8-block", "w4a8-group-asymmetric", "w4a8-group32"])
 def test_quantize_on_load_equals_quantize_model_after_a_float_load(tmp_path, scheme):
     float_checkpoint(tmp_path / "float")
     ours = transformers.AutoModelForCausalLM.from_pretrained(

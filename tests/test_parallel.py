@@ -157,7 +157,8 @@ def _exact_partial(layer, x):
         sx = s.double().reshape(m, 1)
     xq = q.double() * sx
     w = layer.int_weight().cpu().double() * expand_weight_scale(
-        layer.weight_scale.cpu(), layer.out_features, layer.in_features, layer.weight_granularity).double()
+        layer.weight_scale.cpu(), layer.out_features, layer.in_features, layer.weight_granularity,
+        layer.scheme.weights.group_size).double()
     b = layer.bias.detach().cpu().double() if layer.bias is not None and layer._add_bias else None
     e = xq @ w.T + (b if b is not None else 0)
     mag = xq.abs() @ w.abs().T + (b.abs() if b is not None else 0)

@@ -48,10 +48,14 @@ def test_presets_name_the_common_recipes():
     assert tcgemm.PRESETS["w4a8"] is tcgemm.W4A8 and tcgemm.PRESETS["w4a8-group"] is tcgemm.W4A8_GROUP
     assert tcgemm.W4A8_GROUP_ASYMMETRIC == QuantScheme(WeightArgs("group", bits=4, symmetric=False))
     assert tcgemm.PRESETS["w4a8-group-asymmetric"] is tcgemm.W4A8_GROUP_ASYMMETRIC
+    for size in (32, 64):
+        preset = getattr(tcgemm, f"W4A8_GROUP{size}")
+        assert preset == QuantScheme(WeightArgs("group", bits=4, group_size=size)) and preset.per_block
+        assert tcgemm.PRESETS[f"w4a8-group{size}"] is preset and preset != tcgemm.W4A8_GROUP
     assert set(tcgemm.PRESETS.values()) == {tcgemm.W8A8_DYNAMIC, tcgemm.W8A8_STATIC, tcgemm.W8A8_BLOCK,
                                             tcgemm.W8A8_GROUP, tcgemm.W8A8_CHANNEL_GROUP, tcgemm.W8A8_ASYMMETRIC,
                                             tcgemm.W8A8_STATIC_ASYMMETRIC, tcgemm.W4A8, tcgemm.W4A8_GROUP,
-                                            tcgemm.W4A8_GROUP_ASYMMETRIC}
+                                            tcgemm.W4A8_GROUP_ASYMMETRIC, tcgemm.W4A8_GROUP32, tcgemm.W4A8_GROUP64}
     for preset in tcgemm.PRESETS.values():
         assert preset.check_layer() is preset
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -164,23 +168,51 @@ def test_compressed_tensors_round_trip(name):
     strategy = getattr(weights.strategy, "value", weights.strategy)
     assert (weights.num_bits, weights.symmetric, strategy) == (scheme.bits, scheme.weights.symmetric, saved.weight)
     if scheme.bits == 4:
-        assert weights.group_size == 128
+        assert weights.group_size == scheme.weights.group_size in (32, 64, 128)
     assert ct_scheme.input_activations.dynamic is (not scheme.static)
 
 
 @pytest.mark.parametrize("weights,match", [
     (dict(num_bits=4, strategy="channel"), "weights are 4-bit int with strategy 'channel'"),
-    (dict(num_bits=4, strategy="group", group_size=32),
-     r"weights are 4-bit int with strategy 'group' \(group_size 32\)"),
+    (dict(num_bits=4, strategy="group", group_size=16),
+     r"weights are 4-bit int with strategy 'group' \(group_size 16\); 4-bit weights are read as groups of 32, 64 "
+     r"or 128 \(symmetric\) or 128 \(asymmetric\)"),
+    (dict(num_bits=4, strategy="group", group_size=256), r"4-bit int with strategy 'group' \(group_size 256\)"),
+    (dict(num_bits=4, strategy="group", group_size=32, symmetric=False),
+     r"weights are asymmetric 4-bit int with strategy 'group' \(group_size 32\)"),
+    (dict(num_bits=8, strategy="group", group_size=32), r"weight strategy 'group' \(group_size 32, block_structure "
+     r"None\) is not channel, tensor, group of 128"),
     (dict(num_bits=4, strategy="block", block_structure=[128, 128]), "weights are 4-bit int with strategy 'block'"),
     (dict(num_bits=2, strategy="channel"), "weights are 2-bit int, not 4/8-bit int"),
 ])
-def test_4bit_checkpoint_weights_are_groups_of_128(weights, match):
-    args = dict(type="int", symmetric=True, **weights)
+def test_4bit_checkpoint_weights_are_groups_of_128_64_or_32(weights, match):
+    args = dict(type="int", symmetric=True) | weights
     with pytest.raises(ValueError, match=match):
         WeightArgs.from_compressed_tensors(args)
-    assert WeightArgs.from_compressed_tensors(dict(num_bits=4, type="int", symmetric=True, strategy="group",
-                                                   group_size=128)) == WeightArgs("group", bits=4)
+    for size in (128, 64, 32):
+        got = WeightArgs.from_compressed_tensors(dict(num_bits=4, type="int", symmetric=True, strategy="group",
+                                                      group_size=size))
+        assert got == WeightArgs("group", bits=4, group_size=size) and got.scale_shape(8, 200) == (8, -(-200 // size))
+
+
+def test_group_sizes_other_than_128_are_symmetric_4bit_groups_only():
+    """group_size 64 or 32 is a field of symmetric 4-bit "group" weights; anything else (another
+    size, another format) is refused with a message naming the field and the allowed values; a
+    scheme of groups of 128 keeps its repr and equality."""
+    assert WeightArgs("group", bits=4, group_size=128) == WeightArgs("group", bits=4)
+    assert repr(WeightArgs("group", bits=4)) == "WeightArgs(granularity='group', bits=4, symmetric=True)"
+    assert repr(WeightArgs("group", bits=4, group_size=32)) == ("WeightArgs(granularity='group', bits=4, "
+                                                                "symmetric=True, group_size=32)")
+    assert str(tcgemm.W4A8_GROUP64) == "weight=group, bits=4, group_size=64, activation=token"
+    assert str(tcgemm.W4A8_GROUP) == "weight=group, bits=4, activation=token"
+    for size in (16, 96, 256, 0, True):
+        with pytest.raises(ValueError, match=rf"weight group_size must be one of 32, 64 or 128, got {size!r}"):
+            WeightArgs("group", bits=4, group_size=size)
+    for kw in [dict(granularity="group", bits=4, symmetric=False), dict(granularity="channel", bits=4),
+               dict(granularity="group", bits=8), dict(granularity="channel", bits=8)]:
+        with pytest.raises(ValueError, match=r"weight group_size 32 needs symmetric 4-bit weights with granularity "
+                                             r"'group' \(fp32 group scales\); .* weights have group_size 128"):
+            WeightArgs(group_size=32, **kw)
 
 
 def test_per_tensor_weights_of_checkpoints_run_per_channel():

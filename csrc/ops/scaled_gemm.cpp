@@ -102,9 +102,14 @@ void run_cuda(const char* op, Backend requested, const Tensor& a, const Tensor& 
   }
   const std::string why_not = resolve_gpu_backend(requested, dev, e, &backend);
   TCGEMM_CHECK_VALUE(why_not.empty(), op, ": ", why_not, " (argument 'backend')");
-  TCGEMM_CHECK_VALUE(p.b_scale_groups == 1 || reads_packed_b(backend, p, dev, e.per_block()), op,
-                     ": the skinny kernel cannot read this 4-bit weight in place (K-major rows, 16-byte aligned), "
-                     "which scales per 32 or 64 inputs need");
+  // Scales per group: a packed weight the skinny kernel cannot read in place (rows not 16-byte
+  // aligned: K not a multiple of 32) is copied into rows that it can.
+  std::optional<Tensor> packed_copy;
+  if (p.b_scale_groups > 1 && !skinny::packed_b_fits(p.b, p.n)) {
+    packed_copy = k_major_copy(b, false);
+    p.b = describe(*packed_copy, false);
+    p.b.is_signed = true;  // two's complement 4-bit values (scaled_gemm_impl)
+  }
   const bool native_int4 = p.b_int4 && reads_packed_b(backend, p, dev, e.per_block());
   // A packed B the kernel does not read as it is: unpacked by the GEMM kernel as it runs (into a
   // buffer it fills, with flags), or by a pass before it.
@@ -123,7 +128,7 @@ void run_cuda(const char* op, Backend requested, const Tensor& a, const Tensor& 
   const std::optional<Tensor> ordered = native_int4 ? w4_ordered_a(backend, p, dev, e.per_block(), a) : std::nullopt;
   // An operand copy (or the unpacking) is a kernel between the quantize and the GEMM that writes
   // what the GEMM reads before its griddep_wait: no overlap then.
-  p.pdl = call.overlap && has_pdl(dev) && !copies.a && !copies.b && !unpacked && !ordered;
+  p.pdl = call.overlap && has_pdl(dev) && !copies.a && !copies.b && !unpacked && !ordered && !packed_copy;
   run_gpu(backend, p, e, dev);
 }
 
