@@ -529,8 +529,10 @@ def check_int4_state(layer, state_dict, prefix, *args) -> None:
 
 # Rows above which tcgemm.QuantLinear computes a 4-bit layer with fp32 scales per 64 or 32 inputs
 # on a GPU by phases of GEMMs with scales per 128 inputs (grouped_linear_by_phases): the op runs
-# such weights on its few-rows kernel at any number of rows, slowly at many.
-GROUPED_KERNEL_ROWS = 16
+# such weights on its few-rows kernel at any number of rows, in 128 / group_size slot rows per row
+# of x, so its time grows with the rows from about 16 on, while the phases cost one unpacking and
+# 128 / group_size GEMMs (docs/design/int4.md, "Groups of 32 and 64").
+GROUPED_KERNEL_ROWS = 256
 
 _QUANT_LINEAR, _UNPACK_INT4 = _OPS["quant_linear"], _OPS["unpack_int4"]  # looked up once: host time per call
 
@@ -543,14 +545,14 @@ def grouped_linear_by_phases(x: torch.Tensor, weight: torch.Tensor, weight_scale
     32, computed by S = 128 / group_size GEMMs of scales per 128 inputs, which the GPU's tiled
     kernels run at many rows.
 
-    The weight is unpacked to int8 once; phase p (0 <= p < S) multiplies x by the int8 weight
-    holding only the columns whose group g = k // group_size has g % S == p (the others zero), with
-    the scales ``weight_scale[n, S * b + p]`` per 128-wide K block b (1.0 where the last block has
-    no such group). Each block of a phase then holds one group of the weight, so its int32 sum is
-    that group's exact sum, promoted with its own scale: every phase is exact per group with the
-    semantics of groups of 128. The S outputs (fp32, ``x`` read as fp32: the same int8 values and
-    activation scales) are summed in phase order, the bias added in fp32, and the result cast to
-    ``x.dtype``: the op's result up to the order of the fp32 sums.
+    x is quantized once (:func:`tcgemm.quantize`, as the op quantizes it) and the weight unpacked
+    to int8 once; phase p (0 <= p < S) multiplies the int8 x holding only the columns whose group
+    g = k // group_size has g % S == p (the others zero) by that weight, with the scales
+    ``weight_scale[n, S * b + p]`` per 128-wide K block b (1.0 where the last block has no such
+    group). Each block of a phase then sums one group, exactly in int32, promoted with its own
+    scale: every phase is exact per group with the semantics of groups of 128. The S outputs
+    (fp32) are summed in phase order, the bias added in fp32, and the result cast to ``x.dtype``:
+    the op's result up to the order of the fp32 sums.
 
     Args:
         x: [..., K] bf16, fp16 or fp32.
@@ -559,29 +561,36 @@ def grouped_linear_by_phases(x: torch.Tensor, weight: torch.Tensor, weight_scale
         group_size: 64 or 32 (ValueError otherwise).
         bias: optional [N], added in fp32.
         activation: the activations, as for ``tcgemm.quant_linear`` ("token", "block" or "static").
-        options: keywords of ``tcgemm.quant_linear`` passed to each phase (``input_scale``,
+        options: keywords of ``tcgemm.quant_linear`` for the quantization of x (``input_scale``,
             ``smooth``, ``rotate``).
 
     Returns:
         [..., N] of ``x.dtype``.
     """
+    from ._ops import scaled_gemm  # noqa: PLC0415  (tcgemm._ops imports this module)
+    from ._quantize import quantize  # noqa: PLC0415
+
     if group_size not in INT4_GROUP_SIZES or group_size == SCALE_BLOCK:
         raise ValueError(f"tcgemm.int4.grouped_linear_by_phases: argument 'group_size' must be 64 or 32, "
                          f"got {group_size!r}")
+    granularity = {"token": "token", "block": "group", "static": "tensor"}.get(activation)
+    if granularity is None:
+        raise ValueError(f"tcgemm.int4.grouped_linear_by_phases: argument 'activation' must be 'token', 'block' or "
+                         f"'static', got {activation!r}")
     k, n = x.shape[-1], weight.shape[0]
     phases = SCALE_BLOCK // group_size
     blocks = scale_blocks(k)
-    w8 = _UNPACK_INT4(weight, None, None)
+    qx, sx = quantize(x.reshape(-1, k), granularity, scale=options.get("input_scale"), smooth=options.get("smooth"),
+                      rotate=bool(options.get("rotate", False)))
+    w8t = _UNPACK_INT4(weight, None, None).t()
     # [N, blocks, S]: the scale of phase p in K block b, 1.0 past the last group.
     table = torch.nn.functional.pad(weight_scale, (0, blocks * phases - weight_scale.shape[1]), value=1.0)
     table = table.view(n, blocks, phases)
-    phase_of = torch.arange(k, device=weight.device) // group_size % phases
-    xf = x.float()
+    phase_of = torch.arange(k, device=x.device) // group_size % phases
     out = None
     for p in range(phases):
-        y = _QUANT_LINEAR(xf, w8.masked_fill(phase_of != p, 0), table[:, :, p].contiguous(), None, activation,
-                          **options)
+        y = scaled_gemm(qx.masked_fill(phase_of != p, 0), w8t, sx, table[:, :, p].contiguous(), out_dtype=torch.float32)
         out = y if out is None else out + y
     if bias is not None:
         out = out + bias.float()
-    return out.to(x.dtype)
+    return out.to(x.dtype).reshape(*x.shape[:-1], n)

@@ -206,7 +206,7 @@ def test_phases_are_the_op(gs, options, k, device, rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("preset", ["w4a8-group32", "w4a8-group64"])
-@pytest.mark.parametrize("m", [1, 16, 17, 300])
+@pytest.mark.parametrize("m", [1, 16, 17, 256, 300])
 def test_layer_takes_the_phases_above_the_few_rows(preset, m, monkeypatch, rng):
     """On a GPU the layer computes by phases above GROUPED_KERNEL_ROWS rows, and with the op's
     few-rows kernel up to it: the op's result either way, up to the order of the fp32 sums."""
