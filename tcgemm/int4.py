@@ -532,7 +532,7 @@ def check_int4_state(layer, state_dict, prefix, *args) -> None:
 # such weights on its few-rows kernel at any number of rows, in 128 / group_size slot rows per row
 # of x, so its time grows with the rows from about 16 on, while the phases cost one unpacking and
 # 128 / group_size GEMMs (docs/design/int4.md, "Groups of 32 and 64").
-GROUPED_KERNEL_ROWS = 256
+GROUPED_KERNEL_ROWS = 128
 
 _QUANT_LINEAR, _UNPACK_INT4 = _OPS["quant_linear"], _OPS["unpack_int4"]  # looked up once: host time per call
 
