@@ -62,3 +62,19 @@ def assert_int8_layer_of_less_zero_points(y, x, layer):
         torch.testing.assert_close(y, int8, rtol=1e-5, atol=1e-5 * float(int8.abs().max()))
     else:
         assert torch.equal(y, int8)
+
+
+def assert_replays_in_a_cuda_graph(fn, want):
+    """fn() captured in a CUDA graph (warmed up off the default stream, as torch.cuda.graphs
+    asks) and replayed into its poisoned output gives `want` bit for bit."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, want)

@@ -472,6 +472,17 @@ def test_not_a_checkpoint_and_nothing_to_save(tmp_path, monkeypatch):
 # -- 4-bit weights (W4A8, W4A16) ------------------------------------------------------------------
 
 
+def set_amax_group_scales(model, group_size):
+    """Each quantized layer's weight_scale: the amax of each group of its weight over 7 (the K of
+    every layer a multiple of group_size)."""
+    with torch.no_grad():
+        for m in model.modules():
+            if hasattr(m, "weight_scale"):
+                w = m.weight.float()
+                amax = w.abs().reshape(w.shape[0], -1, group_size).amax(dim=2)
+                m.weight_scale.copy_((amax / 7).to(m.weight_scale.dtype))
+
+
 def make_int4_checkpoint(path, preset="W4A16", quantization_format=None, ignore=("4",), seed=0, model=None):
     """A 4-bit checkpoint written by compressed-tensors: its preset scheme (4-bit symmetric
     weights in groups of 128; W4A8 adds dynamic per-token int8 activations) with scales amax / 7
@@ -483,12 +494,7 @@ def make_int4_checkpoint(path, preset="W4A16", quantization_format=None, ignore=
     config = QuantizationConfig(config_groups={"group_0": preset_name_to_scheme(preset, ["Linear"])},
                                 ignore=list(ignore))
     apply_quantization_config(model, config)
-    with torch.no_grad():
-        for m in model.modules():
-            if hasattr(m, "weight_scale"):
-                w = m.weight.float()
-                amax = w.abs().reshape(w.shape[0], -1, 128).amax(dim=2)  # K of every layer is a multiple of 128
-                m.weight_scale.copy_((amax / 7).to(m.weight_scale.dtype))
+    set_amax_group_scales(model, 128)
     compressor = ModelCompressor.from_pretrained_model(model, quantization_format=quantization_format)
     _write_compressed(model, compressor, path)
     compressor.decompress_model(model)
@@ -554,6 +560,22 @@ def _library_reads(path, seed):
     assert not unexpected and not missing, (unexpected, missing)
     compressor.decompress_model(plain)
     return config, plain
+
+
+def assert_4bit_saves_back(model, out, decompressed, symmetric, group_size):
+    """`model` (layers "0" and "2" 4-bit) saved into `out` is a pack-quantized checkpoint of
+    `symmetric` weights in groups of `group_size` that the library decompresses to `decompressed`
+    and that tcgemm loads back bit for bit."""
+    tc.save_compressed(model, str(out))
+    config, plain = _library_reads(out, 0)
+    weights = config.config_groups["group_0"].weights
+    assert config.format == "pack-quantized" and weights.symmetric == symmetric and weights.group_size == group_size
+    for name in ("0", "2"):
+        assert torch.equal(plain.get_submodule(name).weight, decompressed[f"{name}.weight"])
+    again = float_model(0)
+    tc.load_compressed(again, str(out))
+    for key, value in model.state_dict().items():
+        assert torch.equal(again.state_dict()[key], value), key
 
 
 @pytest.mark.parametrize("preset", ["w4a8-group", "w4a8"])
@@ -690,12 +712,7 @@ def make_grouped_4bit_checkpoint(path, group_size, quantization_format=None, ign
     config = QuantizationConfig(config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=weights)},
                                 ignore=list(ignore))
     apply_quantization_config(model, config)
-    with torch.no_grad():
-        for m in model.modules():
-            if hasattr(m, "weight_scale"):
-                w = m.weight.float()
-                amax = w.abs().reshape(w.shape[0], -1, group_size).amax(dim=2)  # K of every layer: a multiple
-                m.weight_scale.copy_((amax / 7).to(m.weight_scale.dtype))
+    set_amax_group_scales(model, group_size)
     compressor = ModelCompressor.from_pretrained_model(model, quantization_format=quantization_format)
     _write_compressed(model, compressor, path)
     compressor.decompress_model(model)
@@ -736,16 +753,7 @@ def test_grouped_4bit_layers_save_as_the_library_reads_them(tmp_path, group_size
     group per size."""
     model, decompressed = make_grouped_4bit_checkpoint(str(tmp_path / "in"), group_size)
     tc.load_compressed(model, str(tmp_path / "in"))
-    tc.save_compressed(model, str(tmp_path / "out"))
-    config, plain = _library_reads(tmp_path / "out", 0)
-    weights = config.config_groups["group_0"].weights
-    assert config.format == "pack-quantized" and weights.symmetric and weights.group_size == group_size
-    for name in ("0", "2"):
-        assert torch.equal(plain.get_submodule(name).weight, decompressed[f"{name}.weight"])
-    again = float_model(0)
-    tc.load_compressed(again, str(tmp_path / "out"))
-    for key, value in model.state_dict().items():
-        assert torch.equal(again.state_dict()[key], value), key
+    assert_4bit_saves_back(model, tmp_path / "out", decompressed, symmetric=True, group_size=group_size)
     mixed = float_model(5)
     tcgemm.quantize_model(mixed, scheme=f"w4a8-group{group_size}", skip=["2", "4"])
     tcgemm.quantize_model(mixed, scheme="w4a8-group", skip=["0", "4"])
@@ -863,16 +871,7 @@ def test_asymmetric_4bit_layers_save_as_the_library_reads_them(tmp_path):
     library decompresses to the same weights and tcgemm loads back bit for bit."""
     model, decompressed, _ = make_asymmetric_4bit_checkpoint(str(tmp_path / "asym"))
     tc.load_compressed(model, str(tmp_path / "asym"))
-    tc.save_compressed(model, str(tmp_path / "out"))
-    config, plain = _library_reads(tmp_path / "out", 0)
-    weights = config.config_groups["group_0"].weights
-    assert config.format == "pack-quantized" and not weights.symmetric and weights.group_size == 128
-    for name in ("0", "2"):
-        assert torch.equal(plain.get_submodule(name).weight, decompressed[f"{name}.weight"])
-    again = float_model(0)
-    tc.load_compressed(again, str(tmp_path / "out"))
-    for key, value in model.state_dict().items():
-        assert torch.equal(again.state_dict()[key], value), key
+    assert_4bit_saves_back(model, tmp_path / "out", decompressed, symmetric=False, group_size=128)
 
 
 @pytest.mark.parametrize("case", [

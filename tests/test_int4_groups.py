@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import tcgemm
+from cases import assert_replays_in_a_cuda_graph
 from tcgemm.int4 import GROUPED_KERNEL_ROWS, grouped_linear_by_phases
 from tcgemm.reference import int4_weight_reference, quantize_reference, scaled_gemm_reference
 
@@ -238,17 +239,7 @@ def test_phases_in_a_cuda_graph_and_compiled(rng):
     x = torch.randn(64, 1024, generator=rng).cuda()
     with torch.no_grad():
         want = layer(x)
-        stream = torch.cuda.Stream()
-        with torch.cuda.stream(stream):
-            layer(x)  # warm-up off the default stream, as torch.cuda.graphs asks
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = layer(x)
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, want)
+        assert_replays_in_a_cuda_graph(lambda: layer(x), want)
         torch._dynamo.reset()
         assert torch.equal(torch.compile(layer, fullgraph=True)(x), want)
 

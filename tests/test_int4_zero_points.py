@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import tcgemm
-from cases import assert_int8_layer_of_less_zero_points
+from cases import assert_int8_layer_of_less_zero_points, assert_replays_in_a_cuda_graph
 from tcgemm.reference import quantize_reference, scaled_gemm_reference
 
 U8, I8 = torch.uint8, torch.int8
@@ -181,14 +181,4 @@ def test_asymmetric_layer_in_a_cuda_graph(rng):
     layer = tcgemm.QuantLinear.from_linear(torch.nn.Linear(1024, 256).cuda(), scheme="w4a8-group-asymmetric")
     x = torch.randn(16, 1024, generator=rng).cuda()
     want = layer(x)
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        layer(x)  # warm-up off the default stream, as torch.cuda.graphs asks
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = layer(x)
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, want)
+    assert_replays_in_a_cuda_graph(lambda: layer(x), want)
