@@ -534,7 +534,7 @@ def check_int4_state(layer, state_dict, prefix, *args) -> None:
 # 128 / group_size GEMMs (docs/design/int4.md, "Groups of 32 and 64").
 GROUPED_KERNEL_ROWS = 128
 
-_QUANT_LINEAR, _UNPACK_INT4 = _OPS["quant_linear"], _OPS["unpack_int4"]  # looked up once: host time per call
+_UNPACK_INT4 = _OPS["unpack_int4"]  # looked up once: host time per call
 
 
 def grouped_linear_by_phases(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, group_size: int,

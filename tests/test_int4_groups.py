@@ -176,6 +176,19 @@ def test_bad_group_tables_are_named(rng):
         tcgemm.quant_linear(x, pack(q), scale, weight_group_scale=torch.ones(8, 2, dtype=I8))
 
 
+@pytest.mark.gpu
+def test_other_gpu_backends_refuse_group_tables(rng):
+    """On a GPU only the skinny kernel promotes per 64 or 32 inputs: another backend asked for is
+    refused with a message that names it."""
+    q, scale = case(8, 256, 32, rng)
+    x = torch.randn(2, 256).cuda()
+    others = [b for b in tcgemm.available_backends("cuda") if b in ("sm90", "sm80")]  # per-block promoting ones
+    assert others
+    for backend in others:
+        with pytest.raises(ValueError, match=r"4-bit weights with scales per 32 or 64 inputs run on the skinny kernel "
+                                             rf"only \(backend 'auto' or 'skinny'\), got backend '{backend}'"):
+            tcgemm.quant_linear(x, pack(q).cuda(), scale.cuda(), backend=backend)
+
 # -- by phases at many rows -------------------------------------------------------------------------
 
 
