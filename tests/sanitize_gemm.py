@@ -185,6 +185,13 @@ def main() -> int:
             ok = torch.allclose(y, ref, rtol=2**-7, atol=2**-7 * ref.abs().max().item())
             failures += not ok
             print(f"quant_linear 4-bit skinny groups of {size} {m}x{n}x{k}: {'close' if ok else 'MISMATCH'}")
+            # The same scales as a bf16 / fp16 table, read in place: the fp32 table's bits.
+            for half in (torch.bfloat16, torch.float16):
+                wh = wg.to(half)
+                y16 = tcgemm.quant_linear(x, packed, wh.cuda())
+                ok = torch.equal(y16, tcgemm.quant_linear(x, packed, wh.float().cuda()))
+                failures += not ok
+                print(f"quant_linear 4-bit skinny groups of {size} {half} {m}x{n}x{k}: {'exact' if ok else 'MISMATCH'}")
     # More rows, and tiles that fill the SMs: on sm90 the tiled kernel unpacks the packed weight in
     # shared memory (int32 and the scaled epilogue), against the unpacked int8 weight; at prefill
     # rows (2048) the int8 kernel's producer warps unpack it into its B as it runs; the W4 kernel

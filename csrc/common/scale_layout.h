@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 
@@ -23,14 +24,40 @@ TCGEMM_HD constexpr int64_t scale_blocks(int64_t extent) { return (extent + kSca
 // G = scale_blocks(K), the last may be short. quantize_scales() below gives their shape.
 enum class QuantGranularity : int { kTensor, kToken, kGroup };
 
+// The 16-bit float formats a table of 4-bit B's scales per 64 or 32 inputs may hold (what
+// checkpoints store), read into fp32 exactly.
+enum class ScaleDtype : int { kF32, kBf16, kF16 };
+
+TCGEMM_HD float bf16_bits_to_float(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+TCGEMM_HD float f16_bits_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in fp32
+    const float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  const uint32_t bits = sign | (exp == 0x1fu ? 0x7f800000u : (exp + 112u) << 23) | (mant << 13);
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
 // The scales of one operand ([rows, K]: A, or B seen as [N, K]), fp32, addressed by strides so
 // that one description covers every granularity (a zero stride broadcasts):
 //   s(r, kb) = ptr[(r >> row_shift) * stride_row + kb * stride_kb],  kb = the 128-wide K block.
+// A 4-bit B's table per 64 or 32 inputs may instead hold bf16 or fp16 (dtype; ptr then points at
+// 16-bit values, the strides count them), read by group_at only.
 struct ScaleOperand {
   const float* ptr = nullptr;
   int64_t stride_row = 0;
   int64_t stride_kb = 0;
   int row_shift = 0;  // kScaleBlockShift when one scale covers 128 rows (128x128 weight blocks)
+  ScaleDtype dtype = ScaleDtype::kF32;
 
   TCGEMM_HD bool per_block() const { return stride_kb != 0; }
   // One scale per row and K block (B's [N, ceil(K/128)]: a channel's 1x128 blocks), not one per
@@ -38,6 +65,13 @@ struct ScaleOperand {
   TCGEMM_HD bool per_row_block() const { return per_block() && row_shift == 0; }
   TCGEMM_HD const float* row_ptr(int64_t r) const { return ptr + (r >> row_shift) * stride_row; }
   TCGEMM_HD float at(int64_t r, int64_t kb) const { return row_ptr(r)[kb * stride_kb]; }
+  // Scale `group` of row r of a table of any ScaleDtype.
+  TCGEMM_HD float group_at(int64_t r, int64_t group) const {
+    const int64_t i = (r >> row_shift) * stride_row + group * stride_kb;
+    if (dtype == ScaleDtype::kF32) return ptr[i];
+    const uint16_t h = reinterpret_cast<const uint16_t*>(ptr)[i];
+    return dtype == ScaleDtype::kBf16 ? bf16_bits_to_float(h) : f16_bits_to_float(h);
+  }
 };
 
 // A scale tensor as the binding layer sees it (dim <= 2; sizes and strides of its dimensions).

@@ -49,7 +49,14 @@ struct MmaSyncPromotion {
 #pragma unroll
     for (int j = 0; j < MmaN; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) cols[j][e] = epi.b_block_scale(min_int(col0 + j * 8 + 2 * t + e, n - 1), b_index);
+      for (int e = 0; e < 2; ++e) {
+        const int col = min_int(col0 + j * 8 + 2 * t + e, n - 1);
+        if constexpr (Slots == 1) {
+          cols[j][e] = epi.b_block_scale(col, b_index);
+        } else {
+          cols[j][e] = epi.b_group_scale(col, b_index);
+        }
+      }
   }
 
   TCGEMM_HD void promote_into(float (&accf)[MmaM][MmaN][4], const int32_t (&acc)[MmaM][MmaN][4]) const {

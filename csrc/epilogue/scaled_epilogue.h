@@ -102,9 +102,11 @@ struct ScaledEpilogue {
   // Per-block main loops promote K block kb of element (m, n) with a_block_scale(m, kb) *
   // b_block_scale(n, kb); a weight scale that does not depend on kb (per channel or per tensor)
   // is 1 there and waits for col(). With B's scales per 32 or 64 inputs (GemmProblem::
-  // b_scale_groups), b_block_scale's index is the group's instead: kb * b_scale_groups + j.
+  // b_scale_groups), b_group_scale's index is the group's instead: kb * b_scale_groups + j.
   TCGEMM_HD float a_block_scale(int64_t m, int64_t kb) const { return p.a.at(m, kb); }
   TCGEMM_HD float b_block_scale(int64_t n, int64_t kb) const { return p.b.per_block() ? p.b.at(n, kb) : 1.0f; }
+  // Scale `group` of column n of B's scales per 64 or 32 inputs, fp32, bf16 or fp16 (ScaleDtype).
+  TCGEMM_HD float b_group_scale(int64_t n, int64_t group) const { return p.b.group_at(n, group); }
   // The same as cursors over kb, for main loops that walk the K blocks of fixed rows and columns.
   TCGEMM_HD BlockScales a_block_scales(int64_t m) const { return BlockScales{p.a.row_ptr(m), p.a.stride_kb}; }
   TCGEMM_HD BlockScales b_block_scales(int64_t n) const {

@@ -98,12 +98,19 @@ void copy_one_element(const Tensor& src, T* dst, const Tensor& x) {
 }
 
 // The weight's scales; `groups` (ScaledGemmCall::b_scale_groups) is 2 or 4 for a 4-bit (`packed`)
-// weight's fp32 scales per 64 or 32 inputs, else 1.
+// weight's scales per 64 or 32 inputs, else 1. Those may be bf16 or fp16 (what checkpoints hold,
+// read in place: ScaleOperand::dtype); every other table is fp32.
 ScaleOperand describe_weight_scale(const Tensor& s, int64_t n, int64_t k, bool packed, int& groups) {
-  TCGEMM_CHECK_TYPE(dtype_of(s) == ScalarType::Float, kOp,
-                    ": argument 'weight_scale' must have dtype torch.float32, got ", dtype_name(dtype_of(s)));
+  const ScalarType t = dtype_of(s);
+  const bool half = t == ScalarType::BFloat16 || t == ScalarType::Half;
+  TCGEMM_CHECK_TYPE(t == ScalarType::Float || half, kOp,
+                    ": argument 'weight_scale' must have dtype torch.float32 (or, for 4-bit scales per 64 or 32 "
+                    "inputs, torch.bfloat16 or torch.float16), got ", dtype_name(t));
   const int64_t kb = scale_blocks(k);
   groups = packed && s.dim() == 2 ? weight_scale_groups(scale_tensor(s), n, k) : 1;
+  TCGEMM_CHECK_TYPE(!half || groups > 1, kOp,
+                    ": argument 'weight_scale' must have dtype torch.float32 for scales other than 4-bit ones per 64 "
+                    "or 32 inputs, got ", dtype_name(t));
   const std::optional<ScaleOperand> op =
       s.dim() > 2   ? std::nullopt
       : groups > 1 ? decode_scale_b_blocks(scale_tensor(s), n, s.size(1))  // [N, groups]: one per row
@@ -114,7 +121,10 @@ ScaleOperand describe_weight_scale(const Tensor& s, int64_t n, int64_t k, bool p
                                   "]"
                             : std::string(),
                      ", got ", shape_str(s));
-  return *op;
+  ScaleOperand described = *op;
+  described.dtype = t == ScalarType::BFloat16 ? ScaleDtype::kBf16 : t == ScalarType::Half ? ScaleDtype::kF16
+                                                                                          : ScaleDtype::kF32;
+  return described;
 }
 
 }  // namespace

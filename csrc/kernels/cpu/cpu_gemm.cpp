@@ -36,7 +36,8 @@ void rows(const GemmProblem& p, const Epi& epi, int64_t m_begin, int64_t m_end) 
       if constexpr (Epi::kPromotes) {
         for (int64_t group = 0; group < groups; ++group) {
           const int32_t partial = dot(a_row, b_row, group * width, std::min<int64_t>(p.k, (group + 1) * width));
-          acc = promote(acc, partial, epi.a_block_scale(m, group / groups_per_block) * epi.b_block_scale(n, group));
+          const float b_scale = groups_per_block == 1 ? epi.b_block_scale(n, group) : epi.b_group_scale(n, group);
+          acc = promote(acc, partial, epi.a_block_scale(m, group / groups_per_block) * b_scale);
         }
       } else {
         acc = dot(a_row, b_row, 0, p.k);
