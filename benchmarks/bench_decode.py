@@ -17,10 +17,12 @@ weights with an fp32 scale per channel and int8 scales per 128 inputs), the same
 (4-bit weights with an fp32 scale per 128 inputs, as most 4-bit checkpoints hold them),
 ``scheme="w4a8-group-asymmetric"`` (the same with a zero point per 128 inputs, as AWQ checkpoints
 hold them), ``scheme="w4a8-group32"`` and ``"w4a8-group64"`` (symmetric, an fp32 scale per 32 or 64
-inputs, as many GPTQ checkpoints hold them; by phases of groups of 128 above 16 rows); and its
-peer, torch's int4
-weight-only kernel (``torch.ops.aten._weight_int4pack_mm``, tinygemm) on bf16 activations with
-weights packed as torchao's ``Int4WeightOnlyConfig`` packs them; and gemlite's Triton kernels
+inputs, as many GPTQ checkpoints hold them; by phases of groups of 128 above 128 rows), the same
+with bf16 scales, as checkpoints hold them (``w4a8_group32_bf16``, ``w4a8_group64_bf16``:
+``from_linear(..., scale_dtype=torch.bfloat16)``, the weight rounded against the bf16 scales); and
+its peer, torch's int4 weight-only kernel (``torch.ops.aten._weight_int4pack_mm``, tinygemm) on
+bf16 activations with weights packed as torchao's ``Int4WeightOnlyConfig`` packs them; and
+gemlite's Triton kernels
 (``gemlite_a8w8``: ``A8W8_int8_dynamic``, int8 weights per channel and int8 activations per token,
 the int8 layer's peer; ``gemlite_a16w4``: ``A16Wn`` with 4-bit weights in asymmetric groups of 128
 on bf16 activations), where gemlite is importable. Each method's output on the first
@@ -70,12 +72,14 @@ STATIC = ("8B up", 4096, 14336)
 STATIC_ROWS = (1, 16)
 PREFILL_ROWS = 2048
 METHODS = ("bf16", "quantlinear", "two_ops", "quantlinear_block", "w4a8", "w4a8_rot", "w4a8_group", "w4a8_group_asym",
-           "w4a8_group32", "w4a8_group64", "torch_int4", "gemlite_a8w8", "gemlite_a16w4")
+           "w4a8_group32", "w4a8_group64", "w4a8_group32_bf16", "w4a8_group64_bf16", "torch_int4", "gemlite_a8w8",
+           "gemlite_a16w4")
 PREFILL_METHODS = ("bf16", "quantlinear", "quantlinear_block", "w4a8", "w4a8_rot")
 # The weight copy each method reads: methods that read the same one share its copies.
 WEIGHTS = {"bf16": "bf16", "quantlinear": "channel", "two_ops": "channel", "quantlinear_block": "block",
            "w4a8": "w4a8", "w4a8_rot": "w4a8_rot", "w4a8_group": "w4a8_group", "w4a8_group_asym": "w4a8_group_asym",
-           "w4a8_group32": "w4a8_group32", "w4a8_group64": "w4a8_group64", "torch_int4": "torch_int4",
+           "w4a8_group32": "w4a8_group32", "w4a8_group64": "w4a8_group64", "w4a8_group32_bf16": "w4a8_group32_bf16",
+           "w4a8_group64_bf16": "w4a8_group64_bf16", "torch_int4": "torch_int4",
            "gemlite_a8w8": "gemlite_a8w8", "gemlite_a16w4": "gemlite_a16w4"}
 # The peers whose Triton kernels tune themselves at each new shape (seconds each): --peer-rows limits them.
 PEERS = ("gemlite_a8w8", "gemlite_a16w4")
@@ -232,6 +236,10 @@ def build_weights(k: int, n: int, device, methods: tuple[str, ...] = METHODS) ->
         "w4a8_group_asym": lambda lin: tcgemm.QuantLinear.from_linear(lin, scheme="w4a8-group-asymmetric"),
         "w4a8_group32": lambda lin: tcgemm.QuantLinear.from_linear(lin, scheme="w4a8-group32"),
         "w4a8_group64": lambda lin: tcgemm.QuantLinear.from_linear(lin, scheme="w4a8-group64"),
+        "w4a8_group32_bf16": lambda lin: tcgemm.QuantLinear.from_linear(lin, scheme="w4a8-group32",
+                                                                        scale_dtype=torch.bfloat16),
+        "w4a8_group64_bf16": lambda lin: tcgemm.QuantLinear.from_linear(lin, scheme="w4a8-group64",
+                                                                        scale_dtype=torch.bfloat16),
         "torch_int4": TorchInt4Linear.from_linear,
         "gemlite_a8w8": gemlite_a8w8,
         "gemlite_a16w4": gemlite_a16w4,
@@ -279,6 +287,8 @@ def make_methods(k: int, n: int, m: int, device, methods: tuple[str, ...] = METH
         "w4a8_group_asym": lambda i: copies["w4a8_group_asym"][i](x),
         "w4a8_group32": lambda i: copies["w4a8_group32"][i](x),
         "w4a8_group64": lambda i: copies["w4a8_group64"][i](x),
+        "w4a8_group32_bf16": lambda i: copies["w4a8_group32_bf16"][i](x),
+        "w4a8_group64_bf16": lambda i: copies["w4a8_group64_bf16"][i](x),
         "torch_int4": lambda i: copies["torch_int4"][i](x),
         "gemlite_a8w8": lambda i: copies["gemlite_a8w8"][i](x),
         "gemlite_a16w4": lambda i: copies["gemlite_a16w4"][i](x),
@@ -479,7 +489,8 @@ def ratio(a: Optional[float], b: Optional[float]) -> str:
 LABELS = {"bf16": "bf16", "quantlinear": "QuantLinear", "two_ops": "two ops", "quantlinear_block": "QuantLinear block",
           "w4a8": "W4A8", "w4a8_rot": "W4A8 rotated", "w4a8_group": "W4A8 group",
           "w4a8_group_asym": "W4A8 group, zero points", "w4a8_group32": "W4A8 group 32",
-          "w4a8_group64": "W4A8 group 64", "torch_int4": "torch int4",
+          "w4a8_group64": "W4A8 group 64", "w4a8_group32_bf16": "W4A8 group 32, bf16 scales",
+          "w4a8_group64_bf16": "W4A8 group 64, bf16 scales", "torch_int4": "torch int4",
           "gemlite_a8w8": "gemlite A8W8",
           "gemlite_a16w4": "gemlite A16W4", "token": "QuantLinear token", "static": "QuantLinear static"}
 

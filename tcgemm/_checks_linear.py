@@ -80,7 +80,7 @@ def _group_table_checks(op: str, name: str, nk: Callable[[Args], Any], ref: str)
 
 
 def _ql_scale_groups(x: Args) -> int:
-    """Groups of the weight's fp32 scales per K block of 128: 2 or 4 for a packed 4-bit weight's
+    """Groups of the weight's float scales per K block of 128: 2 or 4 for a packed 4-bit weight's
     scales per 64 or 32 inputs (its table's width), else 1 (quant_linear.cpp describe_weight_scale)."""
     if not _ql_packed(x):
         return 1
@@ -165,8 +165,13 @@ def _quant_linear_checks() -> list[Check]:
         Check("k_match", ValueError, lambda x: _ql_packed(x) or x["x"].shape[-1] == x["weight"].shape[1],
               lambda x: f"{op}: in_features mismatch: 'x' is [..., K] = {_shape(x['x'])} but 'weight' is [N, K] = "
               f"{_shape(x['weight'])}"),
-        Check("weight_scale_dtype", TypeError, lambda x: x["weight_scale"].dtype == torch.float32,
-              lambda x: f"{op}: argument 'weight_scale' must have dtype torch.float32, got {x['weight_scale'].dtype}"),
+        Check("weight_scale_dtype", TypeError, lambda x: x["weight_scale"].dtype in _scales.INT4_GROUP_SCALE_DTYPES,
+              lambda x: f"{op}: argument 'weight_scale' must have dtype torch.float32 (or, for 4-bit scales per 64 or "
+              f"32 inputs, torch.bfloat16 or torch.float16), got {x['weight_scale'].dtype}"),
+        Check("weight_scale_dtype_grouped", TypeError,
+              lambda x: x["weight_scale"].dtype == torch.float32 or _ql_scale_groups(x) > 1,
+              lambda x: f"{op}: argument 'weight_scale' must have dtype torch.float32 for scales other than 4-bit ones "
+              f"per 64 or 32 inputs, got {x['weight_scale'].dtype}"),
         Check("weight_scale_shape", ValueError, lambda x: _ql_weight_scale_layout(x) is not None,
               _ql_weight_scale_message),
         _same_device(op, "weight_scale", ref="x"),

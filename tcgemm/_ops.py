@@ -288,7 +288,8 @@ def quant_linear(
             4-bit ``weight`` also ``[N, ceil(K/64)]`` or ``[N, ceil(K/32)]``, per channel and group
             of 64 or 32 inputs (told apart by width; each group's exact int32 sum promoted with
             its scale; on a GPU the few-rows kernel runs them at any number of rows: see
-            :func:`tcgemm.int4.grouped_linear_by_phases` for many rows).
+            :func:`tcgemm.int4.grouped_linear_by_phases` for many rows), in fp32, bf16 or fp16
+            (read in place, converted to fp32 exactly: the result of the fp32 table of the same values).
         bias: optional [N], any float dtype (applied in fp32).
         activation: "token" (one scale per row of x), "block" (per row and 128-wide K block), or
             "static" (the calibrated per-tensor ``input_scale``: no amax pass); a

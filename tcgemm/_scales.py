@@ -25,8 +25,12 @@ PER_BLOCK_128X128 = "per-block-128x128"  # B only: 128 rows x 128 K, [ceil(N/128
 # (quant_linear only, without int8 group scales or zero points; the group size read off the width).
 PER_ROW_GROUP = "per-row-group"
 
-# The group sizes of 4-bit weights with fp32 group scales, in the order the decoders try them.
+# The group sizes of 4-bit weights with float group scales, in the order the decoders try them.
 INT4_GROUP_SIZES = (SCALE_BLOCK, 64, 32)
+# The dtypes of a packed 4-bit weight's scales per 64 or 32 inputs (a width other than ceil(K/128),
+# int4_scale_groups > 1), which the kernels read in place and convert to fp32 exactly; every other
+# weight scale is fp32 (csrc/ops/quant_linear.cpp, describe_weight_scale).
+INT4_GROUP_SCALE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def scale_blocks(extent):
@@ -173,6 +177,13 @@ def int4_scale_groups(shape: Sequence, n, k) -> int:
         return 1
     size = weight_group_size(shape[1], k)
     return SCALE_BLOCK // size if size is not None else 1
+
+
+def int4_scale_dtypes(k, group_size: int) -> tuple:
+    """The dtypes ``tcgemm.quant_linear`` reads a 4-bit weight's float group scales [N,
+    ceil(K/group_size)] in: fp32, bf16 or fp16 per group of 64 or 32 inputs (INT4_GROUP_SCALE_DTYPES);
+    fp32 per 128 inputs, and where K <= group_size (one group a row, a width the op reads as per 128)."""
+    return INT4_GROUP_SCALE_DTYPES if groups_of(k, group_size) != scale_blocks(k) else (torch.float32,)
 
 
 def scale_b_is_ambiguous(shape: Sequence, n, k) -> bool:

@@ -21,7 +21,8 @@ checkpoint's). tcgemm runs:
   [N, K]), or one to an int8 (``int-quantized``, what compressed-tensors writes for W4A8 unless
   told ``pack-quantized``). A layer holds them packed two to a byte with float group scales
   [N, ceil(K/group_size)] (``WeightArgs("group", bits=4, group_size=...)``, the presets
-  "w4a8-group", "w4a8-group64" and "w4a8-group32"). Weight-only 4-bit checkpoints (W4A16,
+  "w4a8-group", "w4a8-group64" and "w4a8-group32"; per 64 or 32 inputs in the checkpoint's dtype,
+  fp32, bf16 or fp16, which a save writes back). Weight-only 4-bit checkpoints (W4A16,
   e.g. GPTQ by llm-compressor, no ``input_activations``) run as W4A8: their layers quantize
   their inputs to int8 dynamically per token. GPTQ's activation ordering ``weight`` (or
   ``static``) keeps the groups contiguous; a ``weight_g_idx`` that assigns columns to groups other
@@ -59,7 +60,7 @@ from typing import Any, Optional, Union
 import torch
 from torch import nn
 
-from ._scales import SCALE_BLOCK
+from ._scales import SCALE_BLOCK, int4_scale_dtypes
 from .checkpoint import Reader, load_state, parents, write_sharded
 from ._ct_layout import PACKED as _PACKED
 from ._ct_layout import PACKED_BITS as _PACKED_BITS
@@ -386,7 +387,11 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
     if iz is not None and not static_asymmetric and bool(iz.ne(0).any()):
         raise ValueError(f"tcgemm.compressed: '{name}.input_zero_point' is not zero, but the config group's "
                          "activations are symmetric or dynamic")
-    sw = get("weight_scale").float()
+    sw = get("weight_scale")
+    # 4-bit scales per 64 or 32 inputs keep their dtype (fp32, bf16 or fp16: the layer reads them so); others fp32.
+    if not (scheme.bits == _PACKED_BITS and scheme.weight == "group" and zp is None
+            and sw.dtype in int4_scale_dtypes(k, scheme.weights.group_size)):
+        sw = sw.float()
     if zero_points == "channel":  # one scale per channel: repeated over the groups, as the zero points
         if sw.numel() != n:
             raise ValueError(f"tcgemm.compressed: '{name}.weight_scale' must be [{n}, 1], got {list(sw.shape)}")
@@ -425,6 +430,7 @@ def _layer_from_tensors(name: str, group: str, linear: nn.Linear, tensors: dict[
                          f"{'checkpoint' if bias is None else 'model'}")
     with torch.no_grad():
         layer.weight.copy_(qw)
+        layer.weight_scale = layer.weight_scale.to(sw.dtype)
         layer.weight_scale.copy_(sw.reshape(layer.weight_scale.shape))
         if group_scale is not None:
             layer.weight_group_scale.copy_(group_scale)
@@ -481,11 +487,12 @@ def save_compressed(model: nn.Module, path: str, *, max_shard_size: Union[int, s
     is the groups' one, or
     ``mixed-precision`` where they differ.
 
-    The format has no integer group scales: 4-bit layers with two-level scales (the preset "w4a8")
-    are written with their float group scales ``weight_scale[:, None] * weight_group_scale`` (fp32,
-    rounded once), so every reader dequantizes them as ``q * scale`` per group, and
-    :func:`load_compressed` factors them back into the same two-level scales wherever the
-    factoring is unique (:func:`tcgemm.int4.factor_group_scales`). Layers with
+    4-bit float group scales are written in the layer's dtype (per 64 or 32 inputs fp32, bf16 or
+    fp16; else fp32). The format has no integer group scales: 4-bit layers with two-level scales
+    (the preset "w4a8") are written with their float group scales ``weight_scale[:, None] *
+    weight_group_scale`` (fp32, rounded once), so every reader dequantizes them as ``q * scale``
+    per group, and :func:`load_compressed` factors them back into the same two-level scales
+    wherever the factoring is unique (:func:`tcgemm.int4.factor_group_scales`). Layers with
     SmoothQuant multipliers (the multiplier belongs in the preceding op), tensor-parallel shards
     (:mod:`tcgemm.parallel`: save before sharding), or whose scheme read back
     as written would be one tcgemm does not run (two-level 4-bit weights with asymmetric

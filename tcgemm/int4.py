@@ -20,10 +20,10 @@ Two formats of scales, per 1x128 group of each output channel along K:
 - float groups (``WeightArgs("group", bits=4)``, checkpoints): an fp32 ``weight_scale``
   [N, ceil(K/128)]: ``w = q * weight_scale[n, k // 128]``; symmetric ones also per group of 64 or
   32 inputs (``WeightArgs("group", bits=4, group_size=32)``, the presets "w4a8-group64" and
-  "w4a8-group32"): ``weight_scale`` [N, ceil(K/gs)], ``w = q * weight_scale[n, k // gs]``.
-  ``tcgemm.quant_linear`` reads the group size off the table's width; at more than
-  :data:`GROUPED_KERNEL_ROWS` rows on a GPU :class:`tcgemm.QuantLinear` computes such a layer by
-  phases instead (:func:`grouped_linear_by_phases`).
+  "w4a8-group32"): ``weight_scale`` [N, ceil(K/gs)] in fp32, bf16 or fp16 (read as fp32, exactly),
+  ``w = q * weight_scale[n, k // gs]``. ``tcgemm.quant_linear`` reads the group size off the
+  table's width; at more than :data:`GROUPED_KERNEL_ROWS` rows on a GPU :class:`tcgemm.QuantLinear`
+  computes such a layer by phases instead (:func:`grouped_linear_by_phases`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from typing import Optional
 import torch
 
 from ._ops import _OPS
-from ._scales import INT4_GROUP_SIZES, SCALE_BLOCK, expand_weight_scale, groups_of, per_element, scale_blocks
+from ._scales import (INT4_GROUP_SIZES, SCALE_BLOCK, expand_weight_scale, groups_of, int4_scale_dtypes, per_element,
+                      scale_blocks)
 
 __all__ = ["INT4_MAX", "INT4_MIN", "GROUP_SCALE_MAX", "GROUPED_KERNEL_ROWS", "check_group_scale", "check_packed",
            "check_zero_point", "check_weight_scale", "pack_int4",
@@ -45,10 +46,6 @@ INT4_MIN, INT4_MAX = -8, 7
 GROUP_SCALE_MAX = 16
 # The largest |q| of symmetric round-to-nearest: a group's amax maps to it.
 _INT4_LEVELS = 7
-
-
-def _group_table_shape(n: int, k: int) -> tuple[int, int]:
-    return (n, scale_blocks(k))
 
 
 def pack_int4(q: torch.Tensor) -> torch.Tensor:
@@ -165,7 +162,7 @@ def _check_group_table(where: str, t: torch.Tensor, n: int, k: int, what: str, v
         raise TypeError(f"{where}: {what} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype != torch.int8:
         raise TypeError(f"{where}: {what} must have dtype torch.int8, got {t.dtype}")
-    shape = _group_table_shape(n, k)
+    shape = (n, scale_blocks(k))
     if tuple(t.shape) != shape:
         raise ValueError(f"{where}: {what} must have shape [N, ceil(K/128)] = {list(shape)}, got {list(t.shape)}")
     if values and t.numel():
@@ -462,10 +459,11 @@ def factor_group_scales(scale: torch.Tensor) -> Optional[tuple[torch.Tensor, tor
 
 def check_weight_scale(where: str, scale: torch.Tensor, n: int, k: int, group_size: int = SCALE_BLOCK,
                        what: str = "argument 'weight_scale'") -> None:
-    """ValueError / TypeError naming ``what`` unless ``scale`` is the fp32 [N, ceil(K/group_size)]
-    table of float group scales of a 4-bit weight [N, K]. ``tcgemm.quant_linear`` reads the group
-    size off the table's width, so a table of another group size would run, wrongly: a layer
-    checks its table where it enters (``load_state_dict``, assignment).
+    """ValueError / TypeError naming ``what`` unless ``scale`` is the [N, ceil(K/group_size)] table
+    of float group scales of a 4-bit weight [N, K] (groups of 64 or 32: fp32, bf16 or fp16; of 128:
+    any dtype, which loading converts). ``tcgemm.quant_linear`` reads the group size off the
+    table's width, so a table of another group size would run, wrongly: a layer checks its table
+    where it enters (``load_state_dict``, assignment).
 
     Args:
         where: the caller's name, the prefix of the error messages.
@@ -476,7 +474,7 @@ def check_weight_scale(where: str, scale: torch.Tensor, n: int, k: int, group_si
         what: how the messages name ``scale``.
 
     Raises:
-        TypeError: ``scale`` is not a tensor.
+        TypeError: ``scale`` is not a tensor, or (groups of 64 or 32) of another dtype.
         ValueError: its shape is not [N, ceil(K/group_size)].
 
     Example:
@@ -486,12 +484,15 @@ def check_weight_scale(where: str, scale: torch.Tensor, n: int, k: int, group_si
         raise TypeError(f"{where}: {what} must be a torch.Tensor, got {type(scale).__name__}")
     shape = (n, groups_of(k, group_size))
     if tuple(scale.shape) != shape:
-        raise ValueError(f"{where}: {what} must have shape [N, ceil(K/{group_size})] = {list(shape)} (fp32 scales per "
+        raise ValueError(f"{where}: {what} must have shape [N, ceil(K/{group_size})] = {list(shape)} (scales per "
                          f"group of {group_size} inputs), got {list(scale.shape)}")
+    if group_size != SCALE_BLOCK and scale.dtype not in (dtypes := int4_scale_dtypes(k, group_size)):
+        raise TypeError(f"{where}: {what} must have dtype {' or '.join(', '.join(map(str, dtypes)).rsplit(', ', 1))} "
+                        f"(scales per group of {group_size} inputs, K = {k}), got {scale.dtype}")
 
 
 def float_group_size(layer) -> int:
-    """The group size of a :class:`tcgemm.QuantLinear` with 4-bit weights and fp32 group scales
+    """The group size of a :class:`tcgemm.QuantLinear` with 4-bit weights and float group scales
     (128, 64 or 32: its ``weight_scale`` is [N, ceil(K/group_size)]), else 0.
 
     Args:
@@ -505,8 +506,9 @@ def float_group_size(layer) -> int:
 def check_int4_state(layer, state_dict, prefix, *args) -> None:
     """The ``load_state_dict`` pre-hook of a 4-bit :class:`tcgemm.QuantLinear`: the packed weight
     is uint8 [N, K/2], the group scales int8 [N, ceil(K/128)] in [1, 16], the zero points int8
-    [N, ceil(K/128)] in [-8, 7] (load_state_dict would cast other dtypes silently), and fp32 group
-    scales [N, ceil(K/group_size)] (the op would read another width as another group size).
+    [N, ceil(K/128)] in [-8, 7] (load_state_dict would cast other dtypes silently), and float group
+    scales [N, ceil(K/group_size)] (another width reads as another group size; per 64 or 32 inputs
+    the layer's table takes the loaded one's dtype, fp32, bf16 or fp16).
 
     Args:
         layer: the 4-bit :class:`tcgemm.QuantLinear` loading.
@@ -515,12 +517,14 @@ def check_int4_state(layer, state_dict, prefix, *args) -> None:
         args: the hook's other arguments (unused).
     """
     where = "QuantLinear.load_state_dict"
-    n, k = layer.out_features, layer.in_features
+    n, k, size = layer.out_features, layer.in_features, float_group_size(layer)
     weight, scale = state_dict.get(prefix + "weight"), state_dict.get(prefix + "weight_scale")
     if weight is not None:
         check_packed(where, weight, n, k, what=f"'{prefix}weight'")
-    if scale is not None and float_group_size(layer):
-        check_weight_scale(where, scale, n, k, float_group_size(layer), what=f"'{prefix}weight_scale'")
+    if scale is not None and size:
+        check_weight_scale(where, scale, n, k, size, what=f"'{prefix}weight_scale'")
+        if size != SCALE_BLOCK and layer.weight_scale.dtype != scale.dtype:  # load_state_dict's copy_ would convert
+            layer._buffers["weight_scale"] = layer.weight_scale.to(scale.dtype)
     for name, check in (("weight_group_scale", check_group_scale), ("weight_zero_point", check_zero_point)):
         table = state_dict.get(prefix + name)
         if table is not None and layer._buffers.get(name) is not None:
@@ -541,7 +545,7 @@ def grouped_linear_by_phases(x: torch.Tensor, weight: torch.Tensor, weight_scale
                              bias: Optional[torch.Tensor] = None, activation: str = "token",
                              **options) -> torch.Tensor:
     """``tcgemm.quant_linear(x, weight, weight_scale, bias, activation, **options)`` for a packed
-    4-bit ``weight`` [N, K/2] with fp32 ``weight_scale`` [N, ceil(K/group_size)], group_size 64 or
+    4-bit ``weight`` [N, K/2] with float ``weight_scale`` [N, ceil(K/group_size)], group_size 64 or
     32, computed by S = 128 / group_size GEMMs of scales per 128 inputs, which the GPU's tiled
     kernels run at many rows.
 
@@ -557,7 +561,7 @@ def grouped_linear_by_phases(x: torch.Tensor, weight: torch.Tensor, weight_scale
     Args:
         x: [..., K] bf16, fp16 or fp32.
         weight: uint8 [N, K/2], packed 4-bit (:func:`pack_int4`).
-        weight_scale: fp32 [N, ceil(K/group_size)].
+        weight_scale: fp32, bf16 or fp16 [N, ceil(K/group_size)] (converted to fp32, exactly).
         group_size: 64 or 32 (ValueError otherwise).
         bias: optional [N], added in fp32.
         activation: the activations, as for ``tcgemm.quant_linear`` ("token", "block" or "static").
@@ -584,7 +588,7 @@ def grouped_linear_by_phases(x: torch.Tensor, weight: torch.Tensor, weight_scale
                       rotate=bool(options.get("rotate", False)))
     w8t = _UNPACK_INT4(weight, None, None).t()
     # [N, blocks, S]: the scale of phase p in K block b, 1.0 past the last group.
-    table = torch.nn.functional.pad(weight_scale, (0, blocks * phases - weight_scale.shape[1]), value=1.0)
+    table = torch.nn.functional.pad(weight_scale.float(), (0, blocks * phases - weight_scale.shape[1]), value=1.0)
     table = table.view(n, blocks, phases)
     phase_of = torch.arange(k, device=x.device) // group_size % phases
     out = None

@@ -79,7 +79,8 @@ class QuantLinear(nn.Module):
         ``weight_scale``: fp32 [out_features] (``weight="channel"``),
         [out_features, ceil(in/128)] (``weight="group"``, 1x128 groups of each output channel;
         4-bit weights in groups of 64 or 32, ``"w4a8-group64"`` / ``"w4a8-group32"``:
-        [out_features, ceil(in/64)] or [out_features, ceil(in/32)]) or
+        [out_features, ceil(in/64)] or [out_features, ceil(in/32)], fp32, bf16 or fp16: the dtype
+        loaded or assigned, kept by ``.to(dtype)``) or
         [ceil(out/128), ceil(in/128)] (``weight="block"``, 128x128 blocks).
         ``weight_group_scale``: int8 [out_features, ceil(in/128)] with values in [1, 16], the
         integer group scales of 4-bit weights with two-level scales (:data:`tcgemm.W4A8`:
@@ -271,6 +272,7 @@ class QuantLinear(nn.Module):
         gptq: Optional[GPTQ] = None,
         hessian: Optional[HessianLike] = None,
         name: str = "",
+        scale_dtype: torch.dtype = torch.float32,
     ) -> "QuantLinear":
         """Quantizes a trained ``nn.Linear`` (any float dtype, any device; it is left untouched).
 
@@ -296,6 +298,8 @@ class QuantLinear(nn.Module):
                 in_features] (any positive multiple), or the ``(sum, rows)`` pair of
                 ``Calibration.hessians`` (:func:`calibrate` with ``second_moments=True``).
             name: the layer's name, for error messages (``quantize_model`` passes it).
+            scale_dtype: the dtype of ``weight_scale`` (:func:`tcgemm.nn.quantize_weight`): bf16 or fp16
+                with 4-bit weights in groups of 64 or 32, the weight rounded against those scales.
 
         Raises:
             TypeError: ``linear`` is not an ``nn.Linear``, or ``gptq`` is not a :class:`GPTQ`.
@@ -389,9 +393,10 @@ class QuantLinear(nn.Module):
         elif scheme.static:
             module.input_scale.copy_(torch.where(amax.max() > 0, amax.max() / 127.0, 1.0))
         q, scale, *tables = quantize_weight(w, scheme.weight, bits=scheme.bits, hessian=hessian, gptq=gptq,
-                                           symmetric=scheme.weights.symmetric, group_size=scheme.weights.group_size)
+                                           symmetric=scheme.weights.symmetric, group_size=scheme.weights.group_size,
+                                           scale_dtype=scale_dtype)
         module.weight.copy_(q)
-        module.weight_scale.copy_(scale)
+        module.weight_scale = module.weight_scale.to(scale.dtype).copy_(scale)
         for name, table in zip(("weight_group_scale", "weight_zero_point"), tables):
             if table is not None:
                 module._buffers[name].copy_(table)
@@ -531,9 +536,9 @@ class QuantLinear(nn.Module):
 
     def _apply(self, fn, recurse=True):
         # Module.half() / .to(torch.bfloat16) convert every floating buffer; the kernels want fp32
-        # scales and rounding them would silently cost accuracy, so scales and bias keep fp32 and
-        # follow only device moves. (The integer weight and group scales are never converted: they
-        # are not floating point.)
+        # scales (4-bit ones per 64 or 32 inputs: the dtype they have) and rounding them would silently
+        # cost accuracy, so scales and bias keep their dtype and follow only device moves. (The integer
+        # weight and group scales are never converted: they are not floating point.)
         kept = {
             name: self._buffers[name]
             for name in ("weight_scale", "bias", "input_scale", "smooth")
@@ -542,8 +547,8 @@ class QuantLinear(nn.Module):
         super()._apply(fn, recurse)
         for name, old in kept.items():
             new = self._buffers[name]
-            if new is not None and new.dtype != torch.float32:
-                self._buffers[name] = old.to(device=new.device, dtype=torch.float32)
+            if new is not None and new.dtype != old.dtype:
+                self._buffers[name] = old.to(device=new.device)
         return self
 
     def extra_repr(self) -> str:

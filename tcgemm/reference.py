@@ -76,7 +76,7 @@ def scaled_gemm_reference(
             1x128 block); another shape raises ValueError.
         scale_b: fp32 in a layout of :func:`tcgemm.scaled_gemm` (per tensor, per channel, per
             128x128 block or per channel and 1x128 block), or per channel and group of 64 or 32
-            inputs; another shape raises ValueError.
+            inputs (also bf16 or fp16, read exactly); another shape raises ValueError.
         bias: optional [N], any float dtype (added in float64).
         out_dtype: the dtype of the result.
         return_float64: return the float64 sums unrounded instead.

@@ -4,6 +4,8 @@ rounding to nearest or by GPTQ (:mod:`tcgemm.gptq`).
     q, scale = tcgemm.weights.quantize_weight(linear.weight, "channel")                  # int8, fp32 [N]
     packed, scale, group_scale = tcgemm.weights.quantize_weight(linear.weight, bits=4)   # W4A8
     packed, scale, _ = tcgemm.weights.quantize_weight(linear.weight, "group", bits=4, group_size=32)
+    packed, scale, _ = tcgemm.weights.quantize_weight(linear.weight, "group", bits=4, group_size=32,
+                                                      scale_dtype=torch.bfloat16)          # bf16 scales
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import torch
 from torch import nn
 
 from ._quantize import quantize
-from ._scales import SCALE_BLOCK, WEIGHT_LAYOUTS, expand_scale, expand_weight_scale
+from ._scales import INT4_GROUP_SCALE_DTYPES, SCALE_BLOCK, WEIGHT_LAYOUTS, expand_scale, expand_weight_scale
 from ._scales import weight_scale_shape as _weight_scale_shape
 from .gptq import GPTQ, HessianLike, gptq_integers, hessian_tensor
-from .int4 import INT4_GRIDS, INT4_MAX, INT4_MIN, int4_grid, pack_int4, quantize_int4, quantize_int4_asymmetric
+from .int4 import INT4_GRIDS, INT4_MAX, INT4_MIN, int4_grid, pack_int4, quantize_int4_asymmetric, round_to_grid
 from .scheme import GROUP_SIZES, WEIGHT_BITS, WEIGHT_QUANTIZED_AS, SchemeError, WeightArgs, check_weight_granularity
 
 __all__ = ["quantize_weight", "weight_scale_shape"]
@@ -65,6 +67,7 @@ def quantize_weight(
     grid: Optional[str] = None,
     symmetric: bool = True,
     group_size: int = SCALE_BLOCK,
+    scale_dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, ...]:
     """Symmetric quantization of an ``nn.Linear`` weight [N, K] to int8 or packed 4-bit, computed
     in fp32 on ``w``'s device.
@@ -96,6 +99,10 @@ def quantize_weight(
     With ``gptq`` (a :class:`GPTQ`) and ``hessian`` the integers are chosen by GPTQ on the same
     scales instead of by rounding each weight to nearest.
 
+    ``scale_dtype`` bf16 or fp16 (4-bit ``"group"`` weights in groups of 64 or 32, as checkpoints
+    hold them): the scales above are rounded to that dtype first (to nearest, even), and ``q`` is
+    chosen against the rounded scales, so that ``q * scale`` is the weight the layer computes with.
+
     ``symmetric=False`` (4-bit ``"group"`` only, round to nearest): a zero point per 1x128 group
     as well, :func:`tcgemm.int4.quantize_int4_asymmetric` (the group's range, 0 included, split
     into 15 steps), ``w ~ scale * (q - zero_point)``.
@@ -111,6 +118,8 @@ def quantize_weight(
         symmetric: False for asymmetric 4-bit ``"group"`` weights (no ``gptq``, no ``grid``).
         group_size: the input features per scale of 4-bit ``"group"`` weights: 128 (the default),
             64 or 32 (symmetric only); 128 for every other format.
+        scale_dtype: the dtype of the scales: torch.float32 (the default), or torch.bfloat16 or
+            torch.float16 with 4-bit ``"group"`` weights in groups of 64 or 32.
 
     Returns:
         8 bits: ``(q, scale)``, int8 [N, K] (contiguous) and the fp32 scales. 4 bits:
@@ -124,9 +133,10 @@ def quantize_weight(
         ValueError: an unknown ``granularity``, ``bits`` not 8 or 4, ``"block"`` with 4 bits, a
             ``w`` that is not 2-D, an odd K with 4 bits, ``gptq`` without ``hessian`` or the
             reverse, a ``grid`` other than None with 8 bits or not ``"mse"`` / ``"amax"``, a
-            ``hessian`` not [K, K], (GPTQ) a weight or Hessian holding NaN or inf, or a
+            ``hessian`` not [K, K], (GPTQ) a weight or Hessian holding NaN or inf, a
             ``group_size`` other than 128 except 64 or 32 with symmetric 4-bit ``"group"``
-            weights (the message names the setting).
+            weights, or a ``scale_dtype`` other than fp32 except bf16 or fp16 with such weights
+            in groups of 64 or 32 (the message names the setting).
         TypeError: a ``w`` that is not floating point, a ``gptq`` that is not a :class:`GPTQ`,
             or a ``hessian`` that is neither a float tensor nor a ``(sum, rows)`` pair.
 
@@ -163,19 +173,27 @@ def quantize_weight(
     if not symmetric and (gptq is not None or grid is not None):
         raise ValueError(f"{where}: asymmetric 4-bit weights (symmetric=False) are rounded to nearest on their "
                          "groups' ranges: no gptq= or grid=")
+    if scale_dtype != torch.float32 and (scale_dtype not in INT4_GROUP_SCALE_DTYPES or group_size == SCALE_BLOCK):
+        raise ValueError(f"{where}: argument 'scale_dtype' must be torch.float32, or torch.bfloat16 or torch.float16 "
+                         f"with 4-bit 'group' weights in groups of 64 or 32, got {scale_dtype} with bits={bits}, "
+                         f"granularity={granularity!r}, group_size={group_size}")
     grid = "mse" if grid is None else grid
     w = w.detach()
     if not symmetric:
         packed, scale, zero_point = quantize_int4_asymmetric(w)
         return packed, scale, None, zero_point
-    if gptq is None:
-        if bits == 4:
-            return quantize_int4(w, args.two_level, grid, group_size=group_size)
+    if gptq is None and bits == 8:
         return _quantize_int8(w, granularity)
-    hessian = hessian_tensor(where, hessian, k)
+    if gptq is not None:
+        hessian = hessian_tensor(where, hessian, k)
     if bits == 4:  # GPTQ chooses the integers on round-to-nearest's scales, whatever their groups
         scale, group_scale, step = int4_grid(w, args.two_level, grid, group_size=group_size)
-        return pack_int4(gptq_integers(where, w, hessian, step, INT4_MIN, INT4_MAX, gptq)), scale, group_scale
+        if scale_dtype != torch.float32:  # q against the scales the layer reads: rounded to scale_dtype first
+            scale = scale.to(scale_dtype)
+            step = expand_weight_scale(scale.float(), n, k, "group", group_size)
+        q = round_to_grid(w, step, INT4_MIN, INT4_MAX) if gptq is None else gptq_integers(
+            where, w, hessian, step, INT4_MIN, INT4_MAX, gptq)
+        return pack_int4(q), scale, group_scale
     _, scale = _quantize_int8(w, granularity)
     step = expand_weight_scale(scale, n, k, granularity)
     return gptq_integers(where, w, hessian, step, -127, 127, gptq), scale

@@ -292,7 +292,18 @@ _QUANT_LINEAR_BAD = [
     ("weight_size", lambda x, dev: {"weight": _big_rows(2**30, 256, dev)}),
     ("weight_device", lambda x, dev: {"weight": x["weight"].cpu()}),
     ("k_match", lambda x, dev: {"x": _ones(2, 255, device=dev)}),
-    ("weight_scale_dtype", lambda x, dev: {"weight_scale": _ones(8, dtype=torch.float16, device=dev)}),
+    ("weight_scale_dtype", lambda x, dev: {"weight_scale": _ones(8, dtype=I32, device=dev)}),
+    ("weight_scale_dtype", lambda x, dev: {"weight_scale": _ones(8, dtype=torch.float64, device=dev)}),
+    ("weight_scale_dtype", _packed_layer(weight_scale=lambda dev: _ones(8, 8, dtype=I8, device=dev))),
+    # bf16 / fp16 only for a 4-bit weight's scales per 64 or 32 inputs: not per channel, not per 128
+    ("weight_scale_dtype_grouped", lambda x, dev: {"weight_scale": _ones(8, dtype=torch.float16, device=dev)}),
+    ("weight_scale_dtype_grouped", lambda x, dev: {"weight_scale": _ones(8, 4, dtype=torch.bfloat16, device=dev)}),
+    ("weight_scale_dtype_grouped", _packed_layer(weight_scale=lambda dev: _ones(8, dtype=torch.bfloat16, device=dev))),
+    ("weight_scale_dtype_grouped", _packed_layer(weight_scale=lambda dev: _ones(8, 2, dtype=torch.float16,
+                                                                                device=dev))),
+    # several faults: the dtype of a table that is no 4-bit one per 64 or 32 inputs before its shape
+    ("weight_scale_dtype_grouped", _packed_layer(weight_scale=lambda dev: _ones(8, 5, dtype=torch.bfloat16,
+                                                                                device=dev))),
     ("weight_scale_shape", lambda x, dev: {"weight_scale": _ones(7, device=dev)}),
     ("weight_scale_shape", lambda x, dev: {"weight_scale": _ones(1, 8, device=dev)}),  # per-channel is [N]
     ("weight_scale_shape", lambda x, dev: {"weight_scale": _ones(8, 3, device=dev)}),
@@ -517,6 +528,10 @@ GOOD = [
     ("quant_linear", _packed_layer(weight_scale=lambda dev: _ones(8, 8, device=dev), activation=lambda dev: "block")),
     ("quant_linear", _packed_layer(weight_scale=lambda dev: _ones(8, 8, device=dev), activation=lambda dev: "static",
                                    input_scale=lambda dev: _ones(device=dev))),
+    # the same in bf16 and fp16 (read in place, converted to fp32 exactly)
+    ("quant_linear", _packed_layer(weight_scale=lambda dev: _ones(8, 4, dtype=torch.bfloat16, device=dev))),
+    ("quant_linear", _packed_layer(weight_scale=lambda dev: _ones(8, 8, dtype=torch.float16, device=dev),
+                                   activation=lambda dev: "block")),
     ("unpack_int4", lambda x, dev: {"group_scale": _ones(8, 2, dtype=I8, device=dev)}),
     ("unpack_int4", lambda x, dev: {"zero_point": torch.full((8, 2), 7, dtype=I8, device=dev)}),
     ("gemm_int4", lambda x, dev: {"group_scale": _ones(8, 2, dtype=I8, device=dev)}),

@@ -701,13 +701,14 @@ def test_unsupported_4bit_checkpoints_are_named(tmp_path, case):
         tc.load_compressed(float_model(), str(tmp_path))
 
 
-def make_grouped_4bit_checkpoint(path, group_size, quantization_format=None, ignore=("4",), seed=0):
-    """A symmetric 4-bit weight-only checkpoint written by compressed-tensors with fp32 scales per
+def make_grouped_4bit_checkpoint(path, group_size, quantization_format=None, ignore=("4",), seed=0,
+                                 dtype=torch.float32):
+    """A symmetric 4-bit weight-only checkpoint written by compressed-tensors with scales per
     group of `group_size` (32 or 64: W4A16's weights with a smaller group, as GPTQ checkpoints
     often have them), scales amax / 7 per group, compressed in the format the library infers
-    (pack-quantized) or in `quantization_format`. Returns the float model and the library's
-    decompressed weights."""
-    model = float_model(seed)
+    (pack-quantized) or in `quantization_format`; of the model in `dtype` (the library's scales
+    have the weights' dtype). Returns the float model (fp32) and the library's decompressed weights."""
+    model = float_model(seed).to(dtype)
     weights = QuantizationArgs(num_bits=4, type="int", symmetric=True, strategy="group", group_size=group_size)
     config = QuantizationConfig(config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=weights)},
                                 ignore=list(ignore))
@@ -769,6 +770,54 @@ def test_grouped_4bit_layers_save_as_the_library_reads_them(tmp_path, group_size
         assert back.get_submodule(name).scheme == a.scheme
         assert torch.equal(plain.get_submodule(name).weight.float(), a.dequantize_weight(torch.float32))
         assert torch.equal(back.get_submodule(name).weight_scale, a.weight_scale)
+
+
+@pytest.mark.parametrize("group_size", [32, 64])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_grouped_4bit_checkpoint_keeps_its_scale_dtype(tmp_path, group_size, dtype, device):
+    """compressed-tensors' checkpoint of a bf16 (fp16) model holds its scales per 32 or 64 inputs
+    in bf16 (fp16): the layers keep that table as it is; the library's decompression (q * scale in
+    the scales' dtype) is the layer's dequantized weight in that dtype bit for bit, and the exact
+    q * scale in fp32; the outputs the reference's. Saved back, the tables keep their dtype, the
+    library decompresses them to the layers' weights and tcgemm loads them back bit for bit."""
+    from safetensors.torch import load_file
+
+    model, decompressed = make_grouped_4bit_checkpoint(str(tmp_path / "in"), group_size, dtype=dtype)
+    stored = load_file(str(tmp_path / "in" / "model.safetensors"))
+    tc.load_compressed(model.to(device), str(tmp_path / "in"))
+    for name in ("0", "2"):
+        layer, scale = model.get_submodule(name), stored[f"{name}.weight_scale"]
+        assert scale.dtype == dtype and layer.weight_scale.dtype == dtype
+        assert torch.equal(layer.weight_scale.cpu(), scale)
+        assert torch.equal(layer.dequantize_weight(dtype).cpu(), decompressed[f"{name}.weight"])
+        q = unpack_from_int32(stored[f"{name}.weight_packed"], 4, torch.Size(stored[f"{name}.weight_shape"].tolist()))
+        exact = q.float() * scale.float().repeat_interleave(group_size, dim=1)
+        assert torch.equal(layer.dequantize_weight(torch.float32).cpu(), exact)
+    assert_matches_reference(model, device)
+    tc.save_compressed(model, str(tmp_path / "out"))
+    saved = load_file(str(tmp_path / "out" / "model.safetensors"))
+    _, plain = _library_reads(tmp_path / "out", 0)
+    back = float_model(0)
+    tc.load_compressed(back, str(tmp_path / "out"))
+    for name in ("0", "2"):
+        layer = model.get_submodule(name)
+        assert saved[f"{name}.weight_scale"].dtype == dtype
+        assert torch.equal(saved[f"{name}.weight_scale"], stored[f"{name}.weight_scale"])
+        assert torch.equal(plain.get_submodule(name).weight, layer.dequantize_weight(torch.float32).cpu())
+    for key, value in model.state_dict().items():
+        assert back.state_dict()[key].dtype == value.dtype and torch.equal(back.state_dict()[key], value.cpu()), key
+
+
+def test_4bit_checkpoint_of_groups_of_128_in_bf16_loads_fp32(tmp_path):
+    """Scales per 128 inputs (and two-level ones factored from them) stay fp32 in the layer,
+    whatever the checkpoint's dtype: the values the library decompresses, converted exactly."""
+    model = float_model(0).to(torch.bfloat16)
+    plain, decompressed = make_int4_checkpoint(str(tmp_path), model=model)
+    tc.load_compressed(plain, str(tmp_path))
+    for name in ("0", "2"):
+        layer = plain.get_submodule(name)
+        assert layer.weight_scale.dtype == torch.float32
+        assert torch.equal(layer.dequantize_weight(torch.bfloat16), decompressed[f"{name}.weight"])
 
 
 def test_grouped_4bit_g_idx_of_its_groups_loads(tmp_path):

@@ -349,7 +349,7 @@ def test_layer(preset, device, rng):
     with torch.no_grad():
         assert torch.equal(again(x), y)
     wrong = torch.ones(n, groups(k, 128), device=device)
-    message = rf"'weight_scale' must have shape \[N, ceil\(K/{gs}\)\] = \[{n}, {groups(k, gs)}\] \(fp32 scales per " \
+    message = rf"'weight_scale' must have shape \[N, ceil\(K/{gs}\)\] = \[{n}, {groups(k, gs)}\] \(scales per " \
               rf"group of {gs} inputs\), got \[{n}, 3\]"
     with pytest.raises(ValueError, match="QuantLinear.load_state_dict: " + message):
         again.load_state_dict({**state, "weight_scale": wrong})
@@ -389,6 +389,203 @@ def test_layer_backward_and_quantize_model(preset):
     with torch.no_grad():
         got = model(sample)
     assert float((got - want).abs().max()) < 0.2 * float(want.abs().max())
+
+
+# -- scales in bf16 or fp16 -------------------------------------------------------------------------
+
+HALF = (torch.bfloat16, torch.float16)
+
+
+@pytest.mark.parametrize("gs", SIZES)
+@pytest.mark.parametrize("table_dtype", HALF, ids=str)
+@pytest.mark.parametrize("m", [1, 5, 17, 33])
+@pytest.mark.parametrize("k", [384, 200])  # 200: no multiple of 32 or 128
+@pytest.mark.parametrize("options", list(ACTIVATIONS))
+def test_half_tables_are_their_fp32_values(gs, table_dtype, m, k, options, device, rng):
+    """quant_linear reads a bf16 or fp16 table of scales per gs inputs in place, converted to fp32
+    exactly: bit for bit the result of the fp32 table of the same values (2-D and 3-D x), within
+    the rounding of bf16 of the float64 reference; every activation option."""
+    if k % 128 and options in ("rotate", "smooth"):
+        pytest.skip("rotation needs K a multiple of 128; the multipliers are [384]")
+    n = 40
+    q, scale = case(n, k, gs, rng)
+    half = scale.to(table_dtype)
+    bias = torch.randn(n, generator=rng)
+    x = torch.randn(m, k, generator=rng).to(torch.bfloat16)
+    kw = {key: value.to(device) if isinstance(value, torch.Tensor) else value
+          for key, value in ACTIVATIONS[options].items()}
+    packed, bias_d = pack(q).to(device), bias.to(device)
+    y = tcgemm.quant_linear(x.to(device), packed, half.to(device), bias_d, **kw)
+    assert y.dtype == torch.bfloat16 and y.shape == (m, n)
+    assert torch.equal(y, tcgemm.quant_linear(x.to(device), packed, half.float().to(device), bias_d, **kw))
+    assert torch.equal(tcgemm.quant_linear(x.reshape(1, m, k).to(device), packed, half.to(device), bias_d,
+                                           **kw).reshape(m, n), y)
+    assert_near(y, group_sums_reference(x, q, half, gs, bias, **ACTIVATIONS[options]), TOL[torch.bfloat16])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gs", SIZES)
+@pytest.mark.parametrize("table_dtype", HALF, ids=str)
+@pytest.mark.parametrize("m", [1, 16, 64])
+@pytest.mark.parametrize("n, k", [(4096, 4096), (1024, 14336), (200, 1024 + 96)], ids=str)
+def test_half_tables_at_model_shapes(gs, table_dtype, m, n, k, rng):
+    """Layer-sized weights on the GPU: a bf16 or fp16 table gives the fp32 table's bits."""
+    q, scale = case(n, k, gs, rng)
+    half = scale.to(table_dtype).cuda()
+    x, packed = torch.randn(m, k, generator=rng).to(torch.bfloat16).cuda(), pack(q).cuda()
+    y = tcgemm.quant_linear(x, packed, half)
+    assert torch.equal(y, tcgemm.quant_linear(x, packed, half.float()))
+    assert_near(y, group_sums_reference(x, q, half, gs), TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("gs", SIZES)
+@pytest.mark.parametrize("table_dtype", HALF, ids=str)
+def test_phases_read_half_tables(gs, table_dtype, device, rng):
+    """grouped_linear_by_phases converts a bf16 or fp16 table to fp32 for its GEMMs (exactly): the
+    bits of the fp32 table of the same values (which test_phases_are_the_op compares with the op)."""
+    n, k, m = 40, 200, 20
+    q, scale = case(n, k, gs, rng)
+    half = scale.to(table_dtype).to(device)
+    x, packed = torch.randn(m, k, generator=rng).to(device), pack(q).to(device)
+    y = grouped_linear_by_phases(x, packed, half, gs)
+    assert torch.equal(y, grouped_linear_by_phases(x, packed, half.float(), gs))
+    assert_near(y, group_sums_reference(x, q, half, gs), TOL[torch.float32])
+
+
+@pytest.mark.parametrize("gs", SIZES)
+@pytest.mark.parametrize("table_dtype", HALF, ids=str)
+def test_quantize_weight_rounds_the_scales_first(gs, table_dtype, device):
+    """scale_dtype=bf16 / fp16: the scales of the fp32 rule (either grid) rounded to that dtype,
+    and q = clamp(round_half_even(w / scale), -8, 7) against the rounded scales (not those of the
+    fp32 rule, which differ), so that q * scale is what the layer computes with; GPTQ on the same
+    rounded scales (with a diagonal Hessian: round to nearest on them)."""
+    n, k = 64, 456  # K: no multiple of 32; enough values for the rounding of fp16 scales to move some q
+    g = torch.Generator().manual_seed(gs)
+    w = torch.randn(n, k, generator=g) * torch.linspace(0.01, 1.0, k)
+    w[3, gs:2 * gs] = 0
+
+    def spread(s):
+        return s.cpu().float().repeat_interleave(gs, dim=1)[:, :k]
+
+    for grid in ("amax", "mse"):
+        _, s32, _ = tcgemm.weights.quantize_weight(w.to(device), "group", bits=4, grid=grid, group_size=gs)
+        packed, s, none = tcgemm.weights.quantize_weight(w.to(device), "group", bits=4, grid=grid, group_size=gs,
+                                                         scale_dtype=table_dtype)
+        assert none is None and s.dtype == table_dtype and s.device == w.to(device).device
+        assert torch.equal(s.cpu(), s32.cpu().to(table_dtype)) and s[3, 1] == 1
+        q = torch.round(w / spread(s)).clamp(-8, 7).to(I8)
+        assert torch.equal(tcgemm.unpack_int4(packed.cpu()), q)
+        assert not torch.equal(q, torch.round(w / spread(s32)).clamp(-8, 7).to(I8))  # the order matters
+        assert torch.equal(int4_weight_reference(packed, s), q.double() * spread(s).double())
+        gptq = tcgemm.weights.quantize_weight(w.to(device), "group", bits=4, grid=grid, group_size=gs,
+                                              scale_dtype=table_dtype, gptq=tcgemm.GPTQ(),
+                                              hessian=torch.eye(k, device=device))
+        assert torch.equal(gptq[0], packed) and torch.equal(gptq[1], s)
+
+
+def test_quantize_weight_refuses_other_scale_dtypes():
+    """scale_dtype other than fp32: bf16 or fp16, with 4-bit "group" weights in groups of 64 or 32 only."""
+    w = torch.randn(8, 256)
+    for granularity, bits, gs, dtype in [("group", 4, 128, torch.bfloat16), ("channel", 4, 128, torch.float16),
+                                         ("channel", 8, 128, torch.bfloat16), ("group", 4, 32, torch.float64),
+                                         ("group", 4, 64, torch.int32), ("group", 4, 32, "bfloat16")]:
+        with pytest.raises(ValueError, match=r"tcgemm.weights.quantize_weight: argument 'scale_dtype' must be "
+                                             r"torch.float32, or torch.bfloat16 or torch.float16 with 4-bit 'group' "
+                                             rf"weights in groups of 64 or 32, got {dtype} with bits={bits}"):
+            tcgemm.weights.quantize_weight(w, granularity, bits=bits, group_size=gs, scale_dtype=dtype)
+    q, s, _ = tcgemm.weights.quantize_weight(w, "group", bits=4, group_size=32, scale_dtype=torch.float32)
+    assert s.dtype == torch.float32 and torch.equal(s, tcgemm.weights.quantize_weight(w, "group", bits=4,
+                                                                                     group_size=32)[1])
+
+
+@pytest.mark.parametrize("preset", ["w4a8-group32", "w4a8-group64"])
+@pytest.mark.parametrize("table_dtype", HALF, ids=str)
+def test_layer_keeps_its_table_dtype(preset, table_dtype, device):
+    """A layer's table per 64 or 32 inputs has the dtype it was built with (from_linear's
+    scale_dtype), loaded (load_state_dict, assign or not, and a layer pickled whole) or assigned:
+    fp32, bf16 or fp16, never converted, not by .to(dtype) / .half() / .float() either; other
+    dtypes are refused naming the argument. dequantize_weight is q * scale exactly. Tables per 128
+    inputs (and int8 layers) convert what they load to fp32, as before."""
+    gs = tcgemm.PRESETS[preset].weights.group_size
+    n, k = 72, 320
+    linear = torch.nn.Linear(k, n).to(device)
+    layer = tcgemm.QuantLinear.from_linear(linear, scheme=preset, scale_dtype=table_dtype)
+    _, want, _ = tcgemm.weights.quantize_weight(linear.weight, "group", bits=4, group_size=gs,
+                                                scale_dtype=table_dtype)
+    assert layer.weight_scale.dtype == table_dtype and torch.equal(layer.weight_scale, want)
+    assert torch.equal(layer.dequantize_weight().cpu(), int4_weight_reference(layer.weight, layer.weight_scale).float())
+    assert f"bits=4, group_size={gs}, activation='token'" in repr(layer)
+    for convert in (lambda m: m.to(torch.bfloat16), lambda m: m.half(), lambda m: m.float(), lambda m: m.double(),
+                    lambda m: m.to(device)):
+        assert convert(layer).weight_scale.dtype == table_dtype and torch.equal(layer.weight_scale, want)
+    state = layer.state_dict()
+    assert state["weight_scale"].dtype == table_dtype
+    fresh = tcgemm.QuantLinear(k, n, scheme=preset, device=device)
+    assert fresh.weight_scale.dtype == torch.float32
+    fresh.load_state_dict(state)
+    assert fresh.weight_scale.dtype == table_dtype and torch.equal(fresh.weight_scale, want)
+    fp32_state = {**state, "weight_scale": want.float()}
+    fresh.load_state_dict(fp32_state)  # the table takes the dtype loaded, whichever it is
+    assert fresh.weight_scale.dtype == torch.float32 and torch.equal(fresh.weight_scale, want.float())
+    fresh.load_state_dict(state, assign=True)
+    assert fresh.weight_scale.dtype == table_dtype and torch.equal(fresh.weight_scale, want)
+    fresh.weight_scale = want.to(torch.float16)
+    assert fresh.weight_scale.dtype == torch.float16
+    whole = pickle.loads(pickle.dumps(layer))
+    assert whole.weight_scale.dtype == table_dtype and torch.equal(whole.weight_scale, want)
+    dtypes = "torch.float32, torch.bfloat16 or torch.float16"
+    for bad in (torch.int32, torch.float64, torch.int8):
+        message = rf"'weight_scale' must have dtype {dtypes} \(scales per group of {gs} inputs, K = {k}\), got {bad}"
+        with pytest.raises(TypeError, match="QuantLinear.load_state_dict: " + message):
+            fresh.load_state_dict({**state, "weight_scale": want.to(bad)})
+        with pytest.raises(TypeError, match="QuantLinear: argument " + message):
+            fresh.weight_scale = want.to(bad)
+    assert fresh.weight_scale.dtype == torch.float16  # unchanged by the refused ones
+    one = tcgemm.QuantLinear(gs, 8, scheme=preset, device=device)  # K = gs: one group, read as scales per 128
+    with pytest.raises(TypeError, match=rf"argument 'weight_scale' must have dtype torch.float32 \(scales per group "
+                                        rf"of {gs} inputs, K = {gs}\), got {table_dtype}"):
+        one.weight_scale = torch.ones(8, 1, dtype=table_dtype, device=device)
+    for scheme in ("w4a8-group", "w8a8-group"):  # fp32 only: what they load is converted, as before
+        other = tcgemm.QuantLinear(k, n, scheme=scheme, device=device)
+        table = other.state_dict()
+        other.load_state_dict({**table, "weight_scale": table["weight_scale"].to(table_dtype)})
+        assert other.weight_scale.dtype == torch.float32
+
+
+@pytest.mark.parametrize("preset", ["w4a8-group32", "w4a8-group64"])
+@pytest.mark.parametrize("table_dtype", HALF, ids=str)
+@pytest.mark.parametrize("m", [1, 5, 200])  # 200: by phases on a GPU
+def test_layer_with_a_half_table_is_the_fp32_table(preset, table_dtype, m, device, rng):
+    """A layer with a bf16 or fp16 table computes what the same layer with the fp32 table of the
+    same values computes, bit for bit (eager, compiled); its gradient flows through q * scale."""
+    n, k = 72, 320
+    layer = tcgemm.QuantLinear.from_linear(torch.nn.Linear(k, n).to(device), scheme=preset, scale_dtype=table_dtype)
+    twin = tcgemm.QuantLinear(k, n, scheme=preset, device=device)
+    twin.load_state_dict({**layer.state_dict(), "weight_scale": layer.weight_scale.float()})
+    assert twin.weight_scale.dtype == torch.float32
+    x = torch.randn(m, k, generator=rng).to(device)
+    with torch.no_grad():
+        y = layer(x)
+        assert torch.equal(y, twin(x))
+        assert torch.equal(layer(x.to(torch.bfloat16)), twin(x.to(torch.bfloat16)))
+        torch._dynamo.reset()
+        assert torch.equal(torch.compile(layer, fullgraph=True)(x), y)
+    xg = x.clone().requires_grad_(True)
+    layer(xg).sum().backward()
+    assert torch.equal(xg.grad, layer.dequantize_weight().sum(dim=0).expand(m, -1))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("table_dtype", HALF, ids=str)
+def test_half_tables_in_a_cuda_graph(table_dtype, rng):
+    """A layer with a bf16 or fp16 table replays in a CUDA graph to the eager call's bits, with
+    the few-rows kernel and by phases."""
+    layer = tcgemm.QuantLinear.from_linear(torch.nn.Linear(1024, 256).cuda(), scheme="w4a8-group32",
+                                           scale_dtype=table_dtype)
+    for m in (1, 200):
+        x = torch.randn(m, 1024, generator=rng).cuda()
+        with torch.no_grad():
+            assert_replays_in_a_cuda_graph(lambda: layer(x), layer(x))
 
 
 def test_tensor_parallel_shards_keep_whole_groups():
