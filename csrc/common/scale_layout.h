@@ -9,6 +9,10 @@
 
 #include "common/hd.h"
 
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#endif
+
 namespace tcgemm {
 
 // K (and, for 128x128 weight scales, N) extent of one per-block scale; also the K depth of one
@@ -36,6 +40,9 @@ TCGEMM_HD float bf16_bits_to_float(uint16_t h) {
 }
 
 TCGEMM_HD float f16_bits_to_float(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(h));  // one conversion, subnormals exact
+#else
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
   if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in fp32
     const float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
@@ -45,7 +52,28 @@ TCGEMM_HD float f16_bits_to_float(uint16_t h) {
   float f;
   memcpy(&f, &bits, sizeof f);
   return f;
+#endif
 }
+
+// The 16-bit formats as types, for kernels built per format: their dtype and their decoder.
+struct Bf16Bits {};
+struct F16Bits {};
+template <class T>
+struct HalfScaleBits {
+  static constexpr bool kIs16Bit = false;
+};
+template <>
+struct HalfScaleBits<Bf16Bits> {
+  static constexpr bool kIs16Bit = true;
+  static constexpr ScaleDtype kDtype = ScaleDtype::kBf16;
+  TCGEMM_HD static float value(uint16_t bits) { return bf16_bits_to_float(bits); }
+};
+template <>
+struct HalfScaleBits<F16Bits> {
+  static constexpr bool kIs16Bit = true;
+  static constexpr ScaleDtype kDtype = ScaleDtype::kF16;
+  TCGEMM_HD static float value(uint16_t bits) { return f16_bits_to_float(bits); }
+};
 
 // The scales of one operand ([rows, K]: A, or B seen as [N, K]), fp32, addressed by strides so
 // that one description covers every granularity (a zero stride broadcasts):
@@ -65,12 +93,16 @@ struct ScaleOperand {
   TCGEMM_HD bool per_row_block() const { return per_block() && row_shift == 0; }
   TCGEMM_HD const float* row_ptr(int64_t r) const { return ptr + (r >> row_shift) * stride_row; }
   TCGEMM_HD float at(int64_t r, int64_t kb) const { return row_ptr(r)[kb * stride_kb]; }
-  // Scale `group` of row r of a table of any ScaleDtype.
+  // Scale `group` of row r of a table of any ScaleDtype; of a 16-bit table also its bits as
+  // stored (kernels load the bits a K block ahead and decode them where they are used, so that no
+  // conversion waits on the load: MmaSyncPromotion).
+  TCGEMM_HD uint16_t group_bits16_at(int64_t r, int64_t group) const {
+    return reinterpret_cast<const uint16_t*>(ptr)[(r >> row_shift) * stride_row + group * stride_kb];
+  }
   TCGEMM_HD float group_at(int64_t r, int64_t group) const {
-    const int64_t i = (r >> row_shift) * stride_row + group * stride_kb;
-    if (dtype == ScaleDtype::kF32) return ptr[i];
-    const uint16_t h = reinterpret_cast<const uint16_t*>(ptr)[i];
-    return dtype == ScaleDtype::kBf16 ? bf16_bits_to_float(h) : f16_bits_to_float(h);
+    if (dtype == ScaleDtype::kF32) return at(r, group);
+    const uint16_t bits = group_bits16_at(r, group);
+    return dtype == ScaleDtype::kBf16 ? bf16_bits_to_float(bits) : f16_bits_to_float(bits);
   }
 };
 

@@ -4,8 +4,10 @@
 
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/hd.h"
+#include "common/scale_layout.h"
 
 namespace tcgemm {
 
@@ -29,11 +31,20 @@ struct BlockScales {
 // MmaN n8 tiles whose fragment register r of lane (g, t) = (lane / 4, lane % 4) holds row
 // row0 + 16 i + g + 8 (r / 2) and column col0 + 8 j + 2 t + r % 2. Slots > 1 (the skinny
 // kernel's B scales per 128 / Slots inputs): the tile's row r is instead slot r % Slots, the sums
-// over group r % Slots of each K block, of row row0 + r / Slots of D.
-template <int MmaM, int MmaN, int Slots = 1>
+// over group r % Slots of each K block, of row row0 + r / Slots of D, and GroupT the table's
+// element: float, or the 16-bit ScaleDtype::kBf16 / kF16 as Bf16Bits / F16Bits, whose bits are
+// loaded with the K block's other scales and decoded only in promote_into, after the K block's B
+// has been waited for (a conversion next to the load waits on it: one row of groups of 32 took
+// 1.6x as long).
+template <int MmaM, int MmaN, int Slots = 1, class GroupT = float>
 struct MmaSyncPromotion {
+  static constexpr bool kHalfTable = Slots > 1 && !std::is_same_v<GroupT, float>;
+  static_assert(std::is_same_v<GroupT, float> || (kHalfTable && HalfScaleBits<GroupT>::kIs16Bit),
+                "group scales: an fp32 or a 16-bit table");
   float rows[MmaM][2];  // scale_a of rows + 0 and + 8 of each m16 tile
-  float cols[MmaN][2];  // the K-block (or group) part of scale_b of the lane's two columns of each n8 tile
+  // The K-block (or group) part of scale_b of the lane's two columns of each n8 tile.
+  float cols[kHalfTable ? 1 : MmaN][2];
+  uint32_t col_bits[kHalfTable ? MmaN : 1][2];  // a 16-bit table's: the bits as stored, zero-extended
 
   // The scales of K block kb; rows and columns past the edges of D clamp to the last one, groups
   // (Slots > 1) to last_group, the last of K.
@@ -51,10 +62,10 @@ struct MmaSyncPromotion {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int col = min_int(col0 + j * 8 + 2 * t + e, n - 1);
-        if constexpr (Slots == 1) {
-          cols[j][e] = epi.b_block_scale(col, b_index);
+        if constexpr (kHalfTable) {
+          col_bits[j][e] = epi.b_group_scale_bits16(col, b_index);
         } else {
-          cols[j][e] = epi.b_group_scale(col, b_index);
+          cols[j][e] = epi.b_block_scale(col, b_index);
         }
       }
   }
@@ -65,10 +76,18 @@ struct MmaSyncPromotion {
 #pragma unroll
       for (int j = 0; j < MmaN; ++j)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) accf[i][j][r] = promote(accf[i][j][r], acc[i][j][r], rows[i][r / 2] * cols[j][r % 2]);
+        for (int r = 0; r < 4; ++r)
+          accf[i][j][r] = promote(accf[i][j][r], acc[i][j][r], rows[i][r / 2] * col(j, r % 2));
   }
 
  private:
+  TCGEMM_HD float col(int j, int e) const {
+    if constexpr (kHalfTable) {
+      return HalfScaleBits<GroupT>::value(static_cast<uint16_t>(col_bits[j][e]));
+    } else {
+      return cols[j][e];
+    }
+  }
   TCGEMM_HD static int min_int(int x, int y) { return x < y ? x : y; }
 };
 #endif

@@ -105,8 +105,12 @@ struct ScaledEpilogue {
   // b_scale_groups), b_group_scale's index is the group's instead: kb * b_scale_groups + j.
   TCGEMM_HD float a_block_scale(int64_t m, int64_t kb) const { return p.a.at(m, kb); }
   TCGEMM_HD float b_block_scale(int64_t n, int64_t kb) const { return p.b.per_block() ? p.b.at(n, kb) : 1.0f; }
-  // Scale `group` of column n of B's scales per 64 or 32 inputs, fp32, bf16 or fp16 (ScaleDtype).
+  // Scale `group` of column n of B's scales per 64 or 32 inputs, fp32, bf16 or fp16 (ScaleDtype);
+  // of a 16-bit table also its bits as stored (HalfScaleBits decodes them). Kernels take an fp32
+  // table's through b_block_scale.
   TCGEMM_HD float b_group_scale(int64_t n, int64_t group) const { return p.b.group_at(n, group); }
+  TCGEMM_HD uint16_t b_group_scale_bits16(int64_t n, int64_t group) const { return p.b.group_bits16_at(n, group); }
+  TCGEMM_HD ScaleDtype b_group_dtype() const { return p.b.dtype; }
   // The same as cursors over kb, for main loops that walk the K blocks of fixed rows and columns.
   TCGEMM_HD BlockScales a_block_scales(int64_t m) const { return BlockScales{p.a.row_ptr(m), p.a.stride_kb}; }
   TCGEMM_HD BlockScales b_block_scales(int64_t n) const {

@@ -440,15 +440,16 @@ struct NoGroupScales {};
 // where group r % Slots is its lane's, zeros elsewhere. Each mma then sums each group apart, at
 // no more mma per K block where Slots * M rows still fit the tile; the slots' rows are promoted
 // with their group's scales, and added across the Slots lanes of each row of D at the end
-// (fold_slots). A tile holds 16 / Slots rows of D (8 / Slots with HalfRows).
+// (fold_slots). A tile holds 16 / Slots rows of D (8 / Slots with HalfRows). GroupT: those
+// scales' element, float, Bf16Bits or F16Bits (MmaSyncPromotion).
 template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, From ASrc, class Epi, bool BInt4,
-          bool HalfRows = false, bool OneRow = false, bool BZero = false, int Slots = 1>
+          bool HalfRows = false, bool OneRow = false, bool BZero = false, int Slots = 1, class GroupT = float>
 struct TileSums {
   static_assert(!HalfRows || RowTiles == 1, "HalfRows is one m16 tile");
   static_assert(Slots == 1 || ((Slots == 2 || Slots == 4) && BInt4 && Epi::kPromotes && !BZero),
                 "slots: 4-bit B with fp32 scales per 64 or 32 inputs");
   using Acc = typename Epi::Acc;  // int32, or fp32 when per-block scales are promoted
-  using Scales = MmaSyncPromotion<RowTiles, ColTiles, Slots>;
+  using Scales = MmaSyncPromotion<RowTiles, ColTiles, Slots, GroupT>;
   using Group = std::conditional_t<BInt4, Int4GroupScales<ColTiles>, NoGroupScales>;
   static constexpr bool kPerBlock = Epi::kPromotes;
   // 4-bit B against at most 8 rows of A, sums in int32 (two-level or no group scales): the weight
@@ -815,13 +816,14 @@ __device__ __forceinline__ void skinny_tile(const GemmProblem& p, const Epi& epi
 // quantized by the block always); OneRow: one row. Each K block's scales (group scales, per-block
 // scales when promoting; L1 hits but for the first of 32 K blocks) are loaded before its B is
 // waited for. BZero: B has zero points (p.b_zero_point), read with the scales. Slots: B's scales
-// per 128 / Slots inputs (TileSums), a tile of Cfg::kRows / Slots rows of D.
-template <int RowTiles, int ColTiles, From ASrc, class Epi, bool HalfRows, bool OneRow, bool BZero, int Slots>
+// per 128 / Slots inputs (TileSums; GroupT their element), a tile of Cfg::kRows / Slots rows of D.
+template <int RowTiles, int ColTiles, From ASrc, class Epi, bool HalfRows, bool OneRow, bool BZero, int Slots,
+          class GroupT>
 __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Epi& epi, const uint8_t* a_base,
                                                   int64_t a_stride, Int4Stream<TileConfig<RowTiles, ColTiles>>& b) {
   using Cfg = TileConfig<RowTiles, ColTiles>;
   static_assert(!HalfRows || RowTiles == 1, "HalfRows is one m16 tile");
-  using Sums = TileSums<RowTiles, ColTiles, true, true, ASrc, Epi, true, HalfRows, OneRow, BZero, Slots>;
+  using Sums = TileSums<RowTiles, ColTiles, true, true, ASrc, Epi, true, HalfRows, OneRow, BZero, Slots, GroupT>;
   const WarpWork& work = b.work;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int full_blocks = p.k / kBK;
@@ -898,10 +900,10 @@ __device__ __forceinline__ void skinny_tiles_int4(const GemmProblem& p, const Ep
 // is read by one block per tile unless x is quantized in the kernel. FewRows: 4-bit B against an
 // int8 A given of at most FewRows rows, 8 or 1 (TileSums' HalfRows sums, as for x quantized in the
 // kernel; OneRow for 1); 0: up to 16. BZero: 4-bit B with zero points (p.b_zero_point). Slots:
-// 4-bit B with fp32 scales per 128 / Slots inputs (TileSums), FewRows then counting slot rows
-// (Slots * M).
+// 4-bit B with scales per 128 / Slots inputs of element GroupT (TileSums), FewRows then counting
+// slot rows (Slots * M).
 template <int RowTiles, int ColTiles, bool ASigned, bool BSigned, class Epi, class XT, bool BInt4,
-          int FewRows = 0, bool BZero = false, int Slots = 1>
+          int FewRows = 0, bool BZero = false, int Slots = 1, class GroupT = float>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     skinny_gemm_kernel(const GemmProblem p, const Epi epi, const QuantizeParams xq) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -945,7 +947,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     if constexpr (!kQuantizes) {
       b.start(p);
       ptx::griddep_wait();  // A, its scales and D belong to the kernels before this one
-      skinny_tiles_int4<RowTiles, ColTiles, From::kCached, Epi, FewRows != 0, FewRows == 1, BZero, Slots>(
+      skinny_tiles_int4<RowTiles, ColTiles, From::kCached, Epi, FewRows != 0, FewRows == 1, BZero, Slots, GroupT>(
           p, epi, static_cast<const uint8_t*>(p.a.ptr), p.a.stride_row, b);
     } else {
       ptx::griddep_wait();  // x and D belong to the kernels before this one
@@ -956,7 +958,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       // slot rows fit them.
       static_assert(kQuantizeRows <= 8, "x quantized in the kernel takes the HalfRows sums");
       constexpr bool kHalfRows = RowTiles == 1 && kQuantizeRows * Slots <= 8;
-      skinny_tiles_int4<RowTiles, ColTiles, From::kShared, Epi, kHalfRows, XT::kOneToken && Slots == 1, BZero, Slots>(
+      skinny_tiles_int4<RowTiles, ColTiles, From::kShared, Epi, kHalfRows, XT::kOneToken && Slots == 1, BZero, Slots,
+                        GroupT>(
           p, in_block, smem, layout.row_stride, b);
     }
   } else {
@@ -1000,7 +1003,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 // A grid of at most blocks_most blocks over the tiles of D (flattened into gridDim.x), in
 // clusters of p.cluster_k_split blocks per tile (a whole number of clusters).
 template <class Cfg, class Epi, bool ASigned, bool BSigned, class XT, bool BInt4, int FewRows = 0,
-          bool BZero = false, int Slots = 1>
+          bool BZero = false, int Slots = 1, class GroupT = float>
 void launch_grid(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int64_t blocks_most, int smem_bytes) {
   const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, Cfg::kRows / Slots)) * ceil_div(p.n, Cfg::kCols);
   const int64_t split = p.cluster_k_split;
@@ -1008,8 +1011,8 @@ void launch_grid(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq,
     throw std::logic_error("tcgemm: the skinny kernel splits K between cluster blocks for 4-bit B only");
   if (tiles * split >= (int64_t{1} << 31)) throw std::invalid_argument("tcgemm: the skinny GEMM's grid exceeds 2^31 blocks");
   const int64_t blocks = std::min(tiles * split, blocks_most / split * split);
-  const auto kernel =
-      skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi, XT, BInt4, FewRows, BZero, Slots>;
+  const auto kernel = skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, ASigned, BSigned, Epi, XT, BInt4, FewRows,
+                                         BZero, Slots, GroupT>;
   tcgemm::launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(blocks)), kThreads,
                                     static_cast<size_t>(smem_bytes), p.stream, p.pdl, static_cast<unsigned>(split), p,
                                     epi, xq);
@@ -1025,7 +1028,7 @@ constexpr bool x_in_parts() {
   }
 }
 
-template <class Cfg, class Epi, class XT, int XMost, int FewRows, bool BZero, int Slots>
+template <class Cfg, class Epi, class XT, int XMost, int FewRows, bool BZero, int Slots, class GroupT = float>
 void launch_int4_as(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count, int x_bytes) {
   if (!p.a.is_signed) throw std::logic_error("tcgemm: 4-bit B needs an int8 A");
   if (FewRows != 0 && int64_t{p.m} * Slots > FewRows)
@@ -1033,9 +1036,24 @@ void launch_int4_as(const GemmProblem& p, const Epi& epi, const QuantizeParams& 
   constexpr int kMost = b_smem_at(XMost) + Int4Ring<Cfg>::kBytes;
   if (x_bytes > XMost) throw std::logic_error("tcgemm: the skinny kernel's quantized x leaves no room for 4-bit B");
   allow_dynamic_smem<
-      skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT, true, FewRows, BZero, Slots>, kMost>();
-  launch_grid<Cfg, Epi, true, true, XT, true, FewRows, BZero, Slots>(p, epi, xq, int64_t{kBlocksPerSm} * sm_count,
-                                                                    b_smem_at(x_bytes) + Int4Ring<Cfg>::kBytes);
+      skinny_gemm_kernel<Cfg::kRowTiles, Cfg::kColTiles, true, true, Epi, XT, true, FewRows, BZero, Slots, GroupT>,
+      kMost>();
+  launch_grid<Cfg, Epi, true, true, XT, true, FewRows, BZero, Slots, GroupT>(
+      p, epi, xq, int64_t{kBlocksPerSm} * sm_count, b_smem_at(x_bytes) + Int4Ring<Cfg>::kBytes);
+}
+
+// Scales per 128 / Slots inputs, built per element of their table (MmaSyncPromotion's GroupT).
+template <class Cfg, class Epi, class XT, int XMost, int FewRows, int Slots>
+void launch_int4_groups(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq, int sm_count, int x_bytes) {
+  switch (epi.b_group_dtype()) {
+    case ScaleDtype::kBf16:
+      return launch_int4_as<Cfg, Epi, XT, XMost, FewRows, false, Slots, Bf16Bits>(p, epi, xq, sm_count, x_bytes);
+    case ScaleDtype::kF16:
+      return launch_int4_as<Cfg, Epi, XT, XMost, FewRows, false, Slots, F16Bits>(p, epi, xq, sm_count, x_bytes);
+    case ScaleDtype::kF32:
+      break;
+  }
+  launch_int4_as<Cfg, Epi, XT, XMost, FewRows, false, Slots>(p, epi, xq, sm_count, x_bytes);
 }
 
 // The persistent grid of a packed 4-bit B (signed A against signed 4-bit values): kBlocksPerSm
@@ -1053,9 +1071,9 @@ void launch_int4(const GemmProblem& p, const Epi& epi, const QuantizeParams& xq,
     // does one slot row (FewRows 1) meet slots.
     if constexpr (!x_in_parts<XT>() && FewRows != 1) {
       if (p.b_scale_groups == 2)
-        return launch_int4_as<Cfg, Epi, XT, XMost, FewRows, false, 2>(p, epi, xq, sm_count, x_bytes);
+        return launch_int4_groups<Cfg, Epi, XT, XMost, FewRows, 2>(p, epi, xq, sm_count, x_bytes);
       if (p.b_scale_groups == 4)
-        return launch_int4_as<Cfg, Epi, XT, XMost, FewRows, false, 4>(p, epi, xq, sm_count, x_bytes);
+        return launch_int4_groups<Cfg, Epi, XT, XMost, FewRows, 4>(p, epi, xq, sm_count, x_bytes);
     }
   } else if (p.b_zero_point != nullptr || p.b_scale_groups != 1) {
     throw std::logic_error("tcgemm: the skinny kernel reads 4-bit zero points and scales per 32 or 64 inputs with fp32 "
