@@ -13,6 +13,8 @@ optional import. Variants, one after the other on copies of the same model:
 - tcgemm block: 128x128 weight blocks, 1x128 activation groups;
 - tcgemm-w4a8: ``quantize_model(scheme="w4a8")``, 4-bit weights with an fp32 scale per channel and
   int8 scales per 128 inputs, int8 activations per token;
+- tcgemm-w4a8-fused: ``W4A8`` then ``tcgemm.fuse_siblings``: q, k and v (and gate and up) of each
+  block stacked into one layer, x quantized once for them;
 - tcgemm-w4a8-group: ``scheme="w4a8-group"``, 4-bit weights with fp32 scales per 128 inputs;
 - tcgemm-w4a8-rot: ``W4A8`` with rotated inputs (``rotate=True``, ``tcgemm.rotation``);
 - torch-int4: every projection a ``TorchInt4Linear`` (``benchmarks.bench_decode``): torch's int4
@@ -122,6 +124,8 @@ def variants() -> dict[str, Optional[Callable]]:
         "tcgemm channel": lambda m: tcgemm.quantize_model(m, weight="channel", activation="token", skip=["lm_head"]),
         "tcgemm block": lambda m: tcgemm.quantize_model(m, weight="block", activation="block", skip=["lm_head"]),
         "tcgemm-w4a8": lambda m: tcgemm.quantize_model(m, skip=["lm_head"], scheme="w4a8"),
+        "tcgemm-w4a8-fused": lambda m: (tcgemm.quantize_model(m, skip=["lm_head"], scheme="w4a8"),
+                                        tcgemm.fuse_siblings(m)),
         "tcgemm-w4a8-group": lambda m: tcgemm.quantize_model(m, skip=["lm_head"], scheme="w4a8-group"),
         "tcgemm-w4a8-rot": lambda m: tcgemm.quantize_model(m, skip=["lm_head"],
                                                           scheme=dataclasses.replace(tcgemm.W4A8, rotate=True)),
@@ -346,6 +350,8 @@ def run(args) -> dict[str, Any]:
 FOUR_BIT = {
     "tcgemm-w4a8": "`quantize_model(scheme=\"w4a8\")`, 4-bit weights with an fp32 scale per channel and int8 scales "
                    "per 128 inputs, int8 activations per token",
+    "tcgemm-w4a8-fused": "`W4A8`, then `tcgemm.fuse_siblings`: q, k and v (and gate and up) of each block stacked "
+                         "into one layer",
     "tcgemm-w4a8-group": "`scheme=\"w4a8-group\"`, 4-bit weights with fp32 scales per 128 inputs",
     "tcgemm-w4a8-rot": "`W4A8` with rotated inputs (`rotate=True`: x rotated per 128 features inside the activation "
     "quantization)",

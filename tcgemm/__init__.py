@@ -27,6 +27,7 @@ from .calibration import calibrate
 from .gptq import GPTQ
 from .layer import QuantLinear, register_linear_adapter
 from .model import QuantizeReport, quantize_model
+from .fuse import FuseReport, fuse_siblings, unfuse_siblings
 from . import nn  # noqa: E402  (tcgemm.nn: the layer and its recipes under one name)
 from .scheme import (
     PRESETS,
@@ -69,6 +70,7 @@ __all__ = [
     "backends_for",
     "QuantLinear",
     "QuantizeReport",
+    "FuseReport",
     "available_backends",
     "calibrate",
     "gemm",
@@ -79,6 +81,8 @@ __all__ = [
     "quantize",
     "quant_linear",
     "quantize_model",
+    "fuse_siblings",
+    "unfuse_siblings",
     "reference",
     "scaled_gemm",
     "supports",

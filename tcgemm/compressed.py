@@ -516,6 +516,10 @@ def compressed_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[st
     Args:
         model: the model holding :class:`QuantLinear` layers.
     """
+    from .fuse import has_fused_siblings
+    if has_fused_siblings(model):
+        raise ValueError("tcgemm.compressed: the model holds layers stacked by tcgemm.fuse_siblings; a checkpoint "
+                         "holds them apart: call tcgemm.unfuse_siblings(model) before saving")
     QuantizationArgs, QuantizationConfig, QuantizationScheme, _ = _ct()
     state = {k: v for k, v in model.state_dict().items()}
     groups: dict[QuantScheme, list[str]] = {}

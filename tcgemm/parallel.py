@@ -530,6 +530,10 @@ def parallelize_module(module: nn.Module, device_mesh, parallelize_plan):
         ``module``, as torch's function returns it.
     """
     from torch.distributed.tensor.parallel import parallelize_module as torch_parallelize
+    from .fuse import has_fused_siblings
+    if has_fused_siblings(module):
+        raise ValueError("tcgemm.parallel: the model holds layers stacked by tcgemm.fuse_siblings, which a plan "
+                         "names apart; call tcgemm.unfuse_siblings(model) first (shards are not stacked)")
     for name, sub in module.named_modules():
         if isinstance(sub, QuantLinear):
             sub._tp_name = name
