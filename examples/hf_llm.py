@@ -10,8 +10,10 @@ greedily from the same prompt with a static KV cache; the script prints the text
 tokens per second. Then it saves the quantized model (a compressed-tensors checkpoint), loads it
 back at its compressed size with ``tcgemm.compressed.from_pretrained``, and checks that the
 reloaded model generates the same tokens. ``--compile`` runs the decode step under
-``torch.compile`` (on a GPU with CUDA graphs: :func:`timed_generate`). A folder without a
-tokenizer gets a prompt of random token ids.
+``torch.compile`` (on a GPU with CUDA graphs: :func:`timed_generate`). ``--fuse`` stacks each
+block's q/k/v and gate/up projections into one layer (``tcgemm.fuse_siblings``) before the
+quantized models generate, and splits them again for the save. A folder without a tokenizer gets a
+prompt of random token ids.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--out", default="tcgemm-quantized", help="where the quantized checkpoint is saved")
     p.add_argument("--compile", action="store_true", help="decode under torch.compile")
+    p.add_argument("--fuse", action="store_true", help="q/k/v and gate/up stacked (tcgemm.fuse_siblings)")
     args = p.parse_args(argv)
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -93,16 +96,21 @@ def main(argv=None) -> int:
         placement = {"device_map": device} if importlib.util.find_spec("accelerate") else {}
         model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype, **placement,
                                                                   **extra).to(device).eval()
+        if extra and args.fuse:
+            print(tcgemm.fuse_siblings(model))
         out, rate = timed_generate(model, ids, args.max_new_tokens, args.compile)
         results[label] = (out, rate)
         print(f"{label:>8}: {rate:8.1f} tokens/s  {text(out)!r}")
         if extra:
+            tcgemm.unfuse_siblings(model)  # a checkpoint holds the layers apart
             model.save_pretrained(args.out)
         del model
     base_rate = next(iter(results.values()))[1]
     print(f"{args.scheme} / {next(iter(results))}: {results[args.scheme][1] / base_rate:.2f}x tokens per second")
 
     reloaded = tcgemm.compressed.from_pretrained(args.out, device=device, dtype=dtype)
+    if args.fuse:
+        tcgemm.fuse_siblings(reloaded)
     out, rate = timed_generate(reloaded, ids, args.max_new_tokens, args.compile)
     same = torch.equal(out, results[args.scheme][0])
     print(f"reloaded from {args.out}: {rate:8.1f} tokens/s, {'the same' if same else 'other'} tokens")

@@ -74,15 +74,17 @@ def test_config_is_checked_and_round_trips():
         hf.TcgemmConfig("w8a8", bits=4)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["apart", "fused"])
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-def test_the_example_runs(tmp_path, compiled):
+def test_the_example_runs(tmp_path, compiled, fused):
     """examples/hf_llm.py on a tiny Llama folder: quantized on load, generate() with a static
-    cache (under torch.compile too), saved, reloaded at its compressed size, the same tokens."""
+    cache (under torch.compile too; with q/k/v and gate/up stacked too), saved, reloaded at its
+    compressed size, the same tokens."""
     from examples import hf_llm
 
     float_checkpoint(tmp_path / "float")
     argv = [str(tmp_path / "float"), "--max-new-tokens", "4", "--out", str(tmp_path / "w4a8")]
-    assert hf_llm.main(argv + (["--compile"] if compiled else [])) == 0
+    assert hf_llm.main(argv + (["--compile"] if compiled else []) + (["--fuse"] if fused else [])) == 0
     assert json.load(open(tmp_path / "w4a8" / "config.json"))["quantization_config"]["format"] == "pack-quantized"
 
 
