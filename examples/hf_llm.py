@@ -11,9 +11,9 @@ tokens per second. Then it saves the quantized model (a compressed-tensors check
 back at its compressed size with ``tcgemm.compressed.from_pretrained``, and checks that the
 reloaded model generates the same tokens. ``--compile`` runs the decode step under
 ``torch.compile`` (on a GPU with CUDA graphs: :func:`timed_generate`). ``--fuse`` stacks each
-block's q/k/v and gate/up projections into one layer (``tcgemm.fuse_siblings``) before the
-quantized models generate, and splits them again for the save. A folder without a tokenizer gets a
-prompt of random token ids.
+block's q/k/v and gate/up projections into one layer (``TcgemmConfig(fuse=True)``, then
+``tcgemm.fuse_siblings`` for the reloaded model); the checkpoint holds them apart. A folder
+without a tokenizer gets a prompt of random token ids.
 """
 
 from __future__ import annotations
@@ -91,19 +91,17 @@ def main(argv=None) -> int:
 
     results = {}
     for label, extra in (("bf16" if device == "cuda" else "fp32", {}),
-                         (args.scheme, {"quantization_config": tcgemm.hf.TcgemmConfig(args.scheme)})):
+                         (args.scheme,
+                          {"quantization_config": tcgemm.hf.TcgemmConfig(args.scheme, fuse=args.fuse)})):
         # With accelerate, each weight is read onto the GPU and quantized there; without, on the CPU.
         placement = {"device_map": device} if importlib.util.find_spec("accelerate") else {}
         model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype, **placement,
                                                                   **extra).to(device).eval()
-        if extra and args.fuse:
-            print(tcgemm.fuse_siblings(model))
         out, rate = timed_generate(model, ids, args.max_new_tokens, args.compile)
         results[label] = (out, rate)
         print(f"{label:>8}: {rate:8.1f} tokens/s  {text(out)!r}")
         if extra:
-            tcgemm.unfuse_siblings(model)  # a checkpoint holds the layers apart
-            model.save_pretrained(args.out)
+            model.save_pretrained(args.out)  # stacked layers (--fuse) are written apart
         del model
     base_rate = next(iter(results.values()))[1]
     print(f"{args.scheme} / {next(iter(results))}: {results[args.scheme][1] / base_rate:.2f}x tokens per second")

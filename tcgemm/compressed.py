@@ -496,9 +496,13 @@ def save_compressed(model: nn.Module, path: str, *, max_shard_size: Union[int, s
     SmoothQuant multipliers (the multiplier belongs in the preceding op), tensor-parallel shards
     (:mod:`tcgemm.parallel`: save before sharding), or whose scheme read back
     as written would be one tcgemm does not run (two-level 4-bit weights with asymmetric
-    activations), raise a ValueError."""
-    out, qconfig = compressed_state(model)
-    write_sharded(out.items(), path, max_shard_size)
+    activations), raise a ValueError. Layers stacked by :func:`tcgemm.fuse_siblings` are written
+    apart and stacked again after the write."""
+    from .fuse import siblings_apart
+    with siblings_apart(model):
+        out, qconfig = _compressed_state(model)
+        write_sharded(out.items(), path, max_shard_size)
+        del out
     config_path = os.path.join(path, _CONFIG)
     config: dict[str, Any] = {}
     if os.path.exists(config_path):
@@ -512,14 +516,18 @@ def save_compressed(model: nn.Module, path: str, *, max_shard_size: Union[int, s
 def compressed_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """What :func:`save_compressed` writes: the checkpoint's tensors (tied ones once) and its
     ``quantization_config`` as a dict; ValueError for a layer the format cannot hold (see there).
+    Layers stacked by :func:`tcgemm.fuse_siblings` come apart, as copies: while the state lives,
+    they take the memory of the stacked layers again.
 
     Args:
         model: the model holding :class:`QuantLinear` layers.
     """
-    from .fuse import has_fused_siblings
-    if has_fused_siblings(model):
-        raise ValueError("tcgemm.compressed: the model holds layers stacked by tcgemm.fuse_siblings; a checkpoint "
-                         "holds them apart: call tcgemm.unfuse_siblings(model) before saving")
+    from .fuse import siblings_apart
+    with siblings_apart(model):  # layers stacked by tcgemm.fuse_siblings: written apart
+        return _compressed_state(model)
+
+
+def _compressed_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     QuantizationArgs, QuantizationConfig, QuantizationScheme, _ = _ct()
     state = {k: v for k, v in model.state_dict().items()}
     groups: dict[QuantScheme, list[str]] = {}

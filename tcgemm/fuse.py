@@ -14,19 +14,21 @@ its columns of that output.
     report = tcgemm.fuse_siblings(model)     # q/k/v and gate/up of every block, where they qualify
     print(report)
     ...                                       # inference, torch.compile, CUDA graphs
-    tcgemm.unfuse_siblings(model)             # back to separate layers, e.g. before saving
+    tcgemm.unfuse_siblings(model)             # back to separate layers
 
 The stacked output is reused only by the siblings of one call: an input object seen again (and,
 outside ``torch.compile``, not modified in place since: its version counter) with siblings of
 that call still to come. Checkpoints hold separate layers: :func:`tcgemm.compressed.save_compressed`
-refuses a fused model; :func:`unfuse_siblings` splits the layers back, bit for bit.
+(and ``save_pretrained`` through :mod:`tcgemm.hf`) writes a fused model's layers apart
+(:func:`siblings_apart`); :func:`unfuse_siblings` splits them back for good, bit for bit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 import torch
 from torch import nn
@@ -34,7 +36,7 @@ from torch import nn
 from .layer import QuantLinear
 
 __all__ = ["SIBLINGS", "FuseReport", "FusedSiblings", "FusedSlice", "fuse_siblings", "unfuse_siblings",
-           "has_fused_siblings"]
+           "siblings_apart", "has_fused_siblings"]
 
 # The names of sibling layers that read the same input, as transformers' Llama, Mistral, Qwen and
 # Gemma models name them (attention's projections of the hidden states; the gated MLP's two).
@@ -237,18 +239,25 @@ def fuse_siblings(model: nn.Module, siblings: Iterable[Sequence[str]] = SIBLINGS
             if not all(isinstance(parent._modules.get(name), nn.Module) for name in group):
                 continue
             where = f"{prefix}.{{{','.join(group)}}}" if prefix else f"{{{','.join(group)}}}"
-            layers = [parent._modules[name] for name in group]
-            reason = _why_not(layers)
-            if reason is not None:
+            reason = _fuse_group(parent, group)
+            if reason is None:
+                report.fused.append(where)
+            else:
                 report.skipped.append((where, reason))
-                continue
-            fused = FusedSiblings(_stack(layers), group, [layer.out_features for layer in layers],
-                                  [layer.bias is not None for layer in layers])
-            parent.add_module("fused_" + "_".join(group), fused)
-            for i, name in enumerate(group):
-                setattr(parent, name, FusedSlice(fused, i))
-            report.fused.append(where)
     return report
+
+
+def _fuse_group(parent: nn.Module, group: tuple[str, ...]) -> Optional[str]:
+    """Stacks parent's children `group` (all present) unless they cannot be: then the reason."""
+    layers = [parent._modules[name] for name in group]
+    reason = _why_not(layers)
+    if reason is None:
+        fused = FusedSiblings(_stack(layers), group, [layer.out_features for layer in layers],
+                              [layer.bias is not None for layer in layers])
+        parent.add_module("fused_" + "_".join(group), fused)
+        for i, name in enumerate(group):
+            setattr(parent, name, FusedSlice(fused, i))
+    return reason
 
 
 def unfuse_siblings(model: nn.Module) -> int:
@@ -270,6 +279,33 @@ def unfuse_siblings(model: nn.Module) -> int:
                 del parent._modules[child_name]
                 count += 1
     return count
+
+
+@contextlib.contextmanager
+def siblings_apart(model: nn.Module) -> Iterator[None]:
+    """The model's stacked groups as separate layers for the ``with`` block (e.g. while a
+    checkpoint is written: it holds the layers apart), then as they were. The stacked layers are
+    left untouched (a CUDA graph that reads them stays valid); the separate layers are copies,
+    which take the stacked layers' memory again for the block.
+
+    Args:
+        model: a model :func:`fuse_siblings` may have changed.
+    """
+    swaps = []  # (parent, the group's child name, its FusedSiblings, its slices)
+    for parent in list(model.modules()):
+        for child_name, child in list(parent._modules.items()):
+            if isinstance(child, FusedSiblings):
+                slices = {name: parent._modules[name] for name in child.names}
+                for name, layer in zip(child.names, _split(child)):
+                    parent._modules[name] = layer
+                del parent._modules[child_name]
+                swaps.append((parent, child_name, child, slices))
+    try:
+        yield
+    finally:
+        for parent, child_name, child, slices in swaps:
+            parent._modules.update(slices)
+            parent._modules[child_name] = child
 
 
 def has_fused_siblings(model: nn.Module) -> bool:

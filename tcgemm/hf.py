@@ -26,6 +26,7 @@ from transformers.core_model_loading import ConversionOps
 from transformers.quantizers import HfQuantizer, register_quantization_config, register_quantizer
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
+from .fuse import fuse_siblings
 from .layer import QuantLinear
 from .model import skip_reason
 from .scheme import PRESETS, as_scheme
@@ -47,10 +48,13 @@ class TcgemmConfig(QuantizationConfigMixin):
             "w4a8-group-asymmetric". Others raise ValueError.
         skip: qualified names or fnmatch patterns of layers left in float, as in
             :func:`tcgemm.quantize_model` (default: ``["lm_head"]``).
+        fuse: after loading, stack each block's q/k/v and gate/up projections into one layer
+            (:func:`tcgemm.fuse_siblings`); ``save_pretrained`` still writes them apart.
         kwargs: read back from a saved config (``quant_method``), otherwise refused.
     """
 
-    def __init__(self, scheme: str = "w8a8", skip: Optional[Iterable[str]] = None, **kwargs: Any) -> None:
+    def __init__(self, scheme: str = "w8a8", skip: Optional[Iterable[str]] = None, fuse: bool = False,
+                 **kwargs: Any) -> None:
         kwargs.pop("quant_method", None)
         if kwargs:
             raise ValueError(f"tcgemm.hf.TcgemmConfig: unknown arguments {sorted(kwargs)}")
@@ -63,10 +67,13 @@ class TcgemmConfig(QuantizationConfigMixin):
         self.quant_method = QUANT_METHOD
         self.scheme = scheme
         self.skip = ["lm_head"] if skip is None else ([skip] if isinstance(skip, str) else list(skip))
+        if not isinstance(fuse, bool):
+            raise ValueError(f"tcgemm.hf.TcgemmConfig: fuse must be True or False, got {fuse!r}")
+        self.fuse = fuse
 
     def to_dict(self) -> dict[str, Any]:
         """The config as ``config.json`` holds it."""
-        return {"quant_method": self.quant_method, "scheme": self.scheme, "skip": list(self.skip)}
+        return {"quant_method": self.quant_method, "scheme": self.scheme, "skip": list(self.skip), "fuse": self.fuse}
 
 
 class _QuantizeOnLoad(ConversionOps):
@@ -188,6 +195,8 @@ class TcgemmHfQuantizer(HfQuantizer):
                     raise ValueError(f"tcgemm.hf: layer '{name}' got no weight from the checkpoint (its weight "
                                      f"is still {module.weight.dtype}, not quantized)")
                 module.refresh_weight_colsum()
+        if self.quantization_config.fuse:
+            fuse_siblings(model)
         return model
 
     def get_state_dict_and_metadata(self, model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

@@ -174,8 +174,10 @@ def test_what_cannot_be_stacked_is_reported_with_the_reason():
         tcgemm.fuse_siblings(m, siblings=[("q_proj", "q_proj")])
 
 
-def test_a_fused_model_moves_copies_and_refuses_to_be_saved(tmp_path):
+def test_a_fused_model_moves_copies_and_saves_its_layers_apart(tmp_path):
     pytest.importorskip("compressed_tensors")
+    from tcgemm.compressed import load_compressed, save_compressed
+
     m = quantized("w4a8")
     tcgemm.fuse_siblings(m)
     x = x_of()
@@ -185,12 +187,31 @@ def test_a_fused_model_moves_copies_and_refuses_to_be_saved(tmp_path):
     assert torch.equal(twin(x), want)
     m.to(torch.float64).to(torch.float32)  # buffers keep their dtypes (QuantLinear._apply)
     assert torch.equal(m(x), want)
-    from tcgemm.compressed import save_compressed
+    stacked = m[0].fused_q_proj_k_proj_v_proj
+    weight = stacked.layer.weight
+    save_compressed(m, str(tmp_path / "fused"))
+    # The model is as it was: the same stacked layer and buffers, the same slices.
+    assert m[0].fused_q_proj_k_proj_v_proj is stacked and stacked.layer.weight is weight
+    assert m[0].q_proj.siblings is stacked and torch.equal(m(x), want)
+    save_compressed(quantized("w4a8"), str(tmp_path / "apart"))
+    # The same checkpoint as the model never fused, tensor for tensor.
+    from safetensors.torch import load_file
 
-    with pytest.raises(ValueError, match="unfuse_siblings"):
-        save_compressed(m, str(tmp_path / "ckpt"))
-    tcgemm.unfuse_siblings(m)
-    save_compressed(m, str(tmp_path / "ckpt"))
+    fused, apart = load_file(str(tmp_path / "fused" / "model.safetensors")), \
+        load_file(str(tmp_path / "apart" / "model.safetensors"))
+    assert fused.keys() == apart.keys() and "0.k_proj.weight_packed" in fused
+    assert all(torch.equal(fused[key], apart[key]) for key in apart)
+    loaded = model()
+    load_compressed(loaded, str(tmp_path / "fused"))
+    assert torch.equal(loaded(x), quantized_loaded(tmp_path / "apart")(x))
+
+
+def quantized_loaded(path):
+    from tcgemm.compressed import load_compressed
+
+    loaded = model()
+    load_compressed(loaded, str(path))
+    return loaded
 
 
 @pytest.mark.gpu

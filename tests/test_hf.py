@@ -44,6 +44,32 @@ def test_quantize_on_load_equals_quantize_model_after_a_float_load(tmp_path, sch
         assert ours.generate(IDS[:1, :6], max_new_tokens=4, do_sample=False).shape == (1, 10)
 
 
+def test_fuse_on_load_stacks_the_siblings_and_saves_them_apart(tmp_path):
+    from tcgemm.fuse import FusedSlice
+
+    float_checkpoint(tmp_path / "float")
+    kwargs = {"dtype": torch.float32}
+    fused = transformers.AutoModelForCausalLM.from_pretrained(
+        str(tmp_path / "float"), quantization_config=hf.TcgemmConfig("w4a8", fuse=True), **kwargs).eval()
+    apart = transformers.AutoModelForCausalLM.from_pretrained(
+        str(tmp_path / "float"), quantization_config=hf.TcgemmConfig("w4a8"), **kwargs).eval()
+    attention, mlp = fused.model.layers[1].self_attn, fused.model.layers[1].mlp
+    assert all(isinstance(getattr(attention, f"{p}_proj"), FusedSlice) for p in "qkv")
+    assert isinstance(mlp.gate_proj, FusedSlice) and isinstance(mlp.up_proj, FusedSlice)
+    with torch.no_grad():
+        assert torch.equal(fused(IDS).logits, apart(IDS).logits)
+    fused.save_pretrained(tmp_path / "fused")
+    apart.save_pretrained(tmp_path / "apart")
+    from safetensors.torch import load_file
+
+    ours, theirs = load_file(str(tmp_path / "fused" / "model.safetensors")), \
+        load_file(str(tmp_path / "apart" / "model.safetensors"))
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in theirs)
+    assert isinstance(fused.model.layers[1].self_attn.q_proj, FusedSlice)  # still fused after the save
+    with pytest.raises(ValueError, match="fuse must be True or False"):
+        hf.TcgemmConfig("w4a8", fuse="yes")
+
+
 def test_save_pretrained_writes_compressed_tensors(tmp_path):
     float_checkpoint(tmp_path / "float", tied=True)
     model = transformers.AutoModelForCausalLM.from_pretrained(
@@ -64,7 +90,8 @@ def test_save_pretrained_writes_compressed_tensors(tmp_path):
 
 def test_config_is_checked_and_round_trips():
     config = hf.TcgemmConfig("w4a8", skip=["lm_head", "*.gate"])
-    assert config.to_dict() == {"quant_method": "tcgemm", "scheme": "w4a8", "skip": ["lm_head", "*.gate"]}
+    assert config.to_dict() == {"quant_method": "tcgemm", "scheme": "w4a8", "skip": ["lm_head", "*.gate"],
+                                "fuse": False}
     assert hf.TcgemmConfig(**config.to_dict()).to_dict() == config.to_dict()
     with pytest.raises(ValueError, match="scheme must be one of 'w8a8', .* got 'w3a8'"):
         hf.TcgemmConfig("w3a8")
@@ -86,6 +113,12 @@ def test_the_example_runs(tmp_path, compiled, fused):
     argv = [str(tmp_path / "float"), "--max-new-tokens", "4", "--out", str(tmp_path / "w4a8")]
     assert hf_llm.main(argv + (["--compile"] if compiled else []) + (["--fuse"] if fused else [])) == 0
     assert json.load(open(tmp_path / "w4a8" / "config.json"))["quantization_config"]["format"] == "pack-quantized"
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "w4a8" / "model.safetensors"), "pt") as f:  # the layers apart, fused or not
+        names = set(f.keys())
+    assert {f"model.layers.1.self_attn.{p}_proj.weight_packed" for p in "qkv"} <= names
+    assert not any("fused" in name for name in names)
 
 
 def test_a_checkpoint_marked_tcgemm_is_refused():
