@@ -492,7 +492,7 @@ def save_compressed(model: nn.Module, path: str, *, max_shard_size: Union[int, s
     (the preset "w4a8") are written with their float group scales ``weight_scale[:, None] *
     weight_group_scale`` (fp32, rounded once), so every reader dequantizes them as ``q * scale``
     per group, and :func:`load_compressed` factors them back into the same two-level scales
-    wherever the factoring is unique (:func:`tcgemm.int4.factor_group_scales`). Layers with
+    (:func:`tcgemm.int4.factor_group_scales`; the quantizer's are that factoring). Layers with
     SmoothQuant multipliers (the multiplier belongs in the preceding op), tensor-parallel shards
     (:mod:`tcgemm.parallel`: save before sharding), or whose scheme read back
     as written would be one tcgemm does not run (two-level 4-bit weights with asymmetric

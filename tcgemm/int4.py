@@ -427,11 +427,11 @@ def factor_group_scales(scale: torch.Tensor) -> Optional[tuple[torch.Tensor, tor
     equal to ``scale[n, g]`` bit for bit; None where a row has none.
 
     Per row the candidates are ``c = max_g scale / t`` for t = 16, 15, ..., 1 and their fp32
-    neighbours; the first that reproduces every group wins. A row whose largest group scale was 16
-    (every row of the ``"amax"`` grid of :func:`int4_grid`, some of ``"mse"``) factors back into the
-    very ``c`` and ``s`` it was saved from (:func:`tcgemm.compressed.save_compressed`); another
-    may factor into another pair with the same products (then the int32 sums differ and the
-    outputs agree to fp32 rounding).
+    neighbours; the first that reproduces every group wins. The ``"amax"`` grid's rows (largest
+    group scale 16), and the ``"mse"`` ones as :func:`tcgemm.quantize_weight` gives them (it takes
+    this factoring of its products), factor back into the very ``c`` and ``s`` they were saved
+    from (:func:`tcgemm.compressed.save_compressed`); another pair with the same products would
+    give int32 sums that differ, and outputs that agree to fp32 rounding.
 
     Args:
         scale: fp32 [N, G] float group scales; any value that is not finite and > 0 gives None.

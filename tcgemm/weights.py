@@ -19,7 +19,8 @@ from ._quantize import quantize
 from ._scales import INT4_GROUP_SCALE_DTYPES, SCALE_BLOCK, WEIGHT_LAYOUTS, expand_scale, expand_weight_scale
 from ._scales import weight_scale_shape as _weight_scale_shape
 from .gptq import GPTQ, HessianLike, gptq_integers, hessian_tensor
-from .int4 import INT4_GRIDS, INT4_MAX, INT4_MIN, int4_grid, pack_int4, quantize_int4_asymmetric, round_to_grid
+from .int4 import (INT4_GRIDS, INT4_MAX, INT4_MIN, factor_group_scales, int4_grid, pack_int4, quantize_int4_asymmetric,
+                   round_to_grid)
 from .scheme import GROUP_SIZES, WEIGHT_BITS, WEIGHT_QUANTIZED_AS, SchemeError, WeightArgs, check_weight_granularity
 
 __all__ = ["quantize_weight", "weight_scale_shape"]
@@ -188,6 +189,8 @@ def quantize_weight(
         hessian = hessian_tensor(where, hessian, k)
     if bits == 4:  # GPTQ chooses the integers on round-to-nearest's scales, whatever their groups
         scale, group_scale, step = int4_grid(w, args.two_level, grid, group_size=group_size)
+        if group_scale is not None and grid == "mse":
+            scale, group_scale = _as_read_back(w, scale, group_scale)
         if scale_dtype != torch.float32:  # q against the scales the layer reads: rounded to scale_dtype first
             scale = scale.to(scale_dtype)
             step = expand_weight_scale(scale.float(), n, k, "group", group_size)
@@ -197,6 +200,21 @@ def quantize_weight(
     _, scale = _quantize_int8(w, granularity)
     step = expand_weight_scale(scale, n, k, granularity)
     return gptq_integers(where, w, hessian, step, -127, 127, gptq), scale
+
+
+def _as_read_back(w: torch.Tensor, scale: torch.Tensor, group_scale: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two-level scales of the "mse" search, whose rows' largest group scale may be below 16, as
+    a checkpoint's reader factors their products (:func:`tcgemm.int4.factor_group_scales`): the
+    same products, so the same steps and q, and a saved layer loads back with these very scales.
+    Rows with an all-zero group keep theirs (its group scale stays 1, as the format promises).
+    "amax" rows end at 16: they are that factoring already."""
+    amax = nn.functional.pad(w.abs().float(), (0, group_scale.shape[1] * SCALE_BLOCK - w.shape[1]))
+    rows = (amax.view(w.shape[0], -1, SCALE_BLOCK).amax(dim=2) > 0).all(dim=1).nonzero().flatten()
+    factored = factor_group_scales(scale[rows, None] * group_scale[rows].float())
+    if factored is None:  # a row that does not factor (not finite): all keep theirs
+        return scale, group_scale
+    return scale.index_copy(0, rows, factored[0]), group_scale.index_copy(0, rows, factored[1])
 
 
 def _quantize_int8(w: torch.Tensor, granularity: str) -> tuple[torch.Tensor, torch.Tensor]:
