@@ -31,11 +31,15 @@ cannot be built or run (torch's int4 op missing, say) is reported with its error
 stream rate is a method's weight and scale bytes over the per-call time. Host time per call is
 ``timing.host_us`` on a small layer. Each layer's weights are built once and timed at every row
 count. ``--plot`` draws the speed-up over bf16 against rows for 8B gate+up and 8B down (matplotlib).
+gemlite tunes each new shape on first use (seconds each): ``--gemlite-config tuned.json`` reads its
+tuned configs from the file before the run and adds the run's to it after, so that the shapes of a
+sweep can be tuned over several runs and timed in one.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import math
@@ -410,7 +414,7 @@ def run(args) -> dict[str, Any]:
     methods = select_methods(args.methods)
     prefill_methods = tuple(m for m in PREFILL_METHODS if m in methods)
     records, prefill, static = [], [], []
-    with torch.no_grad():
+    with torch.no_grad(), gemlite_configs(args.gemlite_config if any(m in PEERS for m in methods) else None):
         for name, k, n in layers:
             weights = build_weights(k, n, device, methods)
             for m in rows:
@@ -429,6 +433,24 @@ def run(args) -> dict[str, Any]:
         host = host_times(device)
     print(f"host us/call: {host}")
     return {"meta": meta, "decode": records, "prefill": prefill, "static": static, "host_us": host}
+
+
+@contextlib.contextmanager
+def gemlite_configs(path: Optional[Path]):
+    """gemlite's tuned configs read from `path` (where it exists) for the block, and what the block
+    tuned added to it after, also when the block fails part way (None: nothing either way)."""
+    if path is None:
+        yield
+        return
+    from gemlite.core import GemLiteLinear
+
+    if path.exists():
+        GemLiteLinear.load_config(str(path))
+    try:
+        yield
+    finally:
+        GemLiteLinear.cache_config(str(path))
+        print(f"bench_decode: gemlite's tuned configs written to {path}")
 
 
 def select_layers(names: Optional[str], quick: bool) -> list[tuple[str, int, int]]:
@@ -683,6 +705,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                    help=f"time {' and '.join(PEERS)} only up to this many rows (they tune themselves per shape)")
     p.add_argument("--plot", type=Path, default=None,
                    help=f"draw the speed-up over bf16 against rows for {' and '.join(PLOT_LAYERS)} into this PNG")
+    p.add_argument("--gemlite-config", type=Path, default=None,
+                   help="gemlite's tuned kernel configs: read from this JSON file before the run where it exists, "
+                        "and the run's added to it after, so that a sweep need not tune every shape again")
     report.add_result_args(p, "bench_decode")
     args = p.parse_args(argv)
     try:  # a bad selection fails here, before any GPU work
