@@ -55,7 +55,7 @@ TCGEMM_HD float f16_bits_to_float(uint16_t h) {
 #endif
 }
 
-// The 16-bit formats as types, for kernels built per format: their dtype and their decoder.
+// The 16-bit formats as types, for kernels built per format, with their decoders.
 struct Bf16Bits {};
 struct F16Bits {};
 template <class T>
@@ -65,13 +65,11 @@ struct HalfScaleBits {
 template <>
 struct HalfScaleBits<Bf16Bits> {
   static constexpr bool kIs16Bit = true;
-  static constexpr ScaleDtype kDtype = ScaleDtype::kBf16;
   TCGEMM_HD static float value(uint16_t bits) { return bf16_bits_to_float(bits); }
 };
 template <>
 struct HalfScaleBits<F16Bits> {
   static constexpr bool kIs16Bit = true;
-  static constexpr ScaleDtype kDtype = ScaleDtype::kF16;
   TCGEMM_HD static float value(uint16_t bits) { return f16_bits_to_float(bits); }
 };
 
@@ -102,7 +100,7 @@ struct ScaleOperand {
   TCGEMM_HD float group_at(int64_t r, int64_t group) const {
     if (dtype == ScaleDtype::kF32) return at(r, group);
     const uint16_t bits = group_bits16_at(r, group);
-    return dtype == ScaleDtype::kBf16 ? bf16_bits_to_float(bits) : f16_bits_to_float(bits);
+    return dtype == ScaleDtype::kBf16 ? HalfScaleBits<Bf16Bits>::value(bits) : HalfScaleBits<F16Bits>::value(bits);
   }
 };
 

@@ -63,14 +63,9 @@ __global__ void __launch_bounds__(kThreads) ldg_kernel(const uint8_t* src, int64
   sink_if(x, sink);
 }
 
-template <int S, int KB>
-__global__ void __launch_bounds__(kThreads + 32) bulk_kernel(const uint8_t* src, int64_t share, uint32_t* sink) {
-  constexpr int kStage = KB * 1024;
-  extern __shared__ __align__(128) uint8_t ring[];
-  __shared__ uint64_t full[S], empty[S];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const uint8_t* base = src + blockIdx.x * share;
-  const int64_t pieces = (share + kStage - 1) / kStage;
+// The ring's barriers: "full" completed by the copies' bytes, "empty" by each consumer warp.
+template <int S>
+__device__ __forceinline__ void init_ring(uint64_t (&full)[S], uint64_t (&empty)[S]) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
       ptx::mbarrier_init(&full[s], 1);
@@ -79,6 +74,17 @@ __global__ void __launch_bounds__(kThreads + 32) bulk_kernel(const uint8_t* src,
     ptx::mbarrier_fence_init();
   }
   __syncthreads();
+}
+
+template <int S, int KB>
+__global__ void __launch_bounds__(kThreads + 32) bulk_kernel(const uint8_t* src, int64_t share, uint32_t* sink) {
+  constexpr int kStage = KB * 1024;
+  extern __shared__ __align__(128) uint8_t ring[];
+  __shared__ uint64_t full[S], empty[S];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const uint8_t* base = src + blockIdx.x * share;
+  const int64_t pieces = (share + kStage - 1) / kStage;
+  init_ring<S>(full, empty);
   if (warp == kThreads / 32) {
     if (lane == 0) {
       const uint64_t policy = ptx::l2_policy_evict_first();
@@ -121,14 +127,7 @@ __global__ void __launch_bounds__(kThreads + 32) rows_kernel(const uint8_t* src,
   // Piece i of this block: tile tile_of(i), at byte (i % steps) * W of each of its rows.
   auto tile_of = [&](int64_t i) { return block + static_cast<int>(i / steps) * grid; };
   auto rows_of = [&](int64_t i) { return min(kTileRows, n - tile_of(i) * kTileRows); };
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) {
-      ptx::mbarrier_init(&full[s], 1);
-      ptx::mbarrier_init(&empty[s], kThreads / 32);
-    }
-    ptx::mbarrier_fence_init();
-  }
-  __syncthreads();
+  init_ring<S>(full, empty);
   if (warp == kThreads / 32) {  // the producer warp: each lane copies rows lane, lane + 32, ...
     const uint64_t policy = ptx::l2_policy_evict_first();
     for (int64_t i = 0; i < pieces; ++i) {
