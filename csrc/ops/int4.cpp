@@ -132,7 +132,7 @@ std::optional<Tensor> w4_ordered_a(Backend b, GemmProblem& p, const DeviceInfo& 
   int8_t* rows = reinterpret_cast<int8_t*>(data<uint8_t>(buffer));
   int32_t* sums = reinterpret_cast<int32_t*>(data<uint8_t>(buffer) + p.m * p.k);
   sm90::launch_w4_order(static_cast<const int8_t*>(p.a.ptr), p.a.stride_row, p.a.stride_k, rows, p.k, sums, p.m, p.k,
-                        p.stream);
+                        p.stream, p.pdl);
   p.a.ptr = rows;
   p.a.stride_row = p.k;
   p.a.stride_k = 1;

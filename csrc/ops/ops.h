@@ -57,7 +57,8 @@ struct InGemmUnpacking {
 
 // Where resolved backend b runs p on the W4 kernel (dispatch/launch.h: a_w4_order), p's A rewritten
 // in that kernel's K order into a new tensor on the device of `like` (on p.stream, which must be
-// set), which p then describes and which must outlive the launch; otherwise nothing.
+// set), which p then describes and which must outlive the launch; otherwise nothing. With p.pdl the
+// ordering pass overlaps the kernel before it (and the W4 kernel after it).
 std::optional<Tensor> w4_ordered_a(Backend b, GemmProblem& p, const DeviceInfo& dev, bool per_block,
                                    const Tensor& like);
 

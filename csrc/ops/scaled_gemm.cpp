@@ -125,10 +125,11 @@ void run_cuda(const char* op, Backend requested, const Tensor& a, const Tensor& 
       native_int4 ? OperandCopies{} : fit_operands(backend, a, unpacked ? *unpacked : b, p, call.b_rows);
   TCGEMM_CHECK_INTERNAL(!in_gemm || !copies.b, "tcgemm: the buffer an unpacking GEMM fills was copied");
   p.stream = current_cuda_stream(a.get_device_index());
-  const std::optional<Tensor> ordered = native_int4 ? w4_ordered_a(backend, p, dev, e.per_block(), a) : std::nullopt;
   // An operand copy (or the unpacking) is a kernel between the quantize and the GEMM that writes
-  // what the GEMM reads before its griddep_wait: no overlap then.
-  p.pdl = call.overlap && has_pdl(dev) && !copies.a && !copies.b && !unpacked && !ordered && !packed_copy;
+  // what the GEMM reads before its griddep_wait: no overlap then. The pass that orders A for the W4
+  // kernel overlaps both ways: it waits for the quantize, and the W4 kernel reads A after its wait.
+  p.pdl = call.overlap && has_pdl(dev) && !copies.a && !copies.b && !unpacked && !packed_copy;
+  const std::optional<Tensor> ordered = native_int4 ? w4_ordered_a(backend, p, dev, e.per_block(), a) : std::nullopt;
   run_gpu(backend, p, e, dev);
 }
 

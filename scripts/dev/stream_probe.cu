@@ -13,11 +13,6 @@
 //              into a ring of S stages, and 8 warps read every stage out of shared memory and
 //              release it (what a TMA-fed kernel would do, without the mma);
 //   empty:     a kernel that does nothing, the per-kernel cost of a graph.
-// Then a packed 4-bit weight [N, K/2] read as the W4 kernel reads it (sm90_w4.cuh): per block,
-// tiles of 128 weight rows in turn, each along K in stages of 128 rows x W bytes (one
-// cp.async.bulk per row and stage, what a 2-D TMA box of [128][W] asks of memory), S stages, B
-// blocks per SM:
-//   rows W xS xB: W = 64 is one K block a stage (the W4 kernel's box), 128 two, 256 four.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -63,19 +58,6 @@ __global__ void __launch_bounds__(kThreads) ldg_kernel(const uint8_t* src, int64
   sink_if(x, sink);
 }
 
-// The ring's barriers: "full" completed by the copies' bytes, "empty" by each consumer warp.
-template <int S>
-__device__ __forceinline__ void init_ring(uint64_t (&full)[S], uint64_t (&empty)[S]) {
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) {
-      ptx::mbarrier_init(&full[s], 1);
-      ptx::mbarrier_init(&empty[s], kThreads / 32);
-    }
-    ptx::mbarrier_fence_init();
-  }
-  __syncthreads();
-}
-
 template <int S, int KB>
 __global__ void __launch_bounds__(kThreads + 32) bulk_kernel(const uint8_t* src, int64_t share, uint32_t* sink) {
   constexpr int kStage = KB * 1024;
@@ -84,7 +66,14 @@ __global__ void __launch_bounds__(kThreads + 32) bulk_kernel(const uint8_t* src,
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint8_t* base = src + blockIdx.x * share;
   const int64_t pieces = (share + kStage - 1) / kStage;
-  init_ring<S>(full, empty);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      ptx::mbarrier_init(&full[s], 1);
+      ptx::mbarrier_init(&empty[s], kThreads / 32);
+    }
+    ptx::mbarrier_fence_init();
+  }
+  __syncthreads();
   if (warp == kThreads / 32) {
     if (lane == 0) {
       const uint64_t policy = ptx::l2_policy_evict_first();
@@ -104,51 +93,6 @@ __global__ void __launch_bounds__(kThreads + 32) bulk_kernel(const uint8_t* src,
     ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((i / S) & 1));
     const int n = static_cast<int>(min(int64_t{kStage}, share - i * kStage));
     for (int off = threadIdx.x * 16; off < n; off += kThreads * 16) {
-      const int4 v = ptx::ld_shared_v4(ptx::smem_addr(ring + s * kStage + off));
-      x ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    __syncwarp();
-    if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
-  }
-  sink_if(x, sink);
-}
-
-constexpr int kTileRows = 128;
-
-template <int S, int W>
-__global__ void __launch_bounds__(kThreads + 32) rows_kernel(const uint8_t* src, int n, int row_bytes, uint32_t* sink) {
-  constexpr int kStage = kTileRows * W;
-  extern __shared__ __align__(128) uint8_t ring[];
-  __shared__ uint64_t full[S], empty[S];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int tiles = (n + kTileRows - 1) / kTileRows, steps = row_bytes / W;
-  const int block = static_cast<int>(blockIdx.x), grid = static_cast<int>(gridDim.x);
-  const int64_t pieces = int64_t{(tiles - block + grid - 1) / grid} * steps;
-  // Piece i of this block: tile tile_of(i), at byte (i % steps) * W of each of its rows.
-  auto tile_of = [&](int64_t i) { return block + static_cast<int>(i / steps) * grid; };
-  auto rows_of = [&](int64_t i) { return min(kTileRows, n - tile_of(i) * kTileRows); };
-  init_ring<S>(full, empty);
-  if (warp == kThreads / 32) {  // the producer warp: each lane copies rows lane, lane + 32, ...
-    const uint64_t policy = ptx::l2_policy_evict_first();
-    for (int64_t i = 0; i < pieces; ++i) {
-      const int s = static_cast<int>(i % S), rows = rows_of(i), tile = tile_of(i);
-      if (lane == 0) {
-        if (i >= S) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((i / S - 1) & 1));
-        ptx::mbarrier_arrive_expect_tx(&full[s], static_cast<uint32_t>(rows * W));
-      }
-      __syncwarp();
-      for (int r = lane; r < rows; r += 32)
-        ptx::bulk_load(ring + s * kStage + r * W,
-                       src + (static_cast<int64_t>(tile) * kTileRows + r) * row_bytes + (i % steps) * W, W, &full[s],
-                       policy);
-    }
-    return;
-  }
-  uint32_t x = 0;
-  for (int64_t i = 0; i < pieces; ++i) {
-    const int s = static_cast<int>(i % S);
-    ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((i / S) & 1));
-    for (int off = threadIdx.x * 16; off < rows_of(i) * W; off += kThreads * 16) {
       const int4 v = ptx::ld_shared_v4(ptx::smem_addr(ring + s * kStage + off));
       x ^= v.x ^ v.y ^ v.z ^ v.w;
     }
@@ -190,25 +134,6 @@ Way bulk_way(int blocks_per_sm, int sms, uint32_t* sink) {
             bulk_kernel<S, KB><<<grid, kThreads + 32, smem, st>>>(src, share, sink);
             TCGEMM_CHECK_LAUNCH();
             return share * grid;
-          }};
-}
-
-// Reads of a [n, row_bytes] matrix (launch(src, n, row_bytes, stream)).
-struct RowsWay {
-  std::string name;
-  std::function<void(const uint8_t*, int, int, cudaStream_t)> launch;
-};
-
-template <int S, int W>
-RowsWay rows_way(int blocks_per_sm, int sms, uint32_t* sink) {
-  const int smem = S * kTileRows * W;
-  TCGEMM_CUDA_CHECK(cudaFuncSetAttribute(rows_kernel<S, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  return {"rows " + std::to_string(W) + " x" + std::to_string(S) + " x" + std::to_string(blocks_per_sm),
-          [=](const uint8_t* src, int n, int row_bytes, cudaStream_t st) {
-            const int tiles = (n + kTileRows - 1) / kTileRows;
-            const int grid = std::min(tiles, blocks_per_sm * sms);
-            rows_kernel<S, W><<<grid, kThreads + 32, smem, st>>>(src, n, row_bytes, sink);
-            TCGEMM_CHECK_LAUNCH();
           }};
 }
 
@@ -259,29 +184,6 @@ int main() {
       int64_t read = 0;
       const float us = time_graph([&](int i) { read = w.launch(pool + (i % copies) * stride, bytes, st); });
       std::printf(" | %6.2f (%5.2f)   ", us, read / (us * 1e-6) / 1e12);
-    }
-    std::printf("\n");
-  }
-
-  std::vector<RowsWay> rows_ways = {rows_way<4, 64>(2, sms, sink),  rows_way<6, 64>(2, sms, sink),
-                                    rows_way<12, 64>(1, sms, sink), rows_way<2, 128>(2, sms, sink),
-                                    rows_way<3, 128>(2, sms, sink), rows_way<6, 128>(1, sms, sink),
-                                    rows_way<2, 256>(2, sms, sink), rows_way<3, 256>(1, sms, sink)};
-  // packed 4-bit weights [N, K/2] of the layers the W4 kernel takes: 8B gate+up, 8B down, 70B qkv, 70B down.
-  const std::vector<std::pair<int, int>> shapes = {{28672, 2048}, {4096, 7168}, {10240, 4096}, {8192, 14336}};
-  std::printf("\n%-12s", "N x K/2");
-  for (const RowsWay& w : rows_ways) std::printf(" | %-16s", w.name.c_str());
-  std::printf("\n");
-  for (const auto& shape : shapes) {
-    const int64_t bytes = int64_t{shape.first} * shape.second;
-    const int64_t stride = (bytes + 4095) / 4096 * 4096;
-    const int copies =
-        static_cast<int>(std::min<int64_t>(pool_bytes / stride, std::max<int64_t>(3, (3LL * l2 + bytes - 1) / bytes)));
-    std::printf("%-12s", (std::to_string(shape.first) + "x" + std::to_string(shape.second)).c_str());
-    for (const RowsWay& w : rows_ways) {
-      const float us =
-          time_graph([&](int i) { w.launch(pool + (i % copies) * stride, shape.first, shape.second, st); });
-      std::printf(" | %6.2f (%5.2f)   ", us, bytes / (us * 1e-6) / 1e12);
     }
     std::printf("\n");
   }

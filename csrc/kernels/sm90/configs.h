@@ -181,6 +181,10 @@ struct W4Config {
   static constexpr int kBK = 128;
   static constexpr int kMmaK = 32;
   static constexpr int kStages = Stages;
+  // K blocks whose copies the producer issues together once the ring's first round is out: two
+  // (a weight row's 128 bytes at once) where the ring has 6 stages or more; with 4, waiting for
+  // two free slots empties the ring too far (sm90_w4.cuh).
+  static constexpr int kLoadGroup = Stages >= 6 ? 2 : 1;
   static constexpr int kBlocksPerSM = BlocksPerSM;
   static constexpr int kThreads = 128 * (1 + Wgs);
   static constexpr int kConsumerThreads = 128 * Wgs;

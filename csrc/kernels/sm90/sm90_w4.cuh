@@ -7,7 +7,9 @@
 //   * Producer warpgroup: thread 0 has TMA bring each K block's x tile ([kRowsM][128], 128-byte
 //     swizzle) and the weight's packed rows ([kBN][64], as stored) into a ring slot. The
 //     consumers first read the tile's group scales of all the block's K blocks into shared
-//     memory (w4_load_group_scales), while the ring fills.
+//     memory (w4_load_group_scales), while the ring fills. The first round's weight copies go
+//     out before griddep_wait (an overlapped launch after the pass that orders x), x's after it;
+//     later, with rings of 6 stages or more, two K blocks' copies at a time (Cfg::kLoadGroup).
 //   * x is in the W4 K order (common/int4.h: the W4 K order; GemmProblem::a_w4_order): within a
 //     K block, thread t of a quad reads the 16 packed bytes of K 32t .. 32t + 31 of each of its
 //     two weight rows (one shared load each, no bank conflicts), and packed word s unpacked even /
@@ -48,6 +50,7 @@
 #include "kernels/sm90/sm90_w4.h"
 #include "ptx/cache_policy.cuh"
 #include "ptx/cluster.cuh"
+#include "ptx/griddep.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/smem.cuh"
 #include "ptx/tma.cuh"
@@ -68,6 +71,7 @@ struct W4Params {
   int64_t group_scale_stride;
   int scale_pitch;            // scales (bytes, or fp32 when promoting) between the rows of the block's
                               // group scales in shared memory
+  int load_group;             // K blocks whose copies go out together (Cfg::kLoadGroup)
 };
 
 // The factor the weight's unpacking as q * 16 puts on every int32 sum, and its exact inverse.
@@ -164,13 +168,37 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
       // x's tile is read again by every weight tile: kept in L2; the weight is read once.
       const uint64_t keep = ptx::l2_policy_evict_last(), stream = ptx::l2_policy_evict_first();
       const uint32_t stage_bytes = args.x_box_rows * Cfg::kBK + Cfg::kWTileBytes;
+      // The weight's copies of the ring's first round go out before griddep_wait: with an
+      // overlapped launch they stream while the kernels before this one (x's quantization and
+      // ordering) finish; x's copies follow once those have.
+      const int first = min(kStages, kb_end - kb_begin);
       RingPosition<kStages> ring;
-      for (int kb = kb_begin; kb < kb_end; ++kb, ring.advance()) {
-        ptx::mbarrier_wait(&empty[ring.slot], ring.phase ^ 1);
+      for (int j = 0; j < first; ++j, ring.advance()) {
         ptx::mbarrier_arrive_expect_tx(&full[ring.slot], stage_bytes);
-        ptx::tma_load_2d(x_tiles + ring.slot * Cfg::kXTileBytes, &map_x, &full[ring.slot], kb * Cfg::kBK, m0, keep);
-        ptx::tma_load_2d(w_tiles + ring.slot * Cfg::kWTileBytes, &map_w, &full[ring.slot], kb * Cfg::kBK / 2, row0,
-                         stream);
+        ptx::tma_load_2d(w_tiles + ring.slot * Cfg::kWTileBytes, &map_w, &full[ring.slot],
+                         (kb_begin + j) * Cfg::kBK / 2, row0, stream);
+      }
+      ptx::griddep_wait();
+      ring = RingPosition<kStages>{};
+      for (int j = 0; j < first; ++j, ring.advance())
+        ptx::tma_load_2d(x_tiles + ring.slot * Cfg::kXTileBytes, &map_x, &full[ring.slot], (kb_begin + j) * Cfg::kBK,
+                         m0, keep);
+      // Then `group` K blocks at a time: their slots waited for together, the weight's copies
+      // issued back to back (both 64-byte halves of a weight row's 128 bytes at once), then x's.
+      const int group = args.load_group;
+      for (int kb0 = kb_begin + first; kb0 < kb_end; kb0 += group) {
+        const int n = min(group, kb_end - kb0);
+        RingPosition<kStages> r = ring;
+        for (int j = 0; j < n; ++j, r.advance()) ptx::mbarrier_wait(&empty[r.slot], r.phase ^ 1);
+        r = ring;
+        for (int j = 0; j < n; ++j, r.advance()) {
+          ptx::mbarrier_arrive_expect_tx(&full[r.slot], stage_bytes);
+          ptx::tma_load_2d(w_tiles + r.slot * Cfg::kWTileBytes, &map_w, &full[r.slot], (kb0 + j) * Cfg::kBK / 2, row0,
+                           stream);
+        }
+        for (int j = 0; j < n; ++j, ring.advance())
+          ptx::tma_load_2d(x_tiles + ring.slot * Cfg::kXTileBytes, &map_x, &full[ring.slot], (kb0 + j) * Cfg::kBK, m0,
+                           keep);
       }
     }
     if (split > 1) {  // the consumers' two cluster barriers (below): every thread of the block takes part
@@ -199,6 +227,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
     ptx::named_barrier_sync(kW4ConsumersBarrier, Cfg::kConsumerThreads);
   }
 
+  ptx::griddep_wait();  // x's scales and row sums, and D, belong to the kernels before this one
   const int c = static_cast<int>(threadIdx.x) - 128;  // consumer thread
   const int wg = c / 128, warp = (c / 32) % 4, lane = c % 32;
   const int g = lane / 4, t = lane % 4;
@@ -432,6 +461,7 @@ void launch_w4(const GemmProblem& p, const Epi& epi, int split) {
     args.kb_per_split = ceil_div(args.k_blocks, split);
     split = ceil_div(args.k_blocks, args.kb_per_split);  // no empty share
     args.x_box_rows = std::min(Cfg::kRowsM, round_up(p.m, 8));
+    args.load_group = Cfg::kLoadGroup;
     args.d = p.d.ptr;
     args.ldd = p.d.ld;
     args.group_scale = p.b_group_scale;
@@ -460,7 +490,7 @@ void launch_w4(const GemmProblem& p, const Epi& epi, int split) {
     allow_dynamic_smem<kernel, Cfg::kMaxSmemBytes>();
     const int smem_bytes = Cfg::kRingSmemBytes + scale_bytes;
     const dim3 grid(split, ceil_div(p.n, Cfg::kBN), ceil_div(p.m, Cfg::kRowsM));
-    launch_kernel_in_clusters(kernel, grid, dim3(Cfg::kThreads), smem_bytes, p.stream, false,
+    launch_kernel_in_clusters(kernel, grid, dim3(Cfg::kThreads), smem_bytes, p.stream, p.pdl,
                               static_cast<unsigned>(split), map_x, map_w, args, epi);
   }
 }

@@ -29,8 +29,9 @@ int w4_resident_blocks(int split);
 // Writes A's rows (m x k int8, element (i, k) at src[i * src_stride + k * src_stride_k]) in the
 // W4 kernel's K order (common/int4.h: the W4 K order) into dst (rows dst_stride bytes apart, a
 // multiple of 16), and each row's sum over K into rowsum[i] (the kernel's uint8 weight is q * s +
-// 128: it subtracts 128 times these); k a multiple of 128.
+// 128: it subtracts 128 times these); k a multiple of 128. With `overlap` (programmatic dependent
+// launch) it may start while the kernel before it runs, and reads A only once that one is done.
 void launch_w4_order(const int8_t* src, int64_t src_stride, int64_t src_stride_k, int8_t* dst, int64_t dst_stride,
-                     int32_t* rowsum, int64_t m, int64_t k, cudaStream_t stream);
+                     int32_t* rowsum, int64_t m, int64_t k, cudaStream_t stream, bool overlap);
 
 }  // namespace tcgemm::sm90

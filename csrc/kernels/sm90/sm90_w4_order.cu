@@ -4,8 +4,10 @@
 
 #include "common/cuda_check.h"
 #include "common/int4.h"
+#include "common/launch_kernel.cuh"
 #include "common/math.h"
 #include "kernels/sm90/sm90_w4.h"
+#include "ptx/griddep.cuh"
 
 namespace tcgemm::sm90 {
 namespace {
@@ -18,6 +20,8 @@ constexpr int kOrderThreads = 256;
 __global__ void __launch_bounds__(kOrderThreads) w4_order_kernel(const int8_t* src, int64_t src_stride,
                                                                  int64_t src_stride_k, int8_t* dst, int64_t dst_stride,
                                                                  int32_t* rowsum, int64_t k) {
+  ptx::griddep_wait();               // A is the kernel before this one's
+  ptx::griddep_launch_dependents();  // the W4 kernel may start its weight's copies
   const int64_t row = blockIdx.x;
   int32_t sum = 0;
   for (int64_t k0 = 8 * static_cast<int64_t>(threadIdx.x); k0 < k; k0 += 8 * kOrderThreads) {
@@ -50,11 +54,10 @@ __global__ void __launch_bounds__(kOrderThreads) w4_order_kernel(const int8_t* s
 }  // namespace
 
 void launch_w4_order(const int8_t* src, int64_t src_stride, int64_t src_stride_k, int8_t* dst, int64_t dst_stride,
-                     int32_t* rowsum, int64_t m, int64_t k, cudaStream_t stream) {
+                     int32_t* rowsum, int64_t m, int64_t k, cudaStream_t stream, bool overlap) {
   if (m == 0) return;
-  w4_order_kernel<<<static_cast<unsigned>(m), kOrderThreads, 0, stream>>>(src, src_stride, src_stride_k, dst,
-                                                                          dst_stride, rowsum, k);
-  TCGEMM_CHECK_LAUNCH();
+  launch_kernel(w4_order_kernel, dim3(static_cast<unsigned>(m)), dim3(kOrderThreads), 0, stream, overlap, src,
+                src_stride, src_stride_k, dst, dst_stride, rowsum, k);
 }
 
 }  // namespace tcgemm::sm90
