@@ -165,10 +165,16 @@ def select_variants(known: dict[str, Optional[Callable]], spec: Optional[str]) -
 def projection_bytes_per_param(model: torch.nn.Module, skip: str = "lm_head") -> Optional[float]:
     """Bytes per weight of the model's projections: every module with in_features and out_features
     but the one named `skip`; a layer's bytes are its tensors but the bias (bench_decode.layer_bytes:
-    the packed weight and every scale). None for a model without such layers."""
+    the packed weight and every scale). A fused model's `FusedSlice` views (tcgemm.fuse_siblings) are
+    left out: their weights are counted once, in the stacked layer. None for a model without such
+    layers."""
+    from tcgemm.fuse import FusedSlice
+
     nbytes = params = 0
     for name, mod in model.named_modules():
         if name.split(".")[-1] == skip or not (hasattr(mod, "in_features") and hasattr(mod, "out_features")):
+            continue
+        if isinstance(mod, FusedSlice):
             continue
         nbytes += layer_bytes(mod)
         params += mod.in_features * mod.out_features

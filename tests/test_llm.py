@@ -53,6 +53,7 @@ def test_4bit_projection_bytes_per_parameter(scheme):
     """What bench_llm reports as the projections' bytes per parameter: the packed weight and every
     scale, at most 0.57 at Llama-3 8B's shapes."""
     from benchmarks.bench_llm import projection_bytes_per_param
+    from tcgemm.fuse import FusedSlice
 
     def layer_bytes(n, k):
         groups = -(-k // 128)
@@ -65,6 +66,10 @@ def test_4bit_projection_bytes_per_parameter(scheme):
     assert len(layers) == 2 * 7
     expected = (sum(layer_bytes(m.out_features, m.in_features) for m in layers)
                 / sum(m.out_features * m.in_features for m in layers))
+    assert projection_bytes_per_param(model) == pytest.approx(expected)
+    # Fused siblings: the stacked layers' bytes and weights, each once (the slices only view them).
+    tcgemm.fuse_siblings(model)
+    assert any(isinstance(m, FusedSlice) for m in model.modules())
     assert projection_bytes_per_param(model) == pytest.approx(expected)
     llama_8b = torch.nn.ModuleDict({
         name: tcgemm.QuantLinear(k, n, bias=False, scheme=scheme, device="meta")
