@@ -284,6 +284,33 @@ def test_w4_kernel_layer(m, n, k, out_dtype, rng):
     assert torch.equal(y3.reshape(m, n), y4)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", [(24, 28672, 4096), (64, 8192, 4096), (100, 13000, 2048), (300, 5000, 8192)])
+def test_w4_layer_reads_the_x_written_just_before_it(m, n, k, rng):
+    """The W4 route's launches overlap the kernel before each (x's quantization, the pass that orders
+    it, the W4 kernel, whose first weight copies go out before it waits): in a CUDA graph whose
+    kernel right before the layer writes x, replayed on new inputs, every replay gives the bits of
+    the layer on the int8 weight for those inputs."""
+    require_w4_routes()
+    _, packed, gs, w8, scale, bias = two_level_layer_case(m, n, k, torch.bfloat16, rng)
+    src = torch.empty(m, k, dtype=torch.bfloat16, device="cuda")
+
+    def step():  # src * 2: a kernel that writes the layer's x just before it (exact in bf16)
+        return tcgemm.quant_linear(src * 2, packed, scale, weight_group_scale=gs, bias=bias)
+
+    src.copy_(torch.randn(m, k, generator=rng).bfloat16())
+    assert any("sm90_w4_kernel" in name for name in _kernel_names(step)), "not on the W4 kernel"
+    step()  # warm-up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = step()
+    for _ in range(3):
+        src.copy_(torch.randn(m, k, generator=rng).bfloat16())
+        graph.replay()
+        assert torch.equal(y, tcgemm.quant_linear(src * 2, w8, scale, bias=bias))
+
+
 # The W4 kernel with fp32 weight scales per group of 128 (scheme "w4a8-group", the scales of most
 # published 4-bit checkpoints): its configs of 32 and 64 rows, which promote every K block's sums
 # into fp32 (dispatch/plan.cpp: plan_sm90_w4 with per_block), unsplit and with K splits of 2 and 4
