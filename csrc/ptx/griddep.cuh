@@ -24,4 +24,11 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 #endif
 }
 
+// A short kernel's first statement: memory is touched only after the kernel before this one has
+// finished, and the kernel after it may be scheduled at once (it waits for this one's memory itself).
+__device__ __forceinline__ void start_after_previous_kernel() {
+  griddep_wait();
+  griddep_launch_dependents();
+}
+
 }  // namespace tcgemm::ptx

@@ -65,12 +65,6 @@ namespace {
 
 using namespace quant;  // NOLINT: the shared per-vector pieces
 
-// The first statement of every kernel (see "Overlap" above): memory is touched only after the
-// kernel before this one has finished, and the GEMM that follows may be scheduled at once.
-__device__ __forceinline__ void start_after_previous_kernel() {
-  ptx::griddep_wait();
-  ptx::griddep_launch_dependents();
-}
 
 constexpr int kCacheElems = 32;         // values per thread a warp team keeps in registers
 constexpr int kMaxTeamThreads = 512;    // block size of the token kernel for long rows
@@ -158,7 +152,7 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : team_threads<T, VE
                                   WARP_TEAM ? 1
                                             : std::max(1, team_blocks_per_sm<T, VEC, CACHE>() / (MUL || ROT ? 2 : 1)))
     quantize_token_kernel(const QuantizeParams p) {
-  start_after_previous_kernel();
+  ptx::start_after_previous_kernel();  // see "Overlap" above
   __shared__ float partials[kWarp];  // block teams only
   const int team = WARP_TEAM ? kWarp : blockDim.x;
   const int lane = WARP_TEAM ? threadIdx.x % kWarp : threadIdx.x;
@@ -288,7 +282,7 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : team_threads<T, VE
 // rotate it (hadamard128; VEC > 1, K a multiple of kScaleBlock) before the amax.
 template <typename T, int VEC, bool MUL, bool ROT = false>
 __global__ void __launch_bounds__(kBlockThreads) quantize_group_kernel(const QuantizeParams p) {
-  start_after_previous_kernel();
+  ptx::start_after_previous_kernel();  // see "Overlap" above
   constexpr int LANES = VEC == 1 ? kWarp : kScaleBlock / VEC;
   constexpr int PER_LANE = kScaleBlock / (LANES * VEC);  // vectors per lane
   constexpr int GROUPS_PER_WARP = kWarp / LANES;
@@ -345,7 +339,7 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_group_kernel(const Qua
 // amax into the workspace (zeroed before the launch) with an integer atomicMax on the bits.
 template <typename T, int VEC, bool MUL>
 __global__ void __launch_bounds__(kBlockThreads) amax_kernel(const QuantizeParams p) {
-  start_after_previous_kernel();
+  ptx::start_after_previous_kernel();  // see "Overlap" above
   __shared__ float partials[kWarp];
   const int64_t nvec = p.k / VEC;
   const T* x = static_cast<const T*>(p.x);
@@ -375,7 +369,7 @@ __global__ void __launch_bounds__(kBlockThreads) amax_kernel(const QuantizeParam
 // zero point.
 template <typename T, int VEC, bool MUL, bool ASYM>
 __global__ void __launch_bounds__(kBlockThreads) quantize_scaled_kernel(const QuantizeParams p) {
-  start_after_previous_kernel();
+  ptx::start_after_previous_kernel();  // see "Overlap" above
   const bool per_tensor = p.granularity == QuantGranularity::kTensor;
   float scale = 0.f;
   int32_t zero = ASYM ? p.zero_in[0] : 0;

@@ -20,8 +20,7 @@ constexpr int kOrderThreads = 256;
 __global__ void __launch_bounds__(kOrderThreads) w4_order_kernel(const int8_t* src, int64_t src_stride,
                                                                  int64_t src_stride_k, int8_t* dst, int64_t dst_stride,
                                                                  int32_t* rowsum, int64_t k) {
-  ptx::griddep_wait();               // A is the kernel before this one's
-  ptx::griddep_launch_dependents();  // the W4 kernel may start its weight's copies
+  ptx::start_after_previous_kernel();  // A is the kernel before this one's; the W4 kernel may start its copies
   const int64_t row = blockIdx.x;
   int32_t sum = 0;
   for (int64_t k0 = 8 * static_cast<int64_t>(threadIdx.x); k0 < k; k0 += 8 * kOrderThreads) {
