@@ -277,11 +277,40 @@ def test_w4_kernel_layer(m, n, k, out_dtype, rng):
     x, packed, gs, w8, scale, bias = two_level_layer_case(m, n, k, out_dtype, rng)
     names = _kernel_names(lambda: tcgemm.quant_linear(x, packed, scale, weight_group_scale=gs, bias=bias))
     assert any("sm90_w4_kernel" in name for name in names), names
+    # 16-bit x is quantized straight into the W4 kernel's K order; fp32 x takes the ordering pass
+    assert any("w4_order_kernel" in name for name in names) == (out_dtype == torch.float32), names
     y4 = tcgemm.quant_linear(x, packed, scale, weight_group_scale=gs, bias=bias)
     assert torch.equal(y4, tcgemm.quant_linear(x, w8, scale, bias=bias))
     x3 = x.reshape(2, m // 2, k) if m % 2 == 0 else x.reshape(1, m, k)
     y3 = tcgemm.quant_linear(x3, packed, scale, weight_group_scale=gs, bias=bias)
     assert torch.equal(y3.reshape(m, n), y4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", [(24, 28672, 4096), (32, 8192, 28672), (64, 8192, 4096), (300, 5000, 8192)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_w4_layer_quantizes_x_in_the_kernels_order(m, n, k, dtype, rng):
+    """x quantized per token straight into the W4 kernel's K order with its rows' sums (no ordering
+    pass): bit for bit the layer on the int8 weight, with rows of NaN and inf (zeros and a NaN scale),
+    SmoothQuant multipliers, and x read through a row stride; rows of up to 28672 values (one block
+    a row)."""
+    require_w4_routes()
+    _, packed, gs, w8, scale, bias = two_level_layer_case(m, n, k, dtype, rng)
+    x = torch.randn(m, k + 64, generator=rng).to(dtype).cuda()[:, 64:]  # rows k + 64 apart
+    x[3, 5] = float("nan")
+    x[m - 1, k - 1] = float("inf")
+    smooth = (torch.rand(k, generator=rng) + 0.5).cuda()
+
+    def layer(w, **kw):
+        return tcgemm.quant_linear(x, w, scale, bias=bias, weight_group_scale=gs if w is packed else None, **kw)
+
+    for kw in ({}, {"smooth": smooth}):
+        names = _kernel_names(lambda: layer(packed, **kw))
+        assert any("sm90_w4_kernel" in name for name in names), names
+        assert not any("w4_order_kernel" in name for name in names), names
+        y4, y8 = layer(packed, **kw), layer(w8, **kw)
+        assert y4.isnan().any(dim=1).tolist() == [i in (3, m - 1) for i in range(m)]
+        torch.testing.assert_close(y4, y8, rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.gpu

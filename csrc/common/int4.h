@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "common/hd.h"
+#include "common/scale_layout.h"
 
 namespace tcgemm {
 
@@ -83,10 +84,23 @@ TCGEMM_HD void unpack_int4x8_scaled(uint32_t packed, uint32_t s, uint32_t& lo, u
 // at k = 32 t + 8 s + 2 j + h. The kernel's thread t of a quad reads one 16-byte piece of a weight
 // row per K block (k = 32 t .. 32 t + 31, four packed words); word s, unpacked even / odd
 // (unpack_int4x8_scaled_even_odd), is the A fragment of k-step s at columns 4 t .. (h = 0) and
-// 16 + 4 t .. (h = 1). A dot product over a block does not depend on the order of K. The pass that
-// writes A so is kernels/sm90/sm90_w4_order.cu.
+// 16 + 4 t .. (h = 1). A dot product over a block does not depend on the order of K. What writes A
+// so: quant_linear's quantization of x where the W4 kernel reads it (QuantizeParams::w4_rowsum), or
+// else the ordering pass (kernels/sm90/sm90_w4_order.cu).
 
 #if defined(__CUDACC__)
+// Eight int8 values of a row of A at k0 .. k0 + 7 (k0 a multiple of 8; lo holds k0 .. k0 + 3, hi
+// k0 + 4 .. k0 + 7, little-endian) stored in the W4 K order: for k0 = 32 t + 8 s within its block,
+// the even ones (k0, k0 + 2, k0 + 4, k0 + 6) at slots 32 s + 4 t .. + 3 of the block, the odd ones
+// 16 slots on. The ordering pass and the quantization that writes this order both store so.
+__device__ __forceinline__ void store_w4_order8(int8_t* row, int64_t k0, uint32_t lo, uint32_t hi) {
+  const int64_t block = k0 / kScaleBlock * kScaleBlock;
+  const int in_block = static_cast<int>(k0 - block), t = in_block / 32, s = (in_block % 32) / 8;
+  int8_t* to = row + block + 32 * s + 4 * t;
+  *reinterpret_cast<uint32_t*>(to) = byte_perm(lo, hi, 0x6420);       // k0, k0 + 2, k0 + 4, k0 + 6
+  *reinterpret_cast<uint32_t*>(to + 16) = byte_perm(lo, hi, 0x7531);  // k0 + 1, ... k0 + 7
+}
+
 // The eight 4-bit values of a packed word (k .. k + 7, little-endian) as two words of int8 bytes,
 // each value times 16 (shifted into the high half of its byte, a nibble's two's complement is the
 // byte's): even = k, k + 2, k + 4, k + 6 and odd = k + 1, k + 3, k + 5, k + 7. One shift and two

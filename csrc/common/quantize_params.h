@@ -70,6 +70,11 @@ struct QuantizeParams {
   // Dynamic symmetric per token or per group only, no channel_mul, K a multiple of kScaleBlock;
   // on the GPU x is read as 16-byte vectors (the op layer copies any other layout).
   bool rotate = false;
+  // Non-null (tcgemm.quant_linear where the W4 kernel reads x): the rows go into q in the W4 K
+  // order (common/int4.h) and each row's sum over K of its int8 values into w4_rowsum[row], which
+  // the W4 kernel would otherwise have a pass write. Dynamic symmetric per token, 16-bit x read as
+  // 16-byte vectors, K a multiple of kScaleBlock, not rotated; GPU only.
+  int32_t* w4_rowsum = nullptr;
   cudaStream_t stream = nullptr;
 
   TCGEMM_HD int64_t groups() const { return scale_blocks(k); }

@@ -96,6 +96,7 @@ struct QuantizeTargets {
   float* scale_out = nullptr;
   int32_t* zero_out = nullptr;
   bool by_kernel = false;
+  int32_t* w4_rowsum = nullptr;  // QuantizeParams::w4_rowsum
 };
 
 // Whether a static quantization of x's rows is one block that writes the returned scale.
@@ -142,6 +143,10 @@ struct ScaledGemmCall {
   // Or A quantized by the GEMM kernel itself from the float rows xq describes (quant_linear at a
   // few rows, where gemm_quantizes_a said so; m and k as above): one kernel for the layer.
   const QuantizeParams* quantize_a = nullptr;
+  // a_rows already in the W4 kernel's K order, with their sums over K here (quant_linear's
+  // quantization wrote them so where gemm_reads_w4_order said the W4 kernel reads A): no
+  // ordering pass.
+  const int32_t* a_w4_rowsum = nullptr;
 };
 
 // Whether scaled_gemm_impl can take A as ScaledGemmCall::quantize_a = &xq: the `requested`
@@ -151,6 +156,13 @@ struct ScaledGemmCall {
 // fp32 scales' groups per K block (ScaledGemmCall::b_scale_groups).
 bool gemm_quantizes_a(Backend requested, const Tensor& weight, const ScaledEpilogueParams& e, const QuantizeParams& xq,
                       bool zero_points = false, int scale_groups = 1);
+
+// Whether scaled_gemm_impl runs a packed 4-bit `weight` [N, K/2] (call: b_int4, its group scales,
+// zero points and scale groups, call.m rows of call.k) on the W4 kernel for a symmetric int8 A:
+// A must then be in the W4 K order with its rows' sums (ScaledGemmCall::a_w4_rowsum), which the
+// quantization of x can write directly (scaled_gemm.cpp).
+bool gemm_reads_w4_order(Backend requested, const Tensor& weight, const ScaledEpilogueParams& e,
+                         const ScaledGemmCall& call);
 
 // tcgemm.scaled_gemm on validated operands whose scales are decoded into e.a / e.b (and zero
 // points into e.a_zero); `bias_f32` is an fp32 contiguous [N] tensor or null. Errors name

@@ -227,6 +227,7 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
   call.k = k;
   // A few rows on the GPU: where the GEMM runs on the skinny kernel, that kernel quantizes x
   // itself (symmetric scales, not rotated): one kernel for the layer, no scratch.
+  bool w4_order = false;
   if (is_cuda(x) && !asymmetric && !rotate) {
     QuantizeParams xq = quantize_params(x_rows, *rows, *dtype, granularity);
     std::optional<Tensor> smooth_copy;
@@ -238,6 +239,12 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
       call.quantize_a = &xq;
       return scaled_gemm_impl(kOp, requested, x, weight, e, bias_f32, dtype_of(x), call);
     }
+    // Where the W4 kernel reads x (4-bit weights, 17-512 rows on Hopper), the quantization writes
+    // its rows in that kernel's K order with their sums: no ordering pass between the two
+    // (QuantizeParams::w4_rowsum says what it takes).
+    w4_order = granularity == QuantGranularity::kToken && !input_scale.has_value() &&
+               xq.dtype != QuantDtype::kFloat32 && xq.x_as_vectors() && k % kScaleBlock == 0 &&
+               gemm_reads_w4_order(requested, weight, e, call);
   }
   AsymmetricArgs asym;
   if (asymmetric) {
@@ -251,15 +258,17 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
   }
   // The quantized rows, their scales and zero points share one scratch allocation (each
   // allocation is host time at decode): rows of round_up(K, 16) bytes, which every backend reads in
-  // place, then the scales, then the zero points, each 16-byte aligned. Static: one scale (and zero
-  // point) for every row, which starts as a copy of the given one unless one block writes it.
+  // place, then the scales, then the zero points, then (W4 K order) the rows' sums, each 16-byte
+  // aligned. Static: one scale (and zero point) for every row, which starts as a copy of the given
+  // one unless one block writes it.
   const bool is_static = input_scale.has_value();
   const int64_t q_stride = round_up<int64_t>(k, 16);
   ScaleTensor st = quantize_scales(granularity, nullptr, m, k);  // static is per tensor: one scale
   const int64_t scales = st.numel();
   const int64_t scale_at = round_up<int64_t>(m * q_stride, 16);
   const int64_t zero_at = round_up<int64_t>(scale_at + 4 * scales, 16);
-  const Tensor scratch = empty({zero_at + (asymmetric ? 4 * scales : 0)}, ScalarType::Byte, x);
+  const int64_t sum_at = round_up<int64_t>(zero_at + (asymmetric ? 4 * scales : 0), 16);
+  const Tensor scratch = empty({sum_at + (w4_order ? 4 * m : 0)}, ScalarType::Byte, x);
   uint8_t* base = data<uint8_t>(scratch);
   QuantizeTargets t;
   t.q = reinterpret_cast<int8_t*>(base);
@@ -267,6 +276,7 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
   t.scale_out = reinterpret_cast<float*>(base + scale_at);
   t.zero_out = asymmetric ? reinterpret_cast<int32_t*>(base + zero_at) : nullptr;
   t.by_kernel = static_by_one_block(x_rows, *rows, granularity, is_static);
+  t.w4_rowsum = w4_order ? reinterpret_cast<int32_t*>(base + sum_at) : nullptr;
   if (is_static && !t.by_kernel) {
     copy_one_element(*input_scale, t.scale_out, x);
     if (asymmetric) copy_one_element(*input_zero_point, t.zero_out, x);
@@ -286,6 +296,7 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
   q_rows.stride_row = q_stride;
   q_rows.stride_k = 1;
   call.a_rows = &q_rows;
+  call.a_w4_rowsum = t.w4_rowsum;
   return scaled_gemm_impl(kOp, requested, scratch, weight, e, bias_f32, dtype_of(x), call);
 }
 

@@ -244,6 +244,8 @@ void quantize_to(const Tensor& x_arg, const Rows& r_arg, QuantDtype dtype, Quant
   p.q_stride_row = t.q_stride_row;
   p.scale_out = t.scale_out;
   p.scale_out_by_kernel = t.by_kernel;
+  p.w4_rowsum = t.w4_rowsum;
+  TCGEMM_CHECK_INTERNAL(t.w4_rowsum == nullptr || is_cuda(x), "tcgemm: the W4 K order is written on the GPU only");
   if (scale_in) p.scale_in = const_data<float>(*scale_in);
   if (channel_mul) p.channel_mul = const_data<float>(*channel_mul);
   if (asym.enabled) {

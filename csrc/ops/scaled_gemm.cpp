@@ -129,7 +129,12 @@ void run_cuda(const char* op, Backend requested, const Tensor& a, const Tensor& 
   // what the GEMM reads before its griddep_wait: no overlap then. The pass that orders A for the W4
   // kernel overlaps both ways: it waits for the quantize, and the W4 kernel reads A after its wait.
   p.pdl = call.overlap && has_pdl(dev) && !copies.a && !copies.b && !unpacked && !packed_copy;
-  const std::optional<Tensor> ordered = native_int4 ? w4_ordered_a(backend, p, dev, e.per_block(), a) : std::nullopt;
+  // A quantized into the W4 K order must reach the W4 kernel (gemm_reads_w4_order decided so from
+  // the same facts); any other kernel would read it in the wrong order.
+  TCGEMM_CHECK_INTERNAL(!p.a_w4_order || (native_int4 && !copies.a && a_w4_order(backend, p, dev, e.per_block())),
+                        "tcgemm: A in the W4 K order, but the W4 kernel does not run this problem");
+  const std::optional<Tensor> ordered =
+      native_int4 && !p.a_w4_order ? w4_ordered_a(backend, p, dev, e.per_block(), a) : std::nullopt;
   run_gpu(backend, p, e, dev);
 }
 
@@ -222,6 +227,10 @@ Tensor scaled_gemm_impl(const char* op, Backend requested, const Tensor& a, cons
     p.b_zero_point_stride = zero_point ? zero_point->size(1) : 0;
     p.b_scale_groups = call.b_scale_groups;
   }
+  if (call.a_w4_rowsum != nullptr) {
+    p.a_w4_order = true;
+    p.a_w4_rowsum = call.a_w4_rowsum;
+  }
   if (is_cuda(a)) {
     run_cuda(op, requested, a, b, p, e, call);
   } else {
@@ -251,6 +260,24 @@ bool gemm_quantizes_a(Backend requested, const Tensor& weight, const ScaledEpilo
          !(packed && !zero_points && runs_on_w4(backend, m, n, k, describe(weight, false), dev, e.per_block())) &&
          (packed ? skinny::packed_b_fits(describe(weight, false), n)
                  : operand_fits(Backend::kSkinny, describe(weight, false), n, xq.k));
+}
+
+bool gemm_reads_w4_order(Backend requested, const Tensor& weight, const ScaledEpilogueParams& e,
+                         const ScaledGemmCall& call) {
+  // run_cuda's choices before the W4 kernel: scales per 32 or 64 inputs go to the skinny kernel.
+  if (!call.b_int4 || !is_cuda(weight) || call.b_scale_groups > 1 || e.asymmetric()) return false;
+  const DeviceInfo dev = device_info(weight);
+  Backend backend = Backend::kAuto;
+  if (!resolve_gpu_backend(requested, dev, e, &backend).empty()) return false;
+  Operand a;  // the int8 rows, K-major and signed, as quant_linear writes them
+  a.stride_row = call.k;
+  a.stride_k = 1;
+  GemmProblem p = gemm_problem(a, call.m, call.k, weight, nullptr, weight.size(0), OutType::kBf16, call.b_rows);
+  p.b_int4 = true;
+  p.b.is_signed = true;
+  p.b_group_scale = call.b_group_scale ? const_data<int8_t>(*call.b_group_scale) : nullptr;
+  p.b_zero_point = call.b_zero_point ? const_data<int8_t>(*call.b_zero_point) : nullptr;
+  return a_w4_order(backend, p, dev, e.per_block());
 }
 
 Tensor scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,

@@ -47,6 +47,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <type_traits>
 
@@ -54,6 +55,7 @@
 #include <cuda_fp16.h>
 
 #include "common/cuda_check.h"
+#include "common/int4.h"
 #include "common/launch_kernel.cuh"
 #include "common/math.h"
 #include "kernels/quantize/quantize_vec.cuh"
@@ -147,13 +149,20 @@ __device__ __forceinline__ QuantRange<ASYM> block_range(QuantRange<ASYM> r, floa
 // gets twice the registers for them, as with MUL: at 64 registers the rotation's values spilled
 // and the kernel took 3x the time of the plain one), and rows swept twice are rotated again in the
 // second sweep. Every lane takes part in the rotations, those past the row with zeros.
-template <typename T, int VEC, int CACHE, bool WARP_TEAM, bool MUL, bool ASYM, bool ROT = false>
+// W4 (QuantizeParams::w4_rowsum; VEC == 8, symmetric, not ROT): each vector's eight int8 values
+// are stored in the W4 K order (store_w4_order8) rather than in place, and the row's sum of them
+// goes to w4_rowsum[row]; a block team gets twice the registers (at 64 its stores' addresses
+// spilled 64 bytes).
+template <typename T, int VEC, int CACHE, bool WARP_TEAM, bool MUL, bool ASYM, bool ROT = false, bool W4 = false>
 __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : team_threads<T, VEC, CACHE>(),
                                   WARP_TEAM ? 1
-                                            : std::max(1, team_blocks_per_sm<T, VEC, CACHE>() / (MUL || ROT ? 2 : 1)))
+                                            : std::max(1, team_blocks_per_sm<T, VEC, CACHE>() /
+                                                              (MUL || ROT || W4 ? 2 : 1)))
     quantize_token_kernel(const QuantizeParams p) {
+  static_assert(!W4 || (VEC == 8 && !ASYM && !ROT), "the W4 K order: vectors of 8 values, symmetric, not rotated");
   ptx::start_after_previous_kernel();  // see "Overlap" above
   __shared__ float partials[kWarp];  // block teams only
+  __shared__ int32_t sum_partials[W4 && !WARP_TEAM ? kWarp : 1];
   const int team = WARP_TEAM ? kWarp : blockDim.x;
   const int lane = WARP_TEAM ? threadIdx.x % kWarp : threadIdx.x;
   const int64_t teams_per_block = WARP_TEAM ? blockDim.x / kWarp : 1;
@@ -165,6 +174,20 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : team_threads<T, VE
   for (int64_t row = first_row; row < p.m; row += int64_t{gridDim.x} * teams_per_block) {
     const T* x_row = x + row * p.x_stride_row;
     int8_t* q_row = p.q + row * p.q_stride_row;
+    int32_t w4_sum = 0;  // W4: the row's int8 values summed
+    // Vector i of the row quantized into q_row, in place or in the W4 K order.
+    auto put = [&](int64_t i, const float (&v)[VEC], const Quantizer<ASYM>& qz) {
+      if constexpr (W4) {
+        const QuantPack<VEC> pack = quantize_pack<VEC>(v, qz);
+        uint32_t words[2];
+        memcpy(words, pack.b, sizeof(words));
+        store_w4_order8(q_row, i * VEC, words[0], words[1]);
+        w4_sum = __dp4a(static_cast<int>(words[0]), 0x01010101, w4_sum);
+        w4_sum = __dp4a(static_cast<int>(words[1]), 0x01010101, w4_sum);
+      } else {
+        store_quantized<VEC>(q_row + i * VEC, v, qz);
+      }
+    };
     QuantRange<ASYM> range;
     RawVec<T, VEC> cached[CACHE > 0 ? CACHE : 1];
     float rotated[ROT && CACHE > 0 ? CACHE : 1][VEC];  // ROT: the cached vectors rotated
@@ -239,8 +262,11 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : team_threads<T, VE
     if (lane == 0) {
       p.scale_out[row] = scale;
       if constexpr (ASYM) p.zero_out[row] = qz.zero;
+      if constexpr (W4) {
+        if (!qz.valid()) p.w4_rowsum[row] = 0;
+      }
     }
-    if (!qz.valid()) {  // a NaN or inf in the row: zeros (team-uniform, no barrier below)
+    if (!qz.valid()) {  // a NaN or inf in the row: zeros (in any order; team-uniform, no barrier below)
       for (int64_t i = lane; i < nvec; i += team) store_fill<VEC>(q_row + i * VEC, qz.fill());
       continue;
     }
@@ -249,12 +275,12 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : team_threads<T, VE
       for (int c = 0; c < CACHE; ++c) {
         const Index i = Index{c} * team + lane;
         if constexpr (ROT) {
-          if (i < nvec) store_quantized<VEC>(q_row + i * VEC, rotated[c], qz);
+          if (i < nvec) put(i, rotated[c], qz);
         } else if (i < nvec) {
           float v[VEC];
           to_floats(cached[c], v);
           apply_channel_mul<MUL>(v, p, int64_t{i} * VEC);
-          store_quantized<VEC>(q_row + i * VEC, v, qz);
+          put(i, v, qz);
         }
       }
     } else if constexpr (ROT) {
@@ -263,15 +289,23 @@ __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : team_threads<T, VE
         float v[VEC] = {};
         if (i < nvec) load_vec<T, VEC>(x_row + i * VEC, v);
         hadamard128(v);
-        if (i < nvec) store_quantized<VEC>(q_row + i * VEC, v, qz);
+        if (i < nvec) put(i, v, qz);
       }
     } else {
       for (int64_t i = lane; i < nvec; i += team) {
         float v[VEC];
         load_vec<T, VEC>(x_at<VEC>(x_row, i * VEC, p.x_stride_col), v);  // second sweep: the row was just read
         apply_channel_mul<MUL>(v, p, i * VEC);
-        store_quantized<VEC>(q_row + i * VEC, v, qz);
+        put(i, v, qz);
       }
+    }
+    if constexpr (W4) {
+      if constexpr (WARP_TEAM) {
+        w4_sum = warp_sum(w4_sum);
+      } else {
+        w4_sum = block_sum(w4_sum, sum_partials);
+      }
+      if (lane == 0) p.w4_rowsum[row] = w4_sum;  // |sum| <= 127 K: no overflow for any K the ops take
     }
   }
 }
@@ -433,7 +467,7 @@ dim3 elementwise_grid(int64_t m, int64_t nvec) {
   return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
 }
 
-template <typename T, int VEC, bool MUL, bool ASYM, bool ROT = false>
+template <typename T, int VEC, bool MUL, bool ASYM, bool ROT = false, bool W4 = false>
 void launch_token(const QuantizeParams& p) {
   constexpr int kWarpCache = kCacheElems / VEC;
   using Team = TeamShape<T, VEC>;
@@ -441,7 +475,7 @@ void launch_token(const QuantizeParams& p) {
   if (nvec <= int64_t{kWarp} * kWarpCache) {
     constexpr int64_t rows_per_block = kBlockThreads / kWarp;
     const int64_t blocks = std::min(ceil_div(p.m, rows_per_block), kMaxBlocks);
-    launch_kernel(quantize_token_kernel<T, VEC, kWarpCache, true, MUL, ASYM, ROT>, dim3(static_cast<unsigned>(blocks)),
+    launch_kernel(quantize_token_kernel<T, VEC, kWarpCache, true, MUL, ASYM, ROT, W4>, dim3(static_cast<unsigned>(blocks)),
                   kBlockThreads, 0, p.stream, p.pdl, p);
     return;
   }
@@ -450,7 +484,7 @@ void launch_token(const QuantizeParams& p) {
   // Scalar rows with multipliers and zero points spill when cached: they are swept twice.
   if constexpr (!(VEC == 1 && MUL && ASYM)) {
     if (threads <= Team::kThreads) {
-      launch_kernel(quantize_token_kernel<T, VEC, Team::kCache, false, MUL, ASYM, ROT>, blocks,
+      launch_kernel(quantize_token_kernel<T, VEC, Team::kCache, false, MUL, ASYM, ROT, W4>, blocks,
                     static_cast<unsigned>(threads), 0, p.stream, p.pdl, p);
       return;
     }
@@ -458,12 +492,12 @@ void launch_token(const QuantizeParams& p) {
   if constexpr (Team::kLongCache > 0) {
     const int64_t long_threads = round_up<int64_t>(ceil_div<int64_t>(nvec, Team::kLongCache), kWarp);
     if (long_threads <= Team::kLongThreads) {
-      launch_kernel(quantize_token_kernel<T, VEC, Team::kLongCache, false, MUL, ASYM, ROT>, blocks,
+      launch_kernel(quantize_token_kernel<T, VEC, Team::kLongCache, false, MUL, ASYM, ROT, W4>, blocks,
                     static_cast<unsigned>(long_threads), 0, p.stream, p.pdl, p);
       return;
     }
   }
-  launch_kernel(quantize_token_kernel<T, VEC, 0, false, MUL, ASYM, ROT>, blocks, kMaxTeamThreads, 0, p.stream, p.pdl, p);
+  launch_kernel(quantize_token_kernel<T, VEC, 0, false, MUL, ASYM, ROT, W4>, blocks, kMaxTeamThreads, 0, p.stream, p.pdl, p);
 }
 
 template <typename T, int VEC, bool MUL, bool ROT = false>
@@ -501,8 +535,22 @@ void launch_rotated(const QuantizeParams& p) {
   throw std::logic_error("tcgemm: the rotated quantization takes dynamic symmetric rows of whole blocks, as vectors");
 }
 
+// In the W4 K order with the rows' sums (QuantizeParams::w4_rowsum): vectors of 8, dynamic
+// symmetric per token, K a multiple of kScaleBlock, not rotated (the op layer's choice).
+template <typename T, int VEC, bool MUL>
+void launch_w4_order(const QuantizeParams& p) {
+  if constexpr (VEC == 8) {
+    if (p.k % kScaleBlock == 0 && !p.rotate && !p.asymmetric && p.scale_in == nullptr &&
+        p.granularity == QuantGranularity::kToken && p.q_stride_row % 16 == 0)
+      return launch_token<T, VEC, MUL, false, false, true>(p);
+  }
+  throw std::logic_error("tcgemm: the quantization into the W4 K order takes dynamic symmetric rows per token of "
+                         "whole blocks, as vectors of 8");
+}
+
 template <typename T, int VEC, bool MUL>
 void launch(const QuantizeParams& p) {
+  if (p.w4_rowsum != nullptr) return launch_w4_order<T, VEC, MUL>(p);
   if (p.rotate) return launch_rotated<T, VEC>(p);
   if (p.asymmetric) return launch_asymmetric<T, VEC, MUL>(p);
   if (p.scale_in != nullptr) return launch_scaled<T, VEC, MUL, false>(p, p.pdl);

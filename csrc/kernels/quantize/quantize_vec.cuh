@@ -114,13 +114,17 @@ struct Quantizer {
   __device__ __forceinline__ int8_t fill() const { return ASYM ? quant_clamp_int8(zero) : int8_t{0}; }
 };
 
-// Quantizes VEC finite values with a valid scale and stores them with one aligned store of VEC
-// bytes. (Callers branch on the scale's validity once per row or group, outside their loops.)
+// VEC int8 values, as one aligned store writes them.
+template <int VEC>
+struct alignas(VEC) QuantPack {
+  int8_t b[VEC];
+};
+
+// VEC finite values quantized with a valid scale. (Callers branch on the scale's validity once per
+// row or group, outside their loops.)
 template <int VEC, bool ASYM>
-__device__ __forceinline__ void store_quantized(int8_t* dst, const float (&v)[VEC], const Quantizer<ASYM>& qz) {
-  struct alignas(VEC) Pack {
-    int8_t b[VEC];
-  } pack;
+__device__ __forceinline__ QuantPack<VEC> quantize_pack(const float (&v)[VEC], const Quantizer<ASYM>& qz) {
+  QuantPack<VEC> pack;
   const QuantDivisor& scale = qz.divisor;
   // The scalar layouts (VEC == 1, the fallback for unaligned rows) keep the plain division:
   // both paths per element would cost them registers (spills on sm_75) for little gain.
@@ -133,7 +137,13 @@ __device__ __forceinline__ void store_quantized(int8_t* dst, const float (&v)[VE
     for (int i = 0; i < VEC; ++i)
       pack.b[i] = ASYM ? quant_value_asym_finite(v[i], scale.scale, qz.zero) : quant_value_finite(v[i], scale.scale);
   }
-  *reinterpret_cast<Pack*>(dst) = pack;
+  return pack;
+}
+
+// The same stored with one aligned store of VEC bytes.
+template <int VEC, bool ASYM>
+__device__ __forceinline__ void store_quantized(int8_t* dst, const float (&v)[VEC], const Quantizer<ASYM>& qz) {
+  *reinterpret_cast<QuantPack<VEC>*>(dst) = quantize_pack<VEC>(v, qz);
 }
 
 // Stores VEC values with qz, or its fill where the scale is invalid.
@@ -205,6 +215,23 @@ __device__ __forceinline__ float block_max(float v, float* partials) {
   if (lane == 0) partials[warp] = v;
   __syncthreads();
   v = warp_max(lane < static_cast<int>(blockDim.x / kWarp) ? partials[lane] : 0.f);
+  __syncthreads();
+  return v;
+}
+
+// v summed over the warp, and over the block with block_max's pattern (every thread gets the total).
+__device__ __forceinline__ int32_t warp_sum(int32_t v) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ int32_t block_sum(int32_t v, int32_t* partials) {
+  v = warp_sum(v);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (lane == 0) partials[warp] = v;
+  __syncthreads();
+  v = warp_sum(lane < static_cast<int>(blockDim.x / kWarp) ? partials[lane] : 0);
   __syncthreads();
   return v;
 }

@@ -7,7 +7,7 @@
 //   * Producer warpgroup: thread 0 has TMA bring each K block's x tile ([kRowsM][128], 128-byte
 //     swizzle) and the weight's packed rows ([kBN][64], as stored) into a ring slot. The
 //     consumers first read the tile's group scales of all the block's K blocks into shared
-//     memory (w4_load_group_scales), while the ring fills. The first round's weight copies go
+//     memory (w4_load_group_scales_v16), while the ring fills. The first round's weight copies go
 //     out before griddep_wait (an overlapped launch after the pass that orders x), x's after it;
 //     later, with rings of 6 stages or more, two K blocks' copies at a time (Cfg::kLoadGroup).
 //   * x is in the W4 K order (common/int4.h: the W4 K order; GemmProblem::a_w4_order): within a
@@ -51,6 +51,7 @@
 #include "ptx/cache_policy.cuh"
 #include "ptx/cluster.cuh"
 #include "ptx/griddep.cuh"
+#include "ptx/ld_global.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/smem.cuh"
 #include "ptx/tma.cuh"
@@ -101,6 +102,42 @@ __device__ __forceinline__ void w4_load_block_scales(const Value& value, int kb_
     for (int j = 0; j < kInFlight; ++j) {
       const int i = first + j * threads, r = i / kb_count, kb = i - r * kb_count;
       if (i < total) scales[r * pitch + kb] = v[j];
+    }
+  }
+}
+
+// The tile's int8 group scales of the block's K blocks into shared memory as w4_load_block_scales
+// puts them, for a group scale tensor whose base and row stride are multiples of 16 bytes: in
+// 16-byte pieces of each row (the bytes of a piece outside the block's K blocks are not stored),
+// all of a thread's pieces in flight at once. Rows past N take scale 1. Byte loads of the same
+// scales took one memory round trip per 16 bytes a thread (14 KiB a block at 70B down, 32 rows:
+// four round trips before the first K block, about 12% of the layer; docs/design/int4.md).
+template <class Cfg>
+__device__ __forceinline__ void w4_load_group_scales_v16(const int8_t* group_scale, int64_t stride, int n, int row0,
+                                                         int kb_begin, int kb_count, int pitch, uint8_t* scales,
+                                                         int thread, int threads) {
+  constexpr int kInFlight = 4;
+  const int c_begin = kb_begin / 16, chunks = ceil_div(kb_begin + kb_count, 16) - c_begin;
+  const int total = Cfg::kBN * chunks;
+  for (int first = thread; first < total; first += kInFlight * threads) {
+    uint4 v[kInFlight];
+#pragma unroll
+    for (int j = 0; j < kInFlight; ++j) {
+      const int i = first + j * threads, r = i / chunks, c = c_begin + i - r * chunks;
+      v[j] = make_uint4(0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u);
+      if (i < total && row0 + r < n)
+        v[j] = ptx::ld_global_nc_v4(group_scale + static_cast<int64_t>(row0 + r) * stride + 16 * c);
+    }
+#pragma unroll
+    for (int j = 0; j < kInFlight; ++j) {
+      const int i = first + j * threads, r = i / chunks, c = c_begin + i - r * chunks;
+      if (i >= total) continue;
+      const uint32_t words[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+#pragma unroll
+      for (int b = 0; b < 16; ++b) {
+        const int kb = 16 * c + b - kb_begin;
+        if (kb >= 0 && kb < kb_count) scales[r * pitch + kb] = static_cast<uint8_t>(words[b / 4] >> (8 * (b % 4)));
+      }
     }
   }
 }
@@ -214,6 +251,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
       w4_load_block_scales<Cfg>(
           [&](int r, int kb) { return epi.b_block_scale(min(row0 + r, args.n - 1), kb_begin + kb); }, kb_count,
           args.scale_pitch, scales, thread, Cfg::kConsumerThreads);
+    } else if ((reinterpret_cast<uintptr_t>(args.group_scale) | static_cast<uintptr_t>(args.group_scale_stride)) % 16 ==
+               0) {
+      w4_load_group_scales_v16<Cfg>(args.group_scale, args.group_scale_stride, args.n, row0, kb_begin, kb_count,
+                                    args.scale_pitch, scales, thread, Cfg::kConsumerThreads);
     } else {
       w4_load_block_scales<Cfg>(
           [&](int r, int kb) {

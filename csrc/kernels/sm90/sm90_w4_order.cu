@@ -14,9 +14,8 @@ namespace {
 
 constexpr int kOrderThreads = 256;
 
-// Block r takes row r: thread i the groups of 8 values at k = 8 (i + j * kOrderThreads), k = 32 t +
-// 8 s + 0 .. 7 of a K block, whose even values go to slots 32 s + 4 t .. + 3 and odd ones to
-// 32 s + 16 + 4 t .. + 3; and the row's sum over K into rowsum[r].
+// Block r takes row r: thread i the groups of 8 values at k = 8 (i + j * kOrderThreads), each
+// stored in the W4 K order (store_w4_order8); and the row's sum over K into rowsum[r].
 __global__ void __launch_bounds__(kOrderThreads) w4_order_kernel(const int8_t* src, int64_t src_stride,
                                                                  int64_t src_stride_k, int8_t* dst, int64_t dst_stride,
                                                                  int32_t* rowsum, int64_t k) {
@@ -32,11 +31,7 @@ __global__ void __launch_bounds__(kOrderThreads) w4_order_kernel(const int8_t* s
       lo |= static_cast<uint32_t>(static_cast<uint8_t>(a)) << (8 * j);
       hi |= static_cast<uint32_t>(static_cast<uint8_t>(b)) << (8 * j);
     }
-    const int64_t block = k0 / 128 * 128;
-    const int in_block = static_cast<int>(k0 % 128), t = in_block / 32, s = (in_block % 32) / 8;
-    int8_t* to = dst + row * dst_stride + block + 32 * s + 4 * t;
-    *reinterpret_cast<uint32_t*>(to) = byte_perm(lo, hi, 0x6420);       // k0, k0 + 2, k0 + 4, k0 + 6
-    *reinterpret_cast<uint32_t*>(to + 16) = byte_perm(lo, hi, 0x7531);  // k0 + 1, ... k0 + 7
+    store_w4_order8(dst + row * dst_stride, k0, lo, hi);
   }
   // |sum| <= 128 K: no overflow for any K the ops take
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);

@@ -1,0 +1,196 @@
+// How fast a W4-kernel-shaped stream reads a packed 4-bit weight (sm_90), by its layout in
+// global memory: the ceiling of the W4 kernel (docs/design/int4.md), without its unpacking or mma.
+//
+//   nvcc -O3 -std=c++17 -arch=sm_90a -I csrc -o /tmp/tile_probe scripts/dev/tile_probe.cu && /tmp/tile_probe
+//
+// The weight is N x K/2 bytes. Blocks of 128 weight rows (tiles; along K split over `split`
+// blocks so that about two blocks per SM run, as the W4 plans do), each streaming its K blocks
+// (128 values, 64 bytes a row) through a ring of S stages: one producer thread issues the copies,
+// 8 consumer warps read each stage out of shared memory and hand it back. Per stage, with "+x",
+// also a 4 KiB tile of a small (L2-resident) x, as the W4 kernel's 32-row tiles do. Ways:
+//   rows T xG:   the weight as stored today, [N][K/2] row-major: a 2-D TMA box of 128 rows by
+//                64 G bytes (G K blocks per stage), T = S stages;
+//   tiles T xG:  the weight tile-major, [N/128][K/128][128][64] (each tile's K blocks one after
+//                the other, each K block's 128 rows of 64 bytes contiguous): one cp.async.bulk of
+//                8 G KiB per stage.
+// Device time per read from a CUDA graph of rotated copies (3x the L2 at least), median of 7.
+#include <algorithm>
+#include <cstdlib>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include "common/cuda_check.h"
+#include "ptx/cache_policy.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/smem.cuh"
+#include "ptx/tma.cuh"
+#include "graph_time.cuh"  // scripts/dev
+
+namespace ptx = tcgemm::ptx;
+
+constexpr int kConsumers = 256, kRows = 128, kKBlockBytes = 64, kXBytes = 4096;
+
+__device__ __forceinline__ void sink_if(uint32_t x, uint32_t* sink) {
+  if (x == 0x9e3779b9u) sink[threadIdx.x] = x;
+}
+
+// Block (blockIdx.x = share of K, blockIdx.y = tile). tiled: the weight tile-major, else row-major
+// through map_w. With_x: x's 4 KiB per stage from `x` (64 KiB, read over and over).
+template <int S, int G, bool Tiled, bool WithX>
+__global__ void __launch_bounds__(kConsumers + 32, 2)
+    tile_kernel(const __grid_constant__ CUtensorMap map_w, const uint8_t* w, const uint8_t* x, int k_blocks,
+                int kb_per_split, uint32_t* sink) {
+  constexpr int kW = kRows * kKBlockBytes * G;
+  constexpr int kStage = kW + (WithX ? kXBytes * G : 0);
+  extern __shared__ __align__(1024) uint8_t ring[];
+  __shared__ uint64_t full[S], empty[S];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int kb0 = blockIdx.x * kb_per_split, kb1 = min(k_blocks, kb0 + kb_per_split);
+  const int stages = (kb1 - kb0 + G - 1) / G;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      ptx::mbarrier_init(&full[s], 1);
+      ptx::mbarrier_init(&empty[s], kConsumers / 32);
+    }
+    ptx::mbarrier_fence_init();
+  }
+  __syncthreads();
+  if (warp == kConsumers / 32) {
+    if (lane == 0) {
+      const uint64_t stream = ptx::l2_policy_evict_first(), keep = ptx::l2_policy_evict_last();
+      for (int i = 0; i < stages; ++i) {
+        const int s = i % S, kb = kb0 + i * G;
+        if (i >= S) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((i / S - 1) & 1));
+        ptx::mbarrier_arrive_expect_tx(&full[s], kStage);
+        uint8_t* dst = ring + s * kStage;
+        if constexpr (Tiled) {
+          const int64_t off = (int64_t{blockIdx.y} * k_blocks + kb) * kRows * kKBlockBytes;
+          ptx::bulk_load(dst, w + off, kW, &full[s], stream);
+        } else {
+          ptx::tma_load_2d(dst, &map_w, &full[s], kb * kKBlockBytes, blockIdx.y * kRows, stream);
+        }
+        if constexpr (WithX) ptx::bulk_load(dst + kW, x + (kb % 8) * kXBytes, kXBytes * G, &full[s], keep);
+      }
+    }
+    return;
+  }
+  uint32_t acc = 0;
+  for (int i = 0; i < stages; ++i) {
+    const int s = i % S;
+    ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((i / S) & 1));
+    for (int off = threadIdx.x * 16; off < kStage; off += kConsumers * 16) {
+      const int4 v = ptx::ld_shared_v4(ptx::smem_addr(ring + s * kStage + off));
+      acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    __syncwarp();
+    if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
+  }
+  sink_if(acc, sink);
+}
+
+// [n][k_bytes] bytes read in unswizzled boxes of [128][box_bytes].
+CUtensorMap rows_map(const uint8_t* w, int64_t n, int64_t k_bytes, int box_bytes) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    TCGEMM_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault,
+                                                       &found));
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  }();
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k_bytes), static_cast<cuuint64_t>(n)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k_bytes)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_bytes), static_cast<cuuint32_t>(kRows)};
+  const cuuint32_t elem[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(w), dims, strides, box, elem,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%d)\n", static_cast<int>(r));
+    std::exit(1);
+  }
+  return map;
+}
+
+struct Way {
+  std::string name;
+  std::function<void(const uint8_t*, int64_t n, int64_t k_bytes, cudaStream_t)> launch;
+};
+
+template <int S, int G, bool Tiled, bool WithX>
+Way way(int sms, const uint8_t* x, uint32_t* sink) {
+  constexpr int smem = S * (kRows * kKBlockBytes * G + (WithX ? kXBytes * G : 0));
+  auto kernel = tile_kernel<S, G, Tiled, WithX>;
+  TCGEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  std::string name = std::string(Tiled ? "tiles " : "rows ") + std::to_string(S) + " x" + std::to_string(G) +
+                     (WithX ? " +x" : "");
+  return {name, [=](const uint8_t* w, int64_t n, int64_t k_bytes, cudaStream_t st) {
+            const int tiles = static_cast<int>(n / kRows), k_blocks = static_cast<int>(k_bytes / kKBlockBytes);
+            // About two blocks per SM, as the W4 plans aim for; at least 4 stages a block.
+            int split = std::max(1, (2 * sms + tiles / 2) / tiles);
+            split = std::min(split, std::max(1, k_blocks / (4 * G)));
+            int kbps = (k_blocks + split - 1) / split;
+            kbps = (kbps + G - 1) / G * G;
+            split = (k_blocks + kbps - 1) / kbps;
+            CUtensorMap map{};
+            if (!Tiled) map = rows_map(w, n, k_bytes, 64 * G);
+            kernel<<<dim3(split, tiles), kConsumers + 32, smem, st>>>(map, w, x, k_blocks, kbps, sink);
+            TCGEMM_CHECK_LAUNCH();
+          }};
+}
+
+int main() {
+  int dev = 0, sms = 0, l2 = 0;
+  TCGEMM_CUDA_CHECK(cudaGetDevice(&dev));
+  TCGEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  TCGEMM_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  cudaDeviceProp prop{};
+  TCGEMM_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  const int64_t pool_bytes = int64_t{1} << 30;
+  uint8_t *pool = nullptr, *x = nullptr;
+  uint32_t* sink = nullptr;
+  TCGEMM_CUDA_CHECK(cudaMalloc(&pool, pool_bytes));
+  TCGEMM_CUDA_CHECK(cudaMalloc(&x, 8 * kXBytes * 2));
+  TCGEMM_CUDA_CHECK(cudaMalloc(&sink, 4096));
+  TCGEMM_CUDA_CHECK(cudaMemset(pool, 0x5a, pool_bytes));
+  TCGEMM_CUDA_CHECK(cudaMemset(x, 0x33, 8 * kXBytes * 2));
+  cudaStream_t st;
+  TCGEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+
+  std::vector<Way> ways = {way<8, 1, false, true>(sms, x, sink),  way<8, 1, false, false>(sms, x, sink),
+                           way<4, 2, false, true>(sms, x, sink),  way<8, 1, true, true>(sms, x, sink),
+                           way<8, 1, true, false>(sms, x, sink),  way<4, 2, true, true>(sms, x, sink),
+                           way<12, 1, false, true>(sms, x, sink), way<12, 1, true, true>(sms, x, sink)};
+  // Packed 4-bit weights (N x K/2 bytes) of the decode layers.
+  const std::vector<std::pair<const char*, std::pair<int64_t, int64_t>>> sizes = {
+      {"8B o", {4096, 2048}},      {"8B qkv", {6144, 2048}},   {"8B gate+up", {28672, 2048}},
+      {"8B down", {4096, 7168}},   {"70B o", {8192, 4096}},    {"70B qkv", {10240, 4096}},
+      {"70B down", {8192, 14336}}};
+  constexpr int kReads = 24, kReplays = 7;
+  std::printf("GPU %s, %d SMs, L2 %d MB; us per read of the packed weight (TB/s)\n", prop.name, sms, l2 >> 20);
+  std::printf("%-11s", "layer");
+  for (const Way& w : ways) std::printf(" | %-15s", w.name.c_str());
+  std::printf("\n");
+  for (const auto& size : sizes) {
+    const int64_t n = size.second.first, kb = size.second.second, bytes = n * kb;
+    const int64_t stride = (bytes + 4095) / 4096 * 4096;
+    const int copies =
+        static_cast<int>(std::min<int64_t>(pool_bytes / stride, std::max<int64_t>(3, (3LL * l2 + bytes - 1) / bytes)));
+    std::printf("%-11s", size.first);
+    for (const Way& w : ways) {
+      const float us = graph_us_per_launch(
+          st, kReads, [&](int i) { w.launch(pool + (i % copies) * stride, n, kb, st); }, kReplays);
+      std::printf(" | %6.2f (%4.2f)  ", us, bytes / (us * 1e-6) / 1e12);
+    }
+    std::printf("\n");
+  }
+  TCGEMM_CUDA_CHECK(cudaDeviceSynchronize());
+  return 0;
+}
