@@ -29,6 +29,11 @@
 // (griddep_wait) before its first access to memory, and then lets the GEMM after it start
 // (griddep_launch_dependents), which streams its weights while this kernel runs.
 //
+// The W4 K order (QuantizeParams::w4_rowsum, W4: tcgemm.quant_linear where the W4 kernel reads x):
+// the token kernel stores each vector of eight values at its slots in that kernel's order and
+// sums the row's int8 values, which would otherwise take a pass of their own (about 1.6 us a
+// layer at 32 rows, docs/design/int4.md).
+//
 // Rotated (QuantizeParams::rotate, ROT): each 128-value block of a row is rotated (hadamard128)
 // by the lanes that hold it before the amax and the quantization, per token or per group.
 //
