@@ -207,33 +207,34 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Max over the block, returned to every thread. Each warp reduces all the partials itself, so
-// no second broadcast is needed; the final barrier lets the caller reuse `partials` at once.
-__device__ __forceinline__ float block_max(float v, float* partials) {
-  v = warp_max(v);
+// v summed over the warp.
+__device__ __forceinline__ int32_t warp_sum(int32_t v) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// v reduced over the block by `warp_reduce` (a warp's reduction; `none`, its identity, stands for
+// the lanes past the block's warps), returned to every thread. Each warp reduces all the partials
+// itself, so no second broadcast is needed; the final barrier lets the caller reuse `partials` at
+// once.
+template <class T, class WarpReduce>
+__device__ __forceinline__ T block_reduce(T v, T* partials, T none, WarpReduce warp_reduce) {
+  v = warp_reduce(v);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   if (lane == 0) partials[warp] = v;
   __syncthreads();
-  v = warp_max(lane < static_cast<int>(blockDim.x / kWarp) ? partials[lane] : 0.f);
+  v = warp_reduce(lane < static_cast<int>(blockDim.x / kWarp) ? partials[lane] : none);
   __syncthreads();
   return v;
 }
 
-// v summed over the warp, and over the block with block_max's pattern (every thread gets the total).
-__device__ __forceinline__ int32_t warp_sum(int32_t v) {
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
-  return v;
+__device__ __forceinline__ float block_max(float v, float* partials) {
+  return block_reduce(v, partials, 0.f, [](float x) { return warp_max(x); });
 }
 
 __device__ __forceinline__ int32_t block_sum(int32_t v, int32_t* partials) {
-  v = warp_sum(v);
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  if (lane == 0) partials[warp] = v;
-  __syncthreads();
-  v = warp_sum(lane < static_cast<int>(blockDim.x / kWarp) ? partials[lane] : 0);
-  __syncthreads();
-  return v;
+  return block_reduce(v, partials, 0, [](int32_t x) { return warp_sum(x); });
 }
 
 }  // namespace tcgemm::quant
