@@ -29,16 +29,14 @@
 #include "ptx/smem.cuh"
 #include "ptx/tma.cuh"
 #include "graph_time.cuh"  // scripts/dev
+#include "probe_ring.cuh"  // scripts/dev
 
 namespace ptx = tcgemm::ptx;
+using tcgemm_probe::ProbeRing;
+using tcgemm_probe::sink_if;
 
 constexpr int kThreads = 256;
 
-// A value that depends on every byte read, stored only when it matches nothing likely, so that
-// the loads stay.
-__device__ __forceinline__ void sink_if(uint32_t x, uint32_t* sink) {
-  if (x == 0x9e3779b9u) sink[threadIdx.x] = x;
-}
 
 template <int D>
 __global__ void __launch_bounds__(kThreads) ldg_kernel(const uint8_t* src, int64_t share, uint32_t* sink) {
@@ -62,42 +60,26 @@ template <int S, int KB>
 __global__ void __launch_bounds__(kThreads + 32) bulk_kernel(const uint8_t* src, int64_t share, uint32_t* sink) {
   constexpr int kStage = KB * 1024;
   extern __shared__ __align__(128) uint8_t ring[];
-  __shared__ uint64_t full[S], empty[S];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __shared__ ProbeRing<S> bars;
   const uint8_t* base = src + blockIdx.x * share;
   const int64_t pieces = (share + kStage - 1) / kStage;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) {
-      ptx::mbarrier_init(&full[s], 1);
-      ptx::mbarrier_init(&empty[s], kThreads / 32);
-    }
-    ptx::mbarrier_fence_init();
-  }
+  if (threadIdx.x == 0) bars.init(kThreads / 32);
   __syncthreads();
-  if (warp == kThreads / 32) {
-    if (lane == 0) {
+  if (threadIdx.x / 32 == kThreads / 32) {
+    if (threadIdx.x % 32 == 0) {
       const uint64_t policy = ptx::l2_policy_evict_first();
       for (int64_t i = 0; i < pieces; ++i) {
-        const int s = static_cast<int>(i % S);
-        if (i >= S) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((i / S - 1) & 1));
         const uint32_t n = static_cast<uint32_t>(min(int64_t{kStage}, share - i * kStage));
-        ptx::mbarrier_arrive_expect_tx(&full[s], n);
-        ptx::bulk_load(ring + s * kStage, base + i * kStage, n, &full[s], policy);
+        const int s = bars.acquire(i, n);
+        ptx::bulk_load(ring + s * kStage, base + i * kStage, n, &bars.full[s], policy);
       }
     }
     return;
   }
   uint32_t x = 0;
   for (int64_t i = 0; i < pieces; ++i) {
-    const int s = static_cast<int>(i % S);
-    ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((i / S) & 1));
     const int n = static_cast<int>(min(int64_t{kStage}, share - i * kStage));
-    for (int off = threadIdx.x * 16; off < n; off += kThreads * 16) {
-      const int4 v = ptx::ld_shared_v4(ptx::smem_addr(ring + s * kStage + off));
-      x ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    __syncwarp();
-    if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
+    bars.consume(i, ring + (i % S) * kStage, n, threadIdx.x, kThreads, x);
   }
   sink_if(x, sink);
 }

@@ -32,14 +32,13 @@
 #include "ptx/smem.cuh"
 #include "ptx/tma.cuh"
 #include "graph_time.cuh"  // scripts/dev
+#include "probe_ring.cuh"  // scripts/dev
 
 namespace ptx = tcgemm::ptx;
+using tcgemm_probe::ProbeRing;
+using tcgemm_probe::sink_if;
 
 constexpr int kConsumers = 256, kRows = 128, kKBlockBytes = 64, kXBytes = 4096;
-
-__device__ __forceinline__ void sink_if(uint32_t x, uint32_t* sink) {
-  if (x == 0x9e3779b9u) sink[threadIdx.x] = x;
-}
 
 // Block (blockIdx.x = share of K, blockIdx.y = tile). tiled: the weight tile-major, else row-major
 // through map_w. With_x: x's 4 KiB per stage from `x` (64 KiB, read over and over).
@@ -50,48 +49,30 @@ __global__ void __launch_bounds__(kConsumers + 32, 2)
   constexpr int kW = kRows * kKBlockBytes * G;
   constexpr int kStage = kW + (WithX ? kXBytes * G : 0);
   extern __shared__ __align__(1024) uint8_t ring[];
-  __shared__ uint64_t full[S], empty[S];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __shared__ ProbeRing<S> bars;
   const int kb0 = blockIdx.x * kb_per_split, kb1 = min(k_blocks, kb0 + kb_per_split);
   const int stages = (kb1 - kb0 + G - 1) / G;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) {
-      ptx::mbarrier_init(&full[s], 1);
-      ptx::mbarrier_init(&empty[s], kConsumers / 32);
-    }
-    ptx::mbarrier_fence_init();
-  }
+  if (threadIdx.x == 0) bars.init(kConsumers / 32);
   __syncthreads();
-  if (warp == kConsumers / 32) {
-    if (lane == 0) {
+  if (threadIdx.x / 32 == kConsumers / 32) {
+    if (threadIdx.x % 32 == 0) {
       const uint64_t stream = ptx::l2_policy_evict_first(), keep = ptx::l2_policy_evict_last();
       for (int i = 0; i < stages; ++i) {
-        const int s = i % S, kb = kb0 + i * G;
-        if (i >= S) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((i / S - 1) & 1));
-        ptx::mbarrier_arrive_expect_tx(&full[s], kStage);
+        const int s = bars.acquire(i, kStage), kb = kb0 + i * G;
         uint8_t* dst = ring + s * kStage;
         if constexpr (Tiled) {
           const int64_t off = (int64_t{blockIdx.y} * k_blocks + kb) * kRows * kKBlockBytes;
-          ptx::bulk_load(dst, w + off, kW, &full[s], stream);
+          ptx::bulk_load(dst, w + off, kW, &bars.full[s], stream);
         } else {
-          ptx::tma_load_2d(dst, &map_w, &full[s], kb * kKBlockBytes, blockIdx.y * kRows, stream);
+          ptx::tma_load_2d(dst, &map_w, &bars.full[s], kb * kKBlockBytes, blockIdx.y * kRows, stream);
         }
-        if constexpr (WithX) ptx::bulk_load(dst + kW, x + (kb % 8) * kXBytes, kXBytes * G, &full[s], keep);
+        if constexpr (WithX) ptx::bulk_load(dst + kW, x + (kb % 8) * kXBytes, kXBytes * G, &bars.full[s], keep);
       }
     }
     return;
   }
   uint32_t acc = 0;
-  for (int i = 0; i < stages; ++i) {
-    const int s = i % S;
-    ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((i / S) & 1));
-    for (int off = threadIdx.x * 16; off < kStage; off += kConsumers * 16) {
-      const int4 v = ptx::ld_shared_v4(ptx::smem_addr(ring + s * kStage + off));
-      acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    __syncwarp();
-    if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
-  }
+  for (int i = 0; i < stages; ++i) bars.consume(i, ring + (i % S) * kStage, kStage, threadIdx.x, kConsumers, acc);
   sink_if(acc, sink);
 }
 
