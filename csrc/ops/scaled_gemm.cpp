@@ -72,6 +72,19 @@ OutType out_type_of(ScalarType t) {
   return OutType::kFp32;
 }
 
+// p's B as the packed 4-bit weight of `call` (ScaledGemmCall::b_int4), with its int8 group scales
+// and zero points ([N, K / 128], rows contiguous; or null) and its scale groups.
+void describe_packed_b(GemmProblem& p, const ScaledGemmCall& call, const Tensor* group_scale,
+                       const Tensor* zero_point) {
+  p.b_int4 = true;
+  p.b.is_signed = true;  // the 4-bit values are two's complement (the bytes are uint8)
+  p.b_group_scale = group_scale ? const_data<int8_t>(*group_scale) : nullptr;
+  p.b_group_scale_stride = group_scale ? group_scale->size(1) : 0;
+  p.b_zero_point = zero_point ? const_data<int8_t>(*zero_point) : nullptr;
+  p.b_zero_point_stride = zero_point ? zero_point->size(1) : 0;
+  p.b_scale_groups = call.b_scale_groups;
+}
+
 // A packed 4-bit B (p.b_int4) replaced in p by its unpacked int8 weight, which is returned (it
 // must outlive the launch).
 Tensor unpack_b(GemmProblem& p, const Tensor& b, const ScaledGemmCall& call) {
@@ -218,15 +231,7 @@ Tensor scaled_gemm_impl(const char* op, Backend requested, const Tensor& a, cons
   const Tensor* group_scale = call.b_group_scale != nullptr ? &dense(*call.b_group_scale, group_scale_copy) : nullptr;
   std::optional<Tensor> zero_point_copy;
   const Tensor* zero_point = call.b_zero_point != nullptr ? &dense(*call.b_zero_point, zero_point_copy) : nullptr;
-  if (call.b_int4) {
-    p.b_int4 = true;
-    p.b.is_signed = true;  // the 4-bit values are two's complement (the bytes are uint8)
-    p.b_group_scale = group_scale ? const_data<int8_t>(*group_scale) : nullptr;
-    p.b_group_scale_stride = group_scale ? group_scale->size(1) : 0;
-    p.b_zero_point = zero_point ? const_data<int8_t>(*zero_point) : nullptr;
-    p.b_zero_point_stride = zero_point ? zero_point->size(1) : 0;
-    p.b_scale_groups = call.b_scale_groups;
-  }
+  if (call.b_int4) describe_packed_b(p, call, group_scale, zero_point);
   if (call.a_w4_rowsum != nullptr) {
     p.a_w4_order = true;
     p.a_w4_rowsum = call.a_w4_rowsum;
@@ -273,10 +278,7 @@ bool gemm_reads_w4_order(Backend requested, const Tensor& weight, const ScaledEp
   a.stride_row = call.k;
   a.stride_k = 1;
   GemmProblem p = gemm_problem(a, call.m, call.k, weight, nullptr, weight.size(0), OutType::kBf16, call.b_rows);
-  p.b_int4 = true;
-  p.b.is_signed = true;
-  p.b_group_scale = call.b_group_scale ? const_data<int8_t>(*call.b_group_scale) : nullptr;
-  p.b_zero_point = call.b_zero_point ? const_data<int8_t>(*call.b_zero_point) : nullptr;
+  describe_packed_b(p, call, call.b_group_scale, call.b_zero_point);  // read where they are: only their presence counts
   return a_w4_order(backend, p, dev, e.per_block());
 }
 
