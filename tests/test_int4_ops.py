@@ -293,7 +293,7 @@ def test_w4_layer_quantizes_x_in_the_kernels_order(m, n, k, dtype, rng):
     """x quantized per token straight into the W4 kernel's K order with its rows' sums (no ordering
     pass): bit for bit the layer on the int8 weight, with rows of NaN and inf (zeros and a NaN scale),
     SmoothQuant multipliers, and x read through a row stride; rows of up to 28672 values (one block
-    a row)."""
+    a row); finite rows within bf16 / fp16 rounding of the float64 reference."""
     require_w4_routes()
     _, packed, gs, w8, scale, bias = two_level_layer_case(m, n, k, dtype, rng)
     x = torch.randn(m, k + 64, generator=rng).to(dtype).cuda()[:, 64:]  # rows k + 64 apart
@@ -311,6 +311,12 @@ def test_w4_layer_quantizes_x_in_the_kernels_order(m, n, k, dtype, rng):
         y4, y8 = layer(packed, **kw), layer(w8, **kw)
         assert y4.isnan().any(dim=1).tolist() == [i in (3, m - 1) for i in range(m)]
         torch.testing.assert_close(y4, y8, rtol=0, atol=0, equal_nan=True)
+    # and the first rows against the float64 reference, within the output's rounding
+    qx, sx = tcgemm.quantize(x[:3], "token")
+    ref = tcgemm.reference.scaled_gemm_reference(qx.cpu(), w8.cpu().t(), sx.cpu(), scale.cpu(), bias.cpu(),
+                                                 return_float64=True)
+    y4 = layer(packed)[:3].double().cpu()
+    assert torch.allclose(y4, ref, rtol=2**-7, atol=1e-3 * ref.abs().max().item())
 
 
 @pytest.mark.gpu
