@@ -292,8 +292,8 @@ def test_w4_kernel_layer(m, n, k, out_dtype, rng):
 def test_w4_layer_quantizes_x_in_the_kernels_order(m, n, k, dtype, rng):
     """x quantized per token straight into the W4 kernel's K order with its rows' sums (no ordering
     pass): bit for bit the layer on the int8 weight, with rows of NaN and inf (zeros and a NaN scale),
-    SmoothQuant multipliers, and x read through a row stride; rows of up to 28672 values (one block
-    a row); finite rows within bf16 / fp16 rounding of the float64 reference."""
+    SmoothQuant multipliers or rotated blocks, and x read through a row stride; rows of up to 28672
+    values (one block a row); finite rows within bf16 / fp16 rounding of the float64 reference."""
     require_w4_routes()
     _, packed, gs, w8, scale, bias = two_level_layer_case(m, n, k, dtype, rng)
     x = torch.randn(m, k + 64, generator=rng).to(dtype).cuda()[:, 64:]  # rows k + 64 apart
@@ -304,7 +304,7 @@ def test_w4_layer_quantizes_x_in_the_kernels_order(m, n, k, dtype, rng):
     def layer(w, **kw):
         return tcgemm.quant_linear(x, w, scale, bias=bias, weight_group_scale=gs if w is packed else None, **kw)
 
-    for kw in ({}, {"smooth": smooth}):
+    for kw in ({}, {"smooth": smooth}, {"rotate": True}):
         names = _kernel_names(lambda: layer(packed, **kw))
         assert any("sm90_w4_kernel" in name for name in names), names
         assert not any("w4_order_kernel" in name for name in names), names

@@ -73,7 +73,7 @@ struct QuantizeParams {
   // Non-null (tcgemm.quant_linear where the W4 kernel reads x): the rows go into q in the W4 K
   // order (common/int4.h) and each row's sum over K of its int8 values into w4_rowsum[row], which
   // the W4 kernel would otherwise have a pass write. Dynamic symmetric per token, 16-bit x read as
-  // 16-byte vectors, K a multiple of kScaleBlock, not rotated; GPU only.
+  // 16-byte vectors, K a multiple of kScaleBlock, rotated or not; GPU only.
   int32_t* w4_rowsum = nullptr;
   cudaStream_t stream = nullptr;
 

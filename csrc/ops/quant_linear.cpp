@@ -228,14 +228,14 @@ Tensor quant_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_
   // A few rows on the GPU: where the GEMM runs on the skinny kernel, that kernel quantizes x
   // itself (symmetric scales, not rotated): one kernel for the layer, no scratch.
   bool w4_order = false;
-  if (is_cuda(x) && !asymmetric && !rotate) {
+  if (is_cuda(x) && !asymmetric) {
     QuantizeParams xq = quantize_params(x_rows, *rows, *dtype, granularity);
     std::optional<Tensor> smooth_copy;
     const Tensor* channel_mul = smooth.has_value() ? &dense(*smooth, smooth_copy) : nullptr;
     if (channel_mul) xq.channel_mul = const_data<float>(*channel_mul);
     if (input_scale.has_value()) xq.scale_in = const_data<float>(*input_scale);  // one element
     e.a = *decode_scale_a(quantize_scales(granularity, nullptr, m, k), m, scale_blocks(k));
-    if (gemm_quantizes_a(requested, weight, e, xq, zero_point != nullptr, scale_groups)) {
+    if (!rotate && gemm_quantizes_a(requested, weight, e, xq, zero_point != nullptr, scale_groups)) {
       call.quantize_a = &xq;
       return scaled_gemm_impl(kOp, requested, x, weight, e, bias_f32, dtype_of(x), call);
     }

@@ -154,17 +154,17 @@ __device__ __forceinline__ QuantRange<ASYM> block_range(QuantRange<ASYM> r, floa
 // gets twice the registers for them, as with MUL: at 64 registers the rotation's values spilled
 // and the kernel took 3x the time of the plain one), and rows swept twice are rotated again in the
 // second sweep. Every lane takes part in the rotations, those past the row with zeros.
-// W4 (QuantizeParams::w4_rowsum; VEC == 8, symmetric, not ROT): each vector's eight int8 values
+// W4 (QuantizeParams::w4_rowsum; VEC == 8, symmetric, rotated or not): each vector's eight int8 values
 // are stored in the W4 K order (store_w4_order8) rather than in place, and the row's sum of them
 // goes to w4_rowsum[row]; a block team gets twice the registers (at 64 its stores' addresses
-// spilled 64 bytes).
+// spilled 64 bytes), four times rotated (at 128 it spilled 92 bytes).
 template <typename T, int VEC, int CACHE, bool WARP_TEAM, bool MUL, bool ASYM, bool ROT = false, bool W4 = false>
 __global__ void __launch_bounds__(WARP_TEAM ? kBlockThreads : team_threads<T, VEC, CACHE>(),
                                   WARP_TEAM ? 1
                                             : std::max(1, team_blocks_per_sm<T, VEC, CACHE>() /
-                                                              (MUL || ROT || W4 ? 2 : 1)))
+                                                              (ROT && W4 ? 4 : MUL || ROT || W4 ? 2 : 1)))
     quantize_token_kernel(const QuantizeParams p) {
-  static_assert(!W4 || (VEC == 8 && !ASYM && !ROT), "the W4 K order: vectors of 8 values, symmetric, not rotated");
+  static_assert(!W4 || (VEC == 8 && !ASYM), "the W4 K order: vectors of 8 values, symmetric");
   ptx::start_after_previous_kernel();  // see "Overlap" above
   __shared__ float partials[kWarp];  // block teams only
   __shared__ int32_t sum_partials[W4 && !WARP_TEAM ? kWarp : 1];
@@ -541,16 +541,19 @@ void launch_rotated(const QuantizeParams& p) {
 }
 
 // In the W4 K order with the rows' sums (QuantizeParams::w4_rowsum): vectors of 8, dynamic
-// symmetric per token, K a multiple of kScaleBlock, not rotated (the op layer's choice).
+// symmetric per token, K a multiple of kScaleBlock, rotated (no multipliers then) or not (the op
+// layer's choice).
 template <typename T, int VEC, bool MUL>
 void launch_w4_order(const QuantizeParams& p) {
   if constexpr (VEC == 8) {
-    if (p.k % kScaleBlock == 0 && !p.rotate && !p.asymmetric && p.scale_in == nullptr &&
-        p.granularity == QuantGranularity::kToken && p.q_stride_row % 16 == 0)
-      return launch_token<T, VEC, MUL, false, false, true>(p);
+    if (p.k % kScaleBlock == 0 && !p.asymmetric && p.scale_in == nullptr &&
+        p.granularity == QuantGranularity::kToken && p.q_stride_row % 16 == 0) {
+      if (!p.rotate) return launch_token<T, VEC, MUL, false, false, true>(p);
+      if constexpr (!MUL) return launch_token<T, VEC, false, false, true, true>(p);
+    }
   }
   throw std::logic_error("tcgemm: the quantization into the W4 K order takes dynamic symmetric rows per token of "
-                         "whole blocks, as vectors of 8");
+                         "whole blocks, as vectors of 8 (rotated: without multipliers)");
 }
 
 template <typename T, int VEC, bool MUL>
