@@ -72,7 +72,6 @@ struct W4Params {
   int64_t group_scale_stride;
   int scale_pitch;            // scales (bytes, or fp32 when promoting) between the rows of the block's
                               // group scales in shared memory
-  int load_group;             // K blocks whose copies go out together (Cfg::kLoadGroup)
 };
 
 // The factor the weight's unpacking as q * 16 puts on every int32 sum, and its exact inverse.
@@ -222,7 +221,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
                          m0, keep);
       // Then `group` K blocks at a time: their slots waited for together, the weight's copies
       // issued back to back (both 64-byte halves of a weight row's 128 bytes at once), then x's.
-      const int group = args.load_group;
+      constexpr int group = Cfg::kLoadGroup;
       for (int kb0 = kb_begin + first; kb0 < kb_end; kb0 += group) {
         const int n = min(group, kb_end - kb0);
         RingPosition<kStages> r = ring;
@@ -502,7 +501,6 @@ void launch_w4(const GemmProblem& p, const Epi& epi, int split) {
     args.kb_per_split = ceil_div(args.k_blocks, split);
     split = ceil_div(args.k_blocks, args.kb_per_split);  // no empty share
     args.x_box_rows = std::min(Cfg::kRowsM, round_up(p.m, 8));
-    args.load_group = Cfg::kLoadGroup;
     args.d = p.d.ptr;
     args.ldd = p.d.ld;
     args.group_scale = p.b_group_scale;
