@@ -215,6 +215,11 @@ def main() -> int:
         ok = torch.equal(y, tcgemm.quant_linear(x, tcgemm.unpack_int4(packed, gs), ws, backend="sm90"))
         failures += not ok
         print(f"quant_linear 4-bit sm90 {m}x{n}x{k}: {'exact' if ok else 'MISMATCH'}")
+        if k % 128 == 0:  # rotated x: quantized into the W4 K order by the rotating token kernel
+            y = tcgemm.quant_linear(x, packed, ws, weight_group_scale=gs, rotate=True, backend="sm90")
+            ok = torch.equal(y, tcgemm.quant_linear(x, tcgemm.unpack_int4(packed, gs), ws, rotate=True, backend="sm90"))
+            failures += not ok
+            print(f"quant_linear 4-bit sm90 rotated {m}x{n}x{k}: {'exact' if ok else 'MISMATCH'}")
         if m <= 64:  # fp32 group scales: the W4 kernel's promoting configs, the order of fp32 sums aside
             wg = torch.rand(n, (k + 127) // 128, generator=gen).cuda() * 1e-2
             y = tcgemm.quant_linear(x, packed, wg, backend="sm90").float()
