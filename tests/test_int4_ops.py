@@ -216,10 +216,11 @@ def test_packed_weight_route_by_rows(shape, route, rng):
 
 
 # The W4 kernel (17-512 rows, K a multiple of 128, where dispatch/plan.cpp's plan_sm90_w4 takes
-# the shape on a 132-SM Hopper): each of its six configs (32 and 64 rows of A one block per SM and
-# two, 128 and 256 rows) with partial tiles of A and of the weight, tiles of 256 rows twice (300,
-# 512), K splits of 2 and 4 between the blocks of a cluster, and K blocks that do not divide
-# between the splits (K = 8192 + 1152).
+# the shape on a 132-SM Hopper): each of its seven configs (32 and 64 rows of A one block per SM and
+# two, 128 rows with two and with three consumer warpgroups (128 x 4096 and 129 x 300: 192 weight
+# rows a tile, the last one partial), 256 rows) with partial tiles of A and of the weight, tiles of
+# 256 rows twice (300, 512), K splits of 2 and 4 between the blocks of a cluster, and K blocks that
+# do not divide between the splits (K = 8192 + 1152).
 W4_SHAPES = [(17, 16384, 4096), (32, 8192, 8192), (20, 8192, 16384), (24, 28672, 4096), (30, 10240, 8192 + 1152),
              (33, 9000, 8192 + 1152), (64, 8192, 4096), (100, 13000, 2048), (128, 4096, 8192), (129, 300, 8192),
              (300, 5000, 8192 + 1152), (512, 1100, 8192)]
@@ -255,7 +256,7 @@ def test_w4_kernel_exact(m, n, k, scaled, rng):
 
 @pytest.mark.gpu
 def test_w4_shapes_run_every_config(rng):
-    """W4_SHAPES reach all six configs of the W4 kernel (kernels/sm90/configs.h), so that
+    """W4_SHAPES reach all seven configs of the W4 kernel (kernels/sm90/configs.h), so that
     test_w4_kernel_exact checks each."""
     require_w4_routes()
     configs = set()
@@ -264,7 +265,7 @@ def test_w4_shapes_run_every_config(rng):
         a, packed, gs = a.cuda(), pack(q).cuda(), gs.cuda()
         for name in _kernel_names(lambda: tcgemm.int4_gemm(a, packed, gs)):
             configs.update(re.findall(r"W4Config<[^>]*>", name))
-    assert len(configs) == 6, sorted(configs)
+    assert len(configs) == 7, sorted(configs)
 
 
 @pytest.mark.gpu

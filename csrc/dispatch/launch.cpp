@@ -70,6 +70,7 @@ void with_w4_config(W4Config config, F&& f) {
     case W4Config::kRows64Paired: return f(sm90::W4Rows64Paired{});
     case W4Config::kRows128: return f(sm90::W4Rows128{});
     case W4Config::kRows256: return f(sm90::W4Rows256{});
+    case W4Config::kRows128Wg3: return f(sm90::W4Rows128Wg3{});
   }
 }
 

@@ -99,7 +99,7 @@ namespace {
 struct W4Choice {
   W4Plan plan;
   double cost = 0;  // waves x K blocks per block (+ 2 for a split's reduction)
-  long long blocks = 0, kb_per_block = 0;
+  long long blocks = 0, kb_per_block = 0, waves = 0, slots = 0;  // slots: the blocks that run at once
 };
 
 // Where the W4 kernel beats the routes before it (the few-rows kernel, the tiled kernel's
@@ -133,7 +133,7 @@ bool w4_wins(int m, int n, int k, int sm_count, long long blocks, long long kb_p
 // block, of which a block's shared memory holds fewer.
 template <class Cfg>
 std::optional<W4Choice> plan_w4_split(W4Config config, int m, int n, int k, int sm_count,
-                                      const W4Residency& resident, bool per_block = false) {
+                                      const W4Residency& resident, bool per_block = false, bool checked = true) {
   W4Choice best;
   best.plan.config = config;
   best.cost = 1e300;
@@ -150,7 +150,7 @@ std::optional<W4Choice> plan_w4_split(W4Config config, int m, int n, int k, int 
     const long long slots = known > 0 ? known : static_cast<long long>(sm_count) * Cfg::kBlocksPerSM;
     const long long waves = (tiles * split + slots - 1) / slots;
     const long long kb_per_block = (k_blocks + split - 1) / split;
-    if (!w4_wins(m, n, k, sm_count, tiles * split, kb_per_block, split)) continue;
+    if (checked && !w4_wins(m, n, k, sm_count, tiles * split, kb_per_block, split)) continue;
     // Promoting fp32 scales at up to 32 rows, one block per SM: a last wave under 80% full loses to
     // the routes before it (H200, 2026-11-29, A/B of bench_decode --decode-only, W4A8 with group
     // scales at 17 / 32 rows: 70B qkv, 160 blocks in two waves of 132, 0.85x / 0.96x; 8B gate+up,
@@ -162,6 +162,8 @@ std::optional<W4Choice> plan_w4_split(W4Config config, int m, int n, int k, int 
       best.plan.split = split;
       best.blocks = tiles * split;
       best.kb_per_block = kb_per_block;
+      best.waves = waves;
+      best.slots = slots;
     }
   }
   if (best.blocks == 0) return std::nullopt;  // no split wins, or too many K blocks for the scales' shared memory
@@ -185,6 +187,30 @@ std::optional<W4Choice> plan_w4_lone_or_paired(W4Config lone, W4Config paired, i
   return a;
 }
 
+// 65-256 rows: three consumer warpgroups (W4Rows128Wg3, tiles of 192 weight rows by 128 rows of x)
+// where that plan runs in one wave with at least 16 K blocks a block and costs less than `other`,
+// the plan of W4Rows128 (up to 128 rows) or W4Rows256 (above) where the W4 kernel wins, with a K
+// block of each config costing as measured against one of W4Rows128; where it does not win, if the
+// wave fills three quarters of the SMs' slots. A block's K block costs about 900 + 5.5 x rows
+// cycles with two consumer warpgroups (docs/design/int4.md), so W4Rows256's about 1.45 times
+// W4Rows128's; a third warpgroup makes it about 1.15 times as long for 1.5 times the weight rows.
+// H200, 2026-11-30, A/B in one process against the plans before it, us: 70B qkv (8192 -> 10240)
+// 46.1 -> 32.6 at 128 rows (three waves of W4Rows128 -> one) and 66.9 -> 42.4 at 256; 8B down
+// (14336 -> 4096) 35.9 -> 28.4 and 56.5 -> 45.3 (64 blocks -> 88); 8B qkv (4096 -> 6144) 32.8 ->
+// 25.4 at 256 rows; but 8B gate+up (5 waves) 1.46-1.74x slower, and 70B o and down at 128 rows
+// (128 blocks -> 86) 1.16-1.19x: docs/design/int4.md.
+constexpr double kW4Wg3KBlockCost = 1.15;
+constexpr double kW4Rows256KBlockCost = 1.45;
+
+std::optional<W4Choice> plan_w4_wg3(int m, int n, int k, int sm_count, const W4Residency& resident,
+                                    const std::optional<W4Choice>& other, double other_kblock_cost) {
+  const std::optional<W4Choice> c = plan_w4_split<sm90::W4Rows128Wg3>(W4Config::kRows128Wg3, m, n, k, sm_count,
+                                                                      resident, false, /*checked=*/false);
+  if (!c || c->waves != 1 || c->kb_per_block < 16) return std::nullopt;
+  if (other) return kW4Wg3KBlockCost * c->cost < other_kblock_cost * other->cost ? c : std::nullopt;
+  return 4 * c->blocks >= 3 * c->slots ? c : std::nullopt;
+}
+
 }  // namespace
 
 // The W4 kernel's plan: the cheapest of its configs and splits that wins (w4_wins), or none. With
@@ -201,13 +227,18 @@ std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count, const W4Re
     if (!c) return std::nullopt;
     return c->plan;
   }
-  const std::optional<W4Choice> c =
+  std::optional<W4Choice> c =
       m <= 32    ? plan_w4_lone_or_paired<sm90::W4Rows32, sm90::W4Rows32Paired>(
                        W4Config::kRows32, W4Config::kRows32Paired, m, n, k, sm_count, resident)
       : m <= 64  ? plan_w4_lone_or_paired<sm90::W4Rows64, sm90::W4Rows64Paired>(
                        W4Config::kRows64, W4Config::kRows64Paired, m, n, k, sm_count, resident)
       : m <= 128 ? plan_w4_split<sm90::W4Rows128>(W4Config::kRows128, m, n, k, sm_count, resident)
                  : plan_w4_split<sm90::W4Rows256>(W4Config::kRows256, m, n, k, sm_count, resident);
+  if (m > 64 && m <= 256) {
+    const std::optional<W4Choice> wg3 =
+        plan_w4_wg3(m, n, k, sm_count, resident, c, m <= 128 ? 1.0 : kW4Rows256KBlockCost);
+    if (wg3) c = wg3;
+  }
   if (!c) return std::nullopt;
   return c->plan;
 }

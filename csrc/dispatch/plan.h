@@ -30,8 +30,8 @@ bool use_sm90_int4(int m, int n, int sm_count);
 // Packed 4-bit B on sm90 where the W4 kernel (kernels/sm90/sm90_w4.cuh, the weight as wgmma's
 // register operand) takes it: 17-512 rows, K a multiple of 128. Its config by rows of A, and the
 // blocks of a cluster that share each tile's K blocks (1, 2 or 4); none outside those shapes.
-enum class W4Config { kRows32, kRows32Paired, kRows64, kRows64Paired, kRows128, kRows256 };
-constexpr int kW4Configs = 6;
+enum class W4Config { kRows32, kRows32Paired, kRows64, kRows64Paired, kRows128, kRows256, kRows128Wg3 };
+constexpr int kW4Configs = 7;
 struct W4Plan {
   W4Config config = W4Config::kRows64;
   int split = 1;

@@ -232,7 +232,7 @@ struct W4Config {
                 "the setmaxnreg split exceeds the registers the block holds");
 };
 
-// By rows of x: 17-32, 33-64, 65-128, and 129 up (tiles of 256 rows). Up to 64 rows, two configs:
+// By rows of x: 17-32, 33-64, 65-128, and 129 up (tiles of 256 rows); W4Rows128Wg3 below. Up to 64 rows, two configs:
 // one block per SM with a deep ring, and two blocks per SM ("paired") with half of it each, where
 // the tiles fill the second slots (dispatch/plan.cpp: plan_sm90_w4). fp32 group scales (promoted
 // per K block) on the lone ones only.
@@ -242,5 +242,9 @@ using W4Rows64 = W4Config<64, 2, 8, 1, kAnyScaling | kEpiPerBlock>;
 using W4Rows64Paired = W4Config<64, 2, 4, 2>;
 using W4Rows128 = W4Config<128, 2, 6>;
 using W4Rows256 = W4Config<256, 2, 4>;
+// Three consumer warpgroups (192 weight rows a tile) at 65-256 rows of x, in tiles of 128 rows:
+// where it runs the layer in one wave of blocks that the configs above need more waves, or fewer
+// SMs, for (dispatch/plan.cpp: plan_w4_wg3).
+using W4Rows128Wg3 = W4Config<128, 3, 5>;
 
 }  // namespace tcgemm::sm90
