@@ -1,10 +1,15 @@
 // The ring of the standalone probes' copy kernels (stream_probe.cu, tile_probe.cu): S stages in
 // shared memory that one producer thread fills with bulk copies while whole warps of consumers
-// read each stage out and hand it back; and a sink that keeps their reads from being dropped.
+// read each stage out and hand it back; a sink that keeps their reads from being dropped; and the
+// host set-up both probes share (ProbeSetup).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
+#include <cuda_runtime.h>
+
+#include "common/cuda_check.h"
 #include "ptx/mbarrier.cuh"
 #include "ptx/smem.cuh"
 
@@ -50,6 +55,36 @@ struct ProbeRing {
     }
     __syncwarp();
     if (thread % 32 == 0) ptx::mbarrier_arrive(&empty[s]);
+  }
+};
+
+// The device, a 1 GiB pool of nonzero bytes that the probes read rotated copies of (past L2), the
+// kernels' sink and a stream.
+struct ProbeSetup {
+  static constexpr int64_t kPoolBytes = int64_t{1} << 30;
+  int sms = 0, l2 = 0;
+  cudaDeviceProp prop{};
+  uint8_t* pool = nullptr;
+  uint32_t* sink = nullptr;
+  cudaStream_t stream{};
+
+  ProbeSetup() {
+    int dev = 0;
+    TCGEMM_CUDA_CHECK(cudaGetDevice(&dev));
+    TCGEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    TCGEMM_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+    TCGEMM_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    TCGEMM_CUDA_CHECK(cudaMalloc(&pool, kPoolBytes));
+    TCGEMM_CUDA_CHECK(cudaMalloc(&sink, 4096));
+    TCGEMM_CUDA_CHECK(cudaMemset(pool, 0x5a, kPoolBytes));
+    TCGEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  }
+
+  // Copy i (of enough copies of `bytes` to cover three times the L2) of the pool, 4 KiB aligned.
+  const uint8_t* copy(int64_t bytes, int i) const {
+    const int64_t stride = (bytes + 4095) / 4096 * 4096;
+    const int64_t copies = std::min<int64_t>(kPoolBytes / stride, std::max<int64_t>(3, (3LL * l2 + bytes - 1) / bytes));
+    return pool + (i % copies) * stride;
   }
 };
 

@@ -33,6 +33,7 @@
 
 namespace ptx = tcgemm::ptx;
 using tcgemm_probe::ProbeRing;
+using tcgemm_probe::ProbeSetup;
 using tcgemm_probe::sink_if;
 
 constexpr int kThreads = 256;
@@ -120,20 +121,10 @@ Way bulk_way(int blocks_per_sm, int sms, uint32_t* sink) {
 }
 
 int main() {
-  int dev = 0, sms = 0, l2 = 0;
-  TCGEMM_CUDA_CHECK(cudaGetDevice(&dev));
-  TCGEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  TCGEMM_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-  cudaDeviceProp prop{};
-  TCGEMM_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  const int64_t pool_bytes = int64_t{1} << 30;
-  uint8_t* pool = nullptr;
-  uint32_t* sink = nullptr;
-  TCGEMM_CUDA_CHECK(cudaMalloc(&pool, pool_bytes));
-  TCGEMM_CUDA_CHECK(cudaMalloc(&sink, 4096));
-  TCGEMM_CUDA_CHECK(cudaMemset(pool, 0x5a, pool_bytes));
-  cudaStream_t st;
-  TCGEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  const ProbeSetup setup;
+  const int sms = setup.sms;
+  uint32_t* sink = setup.sink;
+  cudaStream_t st = setup.stream;
 
   std::vector<Way> ways = {ldg_way<4>(2, sms, sink),        ldg_way<8>(2, sms, sink),
                            ldg_way<8>(4, sms, sink),        ldg_way<16>(2, sms, sink),
@@ -148,7 +139,7 @@ int main() {
   constexpr int kReads = 24, kReplays = 7;
   auto time_graph = [&](const std::function<void(int)>& one) { return graph_us_per_launch(st, kReads, one, kReplays); };
 
-  std::printf("GPU %s, %d SMs, L2 %d MB; us per read of the buffer (TB/s)\n", prop.name, sms, l2 >> 20);
+  std::printf("GPU %s, %d SMs, L2 %d MB; us per read of the buffer (TB/s)\n", setup.prop.name, sms, setup.l2 >> 20);
   std::printf("empty kernel in a graph: %.2f us\n", time_graph([&](int) {
     empty_kernel<<<sms, 32, 0, st>>>();
     TCGEMM_CHECK_LAUNCH();
@@ -159,12 +150,10 @@ int main() {
   for (const auto& size : sizes) {
     const char* name = size.first;
     const int64_t bytes = size.second;
-    const int64_t stride = (bytes + 4095) / 4096 * 4096;
-    const int copies = static_cast<int>(std::min<int64_t>(pool_bytes / stride, std::max<int64_t>(3, (3LL * l2 + bytes - 1) / bytes)));
     std::printf("%-12s", name);
     for (const Way& w : ways) {
       int64_t read = 0;
-      const float us = time_graph([&](int i) { read = w.launch(pool + (i % copies) * stride, bytes, st); });
+      const float us = time_graph([&](int i) { read = w.launch(setup.copy(bytes, i), bytes, st); });
       std::printf(" | %6.2f (%5.2f)   ", us, read / (us * 1e-6) / 1e12);
     }
     std::printf("\n");

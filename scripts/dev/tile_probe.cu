@@ -36,6 +36,7 @@
 
 namespace ptx = tcgemm::ptx;
 using tcgemm_probe::ProbeRing;
+using tcgemm_probe::ProbeSetup;
 using tcgemm_probe::sink_if;
 
 constexpr int kConsumers = 256, kRows = 128, kKBlockBytes = 64, kXBytes = 4096;
@@ -128,22 +129,13 @@ Way way(int sms, const uint8_t* x, uint32_t* sink) {
 }
 
 int main() {
-  int dev = 0, sms = 0, l2 = 0;
-  TCGEMM_CUDA_CHECK(cudaGetDevice(&dev));
-  TCGEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  TCGEMM_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-  cudaDeviceProp prop{};
-  TCGEMM_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  const int64_t pool_bytes = int64_t{1} << 30;
-  uint8_t *pool = nullptr, *x = nullptr;
-  uint32_t* sink = nullptr;
-  TCGEMM_CUDA_CHECK(cudaMalloc(&pool, pool_bytes));
+  const ProbeSetup setup;
+  const int sms = setup.sms;
+  uint32_t* sink = setup.sink;
+  cudaStream_t st = setup.stream;
+  uint8_t* x = nullptr;
   TCGEMM_CUDA_CHECK(cudaMalloc(&x, 8 * kXBytes * 2));
-  TCGEMM_CUDA_CHECK(cudaMalloc(&sink, 4096));
-  TCGEMM_CUDA_CHECK(cudaMemset(pool, 0x5a, pool_bytes));
   TCGEMM_CUDA_CHECK(cudaMemset(x, 0x33, 8 * kXBytes * 2));
-  cudaStream_t st;
-  TCGEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
   std::vector<Way> ways = {way<8, 1, false, true>(sms, x, sink),  way<8, 1, false, false>(sms, x, sink),
                            way<4, 2, false, true>(sms, x, sink),  way<8, 1, true, true>(sms, x, sink),
@@ -155,19 +147,17 @@ int main() {
       {"8B down", {4096, 7168}},   {"70B o", {8192, 4096}},    {"70B qkv", {10240, 4096}},
       {"70B down", {8192, 14336}}};
   constexpr int kReads = 24, kReplays = 7;
-  std::printf("GPU %s, %d SMs, L2 %d MB; us per read of the packed weight (TB/s)\n", prop.name, sms, l2 >> 20);
+  std::printf("GPU %s, %d SMs, L2 %d MB; us per read of the packed weight (TB/s)\n", setup.prop.name, sms,
+              setup.l2 >> 20);
   std::printf("%-11s", "layer");
   for (const Way& w : ways) std::printf(" | %-15s", w.name.c_str());
   std::printf("\n");
   for (const auto& size : sizes) {
     const int64_t n = size.second.first, kb = size.second.second, bytes = n * kb;
-    const int64_t stride = (bytes + 4095) / 4096 * 4096;
-    const int copies =
-        static_cast<int>(std::min<int64_t>(pool_bytes / stride, std::max<int64_t>(3, (3LL * l2 + bytes - 1) / bytes)));
     std::printf("%-11s", size.first);
     for (const Way& w : ways) {
       const float us = graph_us_per_launch(
-          st, kReads, [&](int i) { w.launch(pool + (i % copies) * stride, n, kb, st); }, kReplays);
+          st, kReads, [&](int i) { w.launch(setup.copy(bytes, i), n, kb, st); }, kReplays);
       std::printf(" | %6.2f (%4.2f)  ", us, bytes / (us * 1e-6) / 1e12);
     }
     std::printf("\n");
