@@ -8,7 +8,7 @@
 //     swizzle) and the weight's packed rows ([kBN][64], as stored) into a ring slot. The
 //     consumers first read the tile's group scales of all the block's K blocks into shared
 //     memory (w4_load_group_scales_v16), while the ring fills. The first round's weight copies go
-//     out before griddep_wait (an overlapped launch after the pass that orders x), x's after it;
+//     out before griddep_wait (an overlapped launch after the kernel that writes x), x's after it;
 //     later, with rings of 6 stages or more, two K blocks' copies at a time (Cfg::kLoadGroup).
 //   * x is in the W4 K order (common/int4.h: the W4 K order; GemmProblem::a_w4_order): within a
 //     K block, thread t of a quad reads the 16 packed bytes of K 32t .. 32t + 31 of each of its
