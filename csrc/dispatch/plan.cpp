@@ -10,6 +10,7 @@
 #include "kernels/sm90/configs.h"
 
 namespace tcgemm {
+static_assert(kW4Splits[2] <= sm90::kW4MaxSplit, "the W4 kernel's epilogue adds the sums of at most kW4MaxSplit blocks");
 
 // Taken when the skinny kernel's 16-column blocks give every SM at least one, K is long enough
 // that B dominates, and M <= 8, or M <= 16 with N <= 8192 against the sm80 kernels (wider B

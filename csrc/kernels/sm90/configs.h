@@ -171,6 +171,8 @@ using LargeUnpacking = TileConfig<128, 256, 2, 1, 4, false, kAnyScaling, 0, fals
 // warps to pick from while the unpacking waits on its own results.
 // Epilogues: kAnyScaling, with kEpiPerBlock for the configs whose registers hold the fp32
 // accumulators and the second int32 set that per-K-block promotion takes (sm90_w4.cuh).
+// The most blocks of a cluster that share a W4 tile's K blocks (its epilogue adds their sums).
+constexpr int kW4MaxSplit = 4;
 template <int RowsM, int Wgs, int Stages, int BlocksPerSM = 1, unsigned Epilogues = kAnyScaling>
 struct W4Config {
   static constexpr unsigned kEpilogues = Epilogues;

@@ -43,6 +43,7 @@
 #include "common/launch_kernel.cuh"
 #include "common/math.h"
 #include "common/problem.h"
+#include "epilogue/chunk_cols.cuh"
 #include "epilogue/epilogues.h"
 #include "kernels/sm90/configs.h"
 #include "kernels/sm90/sm90_scheduler.cuh"
@@ -419,7 +420,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
   // each lane the columns lane, lane + 32, ...: one pass of compact code (fully unrolled per
   // register it would be fetched once and run once, bound by instruction fetch), stores of whole
   // rows of D, and with a K split the cluster's tiles added in rank order, block r taking the rows
-  // r, r + split, ...
+  // r, r + split, ... Each row waits on memory once: its terms (x's scale, row sum) come from one
+  // round of loads for all of the warp's rows, lane i holding the i-th row's, and every block's
+  // sums of the row's columns are loaded before any is used. Waiting per row for its terms in
+  // global memory and per column and block for a sum in distributed shared memory cost a block
+  // microseconds after its main loop (docs/design/int4.md: the W4 kernel's epilogue).
   constexpr int kPitch = Cfg::kTilePitch;
   const uint32_t tile = ptx::smem_addr(smem);
   ptx::named_barrier_sync(kW4ConsumersBarrier, Cfg::kConsumerThreads);
@@ -434,53 +439,78 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSM)
   } else {
     ptx::named_barrier_sync(kW4ConsumersBarrier, Cfg::kConsumerThreads);
   }
+  using Row = decltype(epi.row(0));
   using Col = decltype(epi.col(0));
   using Out = typename Epi::OutT;
   using Sum = std::conditional_t<kPromotes, float, int32_t>;
   constexpr int kColsPerLane = Cfg::kBN / 32;
+  constexpr int kWarps = Cfg::kConsumerThreads / 32;
+  static_assert(Cfg::kRowsM <= 32 * kWarps, "a consumer warp stores at most 32 rows of the tile, one per lane");
   Col cols[kColsPerLane];
 #pragma unroll
   for (int q = 0; q < kColsPerLane; ++q) cols[q] = epi.col(min(row0 + lane + 32 * q, args.n - 1));
   Out* d = static_cast<Out*>(args.d);
   const int rows = min(Cfg::kRowsM, args.m - m0);
+  const int first_row = rank + split * (c / 32), row_step = split * kWarps;
+  Row lane_row{};          // the terms of the warp's row `lane`
+  int32_t lane_bias = 0;   // and what the uint8 weight's + 128 added to it (promotion's signed weight adds nothing)
+  if (const int ml = first_row + lane * row_step; ml < rows) {
+    lane_row = epi.row(m0 + ml);
+    if constexpr (!kPromotes) lane_bias = wrap_mul(128, args.a_rowsum[m0 + ml]);
+  }
+  auto store_rows = [&](auto split_c) {
+    constexpr int kSplit = decltype(split_c)::value;
 #pragma unroll 1
-  for (int ml = rank + split * (c / 32); ml < rows; ml += split * (Cfg::kConsumerThreads / 32)) {
-    const int m = m0 + ml;
-    const auto row_terms = epi.row(m);
-    // what the uint8 weight's + 128 added (the signed weight of promotion adds nothing)
-    const int32_t bias = kPromotes ? 0 : wrap_mul(128, args.a_rowsum[m]);
-    Out* d_row = d + static_cast<int64_t>(m) * args.ldd;
+    for (int i = 0, ml = first_row; ml < rows; ++i, ml += row_step) {
+      Row row_terms{};
+      if constexpr (!std::is_empty_v<Row>) row_terms = shfl_words(lane_row, i);
+      const int32_t bias = __shfl_sync(0xffffffffu, lane_bias, i);
+      const int m = m0 + ml;
+      Sum part[kColsPerLane][kSplit];
 #pragma unroll
-    for (int q = 0; q < kColsPerLane; ++q) {
-      const int nl = lane + 32 * q, n = row0 + nl;
-      const uint8_t* at = smem + 4 * (ml * kPitch + nl);
-      Sum v;
-      if (split == 1) {
-        const uint32_t bits = ptx::ld_shared_b32(ptx::smem_addr(at));
-        if constexpr (kPromotes) {
-          v = __uint_as_float(bits);
-        } else {
-          v = static_cast<int32_t>(bits);
-        }
-      } else {
-        v = Sum{0};
-        for (int r = 0; r < split; ++r) {
-          const Sum part = ptx::ld_shared_cluster(ptx::cluster_map_shared(at, r), Sum{});
+      for (int q = 0; q < kColsPerLane; ++q) {
+        const uint8_t* at = smem + 4 * (ml * kPitch + lane + 32 * q);
+        if constexpr (kSplit == 1) {
+          const uint32_t bits = ptx::ld_shared_b32(ptx::smem_addr(at));
           if constexpr (kPromotes) {
-            v += part;
+            part[q][0] = __uint_as_float(bits);
           } else {
-            v = wrap_add(v, part);
+            part[q][0] = static_cast<int32_t>(bits);
+          }
+        } else {
+#pragma unroll
+          for (int r = 0; r < kSplit; ++r) part[q][r] = ptx::ld_shared_cluster(ptx::cluster_map_shared(at, r), Sum{});
+        }
+      }
+      Out* d_row = d + static_cast<int64_t>(m) * args.ldd;
+#pragma unroll
+      for (int q = 0; q < kColsPerLane; ++q) {
+        const int n = row0 + lane + 32 * q;
+        Sum v = part[q][0];
+#pragma unroll
+        for (int r = 1; r < kSplit; ++r) {  // in rank order
+          if constexpr (kPromotes) {
+            v += part[q][r];
+          } else {
+            v = wrap_add(v, part[q][r]);
+          }
+        }
+        if (n < args.n) {
+          if constexpr (kPromotes) {
+            d_row[n] = epi.full(v, row_terms, cols[q], m, n);
+          } else {
+            d_row[n] = epi.full(wrap_sub(v, bias), row_terms, cols[q], m, n);
           }
         }
       }
-      if (n < args.n) {
-        if constexpr (kPromotes) {
-          d_row[n] = epi.full(v, row_terms, cols[q], m, n);
-        } else {
-          d_row[n] = epi.full(wrap_sub(v, bias), row_terms, cols[q], m, n);
-        }
-      }
     }
+  };
+  static_assert(kW4MaxSplit == 4, "a case per split");
+  switch (split) {
+    case 1: store_rows(std::integral_constant<int, 1>{}); break;
+    case 2: store_rows(std::integral_constant<int, 2>{}); break;
+    case 3: store_rows(std::integral_constant<int, 3>{}); break;
+    default: store_rows(std::integral_constant<int, 4>{}); break;
   }
   if (split > 1) ptx::cluster_sync();  // the other blocks read this block's tile until here
 #endif
@@ -500,6 +530,7 @@ void launch_w4(const GemmProblem& p, const Epi& epi, int split) {
     split = std::max(1, std::min(split, args.k_blocks));
     args.kb_per_split = ceil_div(args.k_blocks, split);
     split = ceil_div(args.k_blocks, args.kb_per_split);  // no empty share
+    if (split > kW4MaxSplit) throw std::logic_error("tcgemm: the W4 kernel splits K over at most 4 blocks of a cluster");
     args.x_box_rows = std::min(Cfg::kRowsM, round_up(p.m, 8));
     args.d = p.d.ptr;
     args.ldd = p.d.ld;
