@@ -188,8 +188,8 @@ def _kernel_names(fn):
 # The kernel each row count takes on a 132-SM Hopper (H100 SXM, H200; dispatch/plan.cpp): "w4" the
 # W4 kernel (K a multiple of 128), "skinny" the few-rows kernel's 32-row tiles, else the tiled
 # kernel's tile (BM, BN).
-ROUTES = [((24, 28672, 4096), "w4"), ((100, 13000, 2048), "w4"), ((300, 8192, 8192), "w4"),
-          ((24, 13000, 2048), "skinny"), ((60, 4096, 4096), "skinny"), ((300, 13000, 2048), (256, 128)),
+ROUTES = [((24, 28672, 4096), "w4"), ((100, 13000, 2048), "w4"), ((300, 8192, 8192), "w4"), ((60, 4096, 4096), "w4"),
+          ((24, 13000, 2048), "skinny"), ((60, 4096, 2048), "skinny"), ((300, 13000, 2048), (256, 128)),
           ((512, 4096, 1024), (128, 128)), ((48, 13000, 2080), (64, 128)), ((100, 13000, 2080), (128, 128))]
 
 

@@ -10,7 +10,7 @@
 #include "kernels/sm90/configs.h"
 
 namespace tcgemm {
-static_assert(kW4Splits[2] <= sm90::kW4MaxSplit, "the W4 kernel's epilogue adds the sums of at most kW4MaxSplit blocks");
+static_assert(kW4Splits[2] <= sm90::kW4MaxSplit, "the W4 epilogue adds the sums of at most kW4MaxSplit blocks");
 
 // Taken when the skinny kernel's 16-column blocks give every SM at least one, K is long enough
 // that B dominates, and M <= 8, or M <= 16 with N <= 8192 against the sm80 kernels (wider B
@@ -104,25 +104,31 @@ struct W4Choice {
 };
 
 // Where the W4 kernel beats the routes before it (the few-rows kernel, the tiled kernel's
-// shared-memory unpacking, the unpacking pass): a block's fixed costs (its ring's
-// first K blocks, the group scales, the epilogue) want long K per block, and its K block time
-// grows with its rows. H200, 2026-11-29, A/B runs of bench_decode --decode-only --methods
-// quantlinear,w4a8 with this kernel on every shape it runs against the routes without it, W4A8 TOPS:
+// shared-memory unpacking, the unpacking pass). With int8 group scales (or none) and K of 4096 or
+// more, everywhere at 33-512 rows: H200, 2026-11-30, the W4 kernel unchecked against the routes
+// in one process (scripts/dev/knob_sweep, docs/design/int4.md: the W4 kernel's epilogue), us: 8B o
+// (4096 -> 4096) 15.2 -> 12.5 at 64 rows, 22.6 -> 15.2 at 128, 24.3 -> 18.2 at 256; 8B gate+up
+// 70.8 -> 55.1 at 256, 131.9 -> 108.5 at 384; 70B qkv 128.7 -> 77.8 at 512. At 17-32 rows the
+// rule below holds still: unchecked, 8B o 10.0 -> 11.2 and 8B down 20.5 -> 23.9 (64 blocks),
+// where 8B qkv 14.9 -> 12.5 (192 paired blocks of 8 K blocks). Elsewhere (shorter K, and fp32
+// scales per K block), the rules measured before the epilogue's loads were batched (H200,
+// 2026-11-29, A/B runs of bench_decode --decode-only --methods quantlinear,w4a8, W4A8 TOPS):
 //   17-32 rows: wins where its blocks fill 90% of the SMs with 32 K blocks or more each (8B
 //   gate+up 274 / 224, 70B qkv 184 / 166), loses elsewhere (8B qkv 95 / 109 with 192 blocks of 8
 //   K blocks, 8B o 67 / 107, 8B down 140 / 176);
 //   33-64 rows: wins on every layer but 8B o (8B qkv 171 / 157, 8B down 250 / 213, 70B qkv 320 /
 //   256, 8B gate+up 491 / 390; 8B o 120 / 142, 32 tiles of 32 K blocks);
 //   65-128 rows: wins or ties with 16 K blocks or more per block (8B down 346 / 308, 8B gate+up
-//   638 / 619, 70B qkv 402 / 401), loses on 8B o (172 / 196 with 8 K blocks a block; with 16, a
-//   split of 2, the kernel and the ordering pass took 24.7 us in a sweep of splits, the route's
-//   whole layer 24.8 in a separate run of the bench);
+//   638 / 619, 70B qkv 402 / 401), loses on 8B o (172 / 196 with 8 K blocks a block);
 //   above 128 rows: wins only on the long-K layers of at most 8192 columns (8B down 466 / 412 at
 //   256 rows, 70B o 707 / 689, 70B down 1013 / 956; 8B gate+up 803 / 857, 70B qkv 540 / 643 lose).
 // Whether it does at m x n x k with `blocks` blocks of `kb_per_block` K blocks each, in
-// clusters of `split`.
-bool w4_wins(int m, int n, int k, int sm_count, long long blocks, long long kb_per_block, int split) {
+// clusters of `split`; per_block: fp32 weight scales per K block.
+constexpr int kW4LongKBlocks = 32;
+
+bool w4_wins(int m, int n, int k, int sm_count, long long blocks, long long kb_per_block, int split, bool per_block) {
   const long long tiles = blocks / split, k_blocks = k / sm90::W4Rows64::kBK;
+  if (!per_block && k_blocks >= kW4LongKBlocks && m > 32) return true;
   if (m <= 32) return kb_per_block >= 32 && 10 * blocks >= 9LL * sm_count;
   if (m <= 128 && tiles * k_blocks < 8LL * sm_count) return false;  // one tile row: all the layer's K blocks
   if (m <= 64) return true;
@@ -131,10 +137,12 @@ bool w4_wins(int m, int n, int k, int sm_count, long long blocks, long long kb_p
 }
 
 // The cheapest plan of Cfg among the splits where the kernel wins; per_block: fp32 scales per K
-// block, of which a block's shared memory holds fewer.
+// block, of which a block's shared memory holds fewer. Cost: waves x (K blocks per block, + 2 for
+// a split's reduction, + wave_cost for what a wave of blocks costs besides its K blocks).
 template <class Cfg>
 std::optional<W4Choice> plan_w4_split(W4Config config, int m, int n, int k, int sm_count,
-                                      const W4Residency& resident, bool per_block = false, bool checked = true) {
+                                      const W4Residency& resident, bool per_block = false, bool checked = true,
+                                      double wave_cost = 0.0) {
   W4Choice best;
   best.plan.config = config;
   best.cost = 1e300;
@@ -151,13 +159,14 @@ std::optional<W4Choice> plan_w4_split(W4Config config, int m, int n, int k, int 
     const long long slots = known > 0 ? known : static_cast<long long>(sm_count) * Cfg::kBlocksPerSM;
     const long long waves = (tiles * split + slots - 1) / slots;
     const long long kb_per_block = (k_blocks + split - 1) / split;
-    if (checked && !w4_wins(m, n, k, sm_count, tiles * split, kb_per_block, split)) continue;
+    if (checked && !w4_wins(m, n, k, sm_count, tiles * split, kb_per_block, split, per_block)) continue;
     // Promoting fp32 scales at up to 32 rows, one block per SM: a last wave under 80% full loses to
     // the routes before it (H200, 2026-11-29, A/B of bench_decode --decode-only, W4A8 with group
     // scales at 17 / 32 rows: 70B qkv, 160 blocks in two waves of 132, 0.85x / 0.96x; 8B gate+up,
     // 224 blocks, 1.34x / 1.35x; 70B o and down, 128 blocks, 1.18x / 1.16x and 1.30x / 1.27x).
     if (per_block && m <= 32 && 5 * tiles * split < 4 * waves * slots) continue;
-    const double cost = static_cast<double>(waves) * (static_cast<double>(kb_per_block) + (split > 1 ? 2.0 : 0.0));
+    const double cost =
+        static_cast<double>(waves) * (static_cast<double>(kb_per_block) + (split > 1 ? 2.0 : 0.0) + wave_cost);
     if (cost < best.cost) {
       best.cost = cost;
       best.plan.split = split;
@@ -188,28 +197,36 @@ std::optional<W4Choice> plan_w4_lone_or_paired(W4Config lone, W4Config paired, i
   return a;
 }
 
-// 65-256 rows: three consumer warpgroups (W4Rows128Wg3, tiles of 192 weight rows by 128 rows of x)
-// where that plan runs in one wave with at least 16 K blocks a block and costs less than `other`,
-// the plan of W4Rows128 (up to 128 rows) or W4Rows256 (above) where the W4 kernel wins, with a K
-// block of each config costing as measured against one of W4Rows128; where it does not win, if the
-// wave fills three quarters of the SMs' slots. A block's K block costs about 900 + 5.5 x rows
-// cycles with two consumer warpgroups (docs/design/int4.md), so W4Rows256's about 1.45 times
-// W4Rows128's; a third warpgroup makes it about 1.15 times as long for 1.5 times the weight rows.
-// H200, 2026-11-30, A/B in one process against the plans before it, us: 70B qkv (8192 -> 10240)
-// 46.1 -> 32.6 at 128 rows (three waves of W4Rows128 -> one) and 66.9 -> 42.4 at 256; 8B down
-// (14336 -> 4096) 35.9 -> 28.4 and 56.5 -> 45.3 (64 blocks -> 88); 8B qkv (4096 -> 6144) 32.8 ->
-// 25.4 at 256 rows; but 8B gate+up (5 waves) 1.46-1.74x slower, and 70B o and down at 128 rows
-// (128 blocks -> 86) 1.16-1.19x: docs/design/int4.md.
+// 65-512 rows: a wave of blocks costs about 12 K blocks besides its own (ring fill, group scales,
+// epilogue): H200, 2026-11-30 (docs/design/int4.md: the W4 kernel's epilogue), us, 8B gate+up at
+// 128 rows: two waves of W4Rows128 (32 K blocks a block) 37.6, five waves of W4Rows128Wg3 split 4
+// (8 K blocks) 64.2; 70B qkv, one wave of W4Rows128Wg3: 27.3 with 32 K blocks a block, 40.6 with 64.
+constexpr double kW4WaveKBlocks = 12.0;
+// Three consumer warpgroups (W4Rows128Wg3, tiles of 192 weight rows by 128 rows of x) where that
+// plan costs less than `other`, the plan of W4Rows128 (up to 128 rows) or W4Rows256 (above) where
+// the W4 kernel wins, with a K block of each config costing as measured against one of W4Rows128;
+// where it does not win, if the wave fills three quarters of the SMs' slots. Below kW4LongKBlocks
+// K blocks only in one wave of 16 K blocks a block or more. A block's K block costs about 900 +
+// 5.5 x rows cycles with two consumer warpgroups (docs/design/int4.md), so W4Rows256's about 1.45
+// times W4Rows128's; a third warpgroup makes it about 1.15 times as long for 1.5 times the weight
+// rows. H200, 2026-11-30, us (knob_sweep, the plans unchecked, one process), the configs this
+// picks against the other: 70B qkv 27.3 / 40.0 at 128 rows, 71.5 / 102.6 at 384; 8B down 25.4 /
+// 30.6 at 96, 43.7 / 65.0 at 384; 8B o 18.2 / 20.6 at 256; 8B gate+up 108.5 / 139.1 at 384; and
+// the other way 8B gate+up 37.6 / 64.2 at 128 rows, 70B o 50.1 / 72.3 at 512, 70B down 57.1 /
+// 68.1 at 128 and 183.1 / 234.3 at 512; 8B o at 96 rows 14.9 / 14.4 (the cost model's one miss).
 constexpr double kW4Wg3KBlockCost = 1.15;
 constexpr double kW4Rows256KBlockCost = 1.45;
 
 std::optional<W4Choice> plan_w4_wg3(int m, int n, int k, int sm_count, const W4Residency& resident,
                                     const std::optional<W4Choice>& other, double other_kblock_cost) {
-  const std::optional<W4Choice> c = plan_w4_split<sm90::W4Rows128Wg3>(W4Config::kRows128Wg3, m, n, k, sm_count,
-                                                                      resident, false, /*checked=*/false);
-  if (!c || c->waves != 1 || c->kb_per_block < 16) return std::nullopt;
+  using Wg3 = sm90::W4Rows128Wg3;
+  const std::optional<W4Choice> c = plan_w4_split<Wg3>(W4Config::kRows128Wg3, m, n, k, sm_count, resident, false,
+                                                       /*checked=*/false, kW4WaveKBlocks);
+  if (!c) return std::nullopt;
+  const bool long_k = k / Wg3::kBK >= kW4LongKBlocks;
+  if (!long_k && (c->waves != 1 || c->kb_per_block < 16)) return std::nullopt;
   if (other) return kW4Wg3KBlockCost * c->cost < other_kblock_cost * other->cost ? c : std::nullopt;
-  return 4 * c->blocks >= 3 * c->slots ? c : std::nullopt;
+  return long_k || 4 * c->blocks >= 3 * c->slots ? c : std::nullopt;
 }
 
 }  // namespace
@@ -233,9 +250,11 @@ std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count, const W4Re
                        W4Config::kRows32, W4Config::kRows32Paired, m, n, k, sm_count, resident)
       : m <= 64  ? plan_w4_lone_or_paired<sm90::W4Rows64, sm90::W4Rows64Paired>(
                        W4Config::kRows64, W4Config::kRows64Paired, m, n, k, sm_count, resident)
-      : m <= 128 ? plan_w4_split<sm90::W4Rows128>(W4Config::kRows128, m, n, k, sm_count, resident)
-                 : plan_w4_split<sm90::W4Rows256>(W4Config::kRows256, m, n, k, sm_count, resident);
-  if (m > 64 && m <= 256) {
+      : m <= 128 ? plan_w4_split<sm90::W4Rows128>(W4Config::kRows128, m, n, k, sm_count, resident, false, true,
+                                                  kW4WaveKBlocks)
+                 : plan_w4_split<sm90::W4Rows256>(W4Config::kRows256, m, n, k, sm_count, resident, false, true,
+                                                  kW4WaveKBlocks);
+  if (m > 64) {
     const std::optional<W4Choice> wg3 =
         plan_w4_wg3(m, n, k, sm_count, resident, c, m <= 128 ? 1.0 : kW4Rows256KBlockCost);
     if (wg3) c = wg3;

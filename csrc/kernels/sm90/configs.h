@@ -244,9 +244,9 @@ using W4Rows64 = W4Config<64, 2, 8, 1, kAnyScaling | kEpiPerBlock>;
 using W4Rows64Paired = W4Config<64, 2, 4, 2>;
 using W4Rows128 = W4Config<128, 2, 6>;
 using W4Rows256 = W4Config<256, 2, 4>;
-// Three consumer warpgroups (192 weight rows a tile) at 65-256 rows of x, in tiles of 128 rows:
-// where it runs the layer in one wave of blocks that the configs above need more waves, or fewer
-// SMs, for (dispatch/plan.cpp: plan_w4_wg3).
+// Three consumer warpgroups (192 weight rows a tile) at 65-512 rows of x, in tiles of 128 rows:
+// where its plan costs less than that of W4Rows128 or W4Rows256, whose tiles need more waves or
+// fill fewer SMs (dispatch/plan.cpp: plan_w4_wg3).
 using W4Rows128Wg3 = W4Config<128, 3, 5>;
 
 }  // namespace tcgemm::sm90

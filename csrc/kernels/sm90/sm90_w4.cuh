@@ -530,7 +530,8 @@ void launch_w4(const GemmProblem& p, const Epi& epi, int split) {
     split = std::max(1, std::min(split, args.k_blocks));
     args.kb_per_split = ceil_div(args.k_blocks, split);
     split = ceil_div(args.k_blocks, args.kb_per_split);  // no empty share
-    if (split > kW4MaxSplit) throw std::logic_error("tcgemm: the W4 kernel splits K over at most 4 blocks of a cluster");
+    if (split > kW4MaxSplit)
+      throw std::logic_error("tcgemm: the W4 kernel splits K over at most 4 blocks of a cluster");
     args.x_box_rows = std::min(Cfg::kRowsM, round_up(p.m, 8));
     args.d = p.d.ptr;
     args.ldd = p.d.ld;
