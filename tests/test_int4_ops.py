@@ -218,12 +218,12 @@ def test_packed_weight_route_by_rows(shape, route, rng):
 # The W4 kernel (17-512 rows, K a multiple of 128, where dispatch/plan.cpp's plan_sm90_w4 takes
 # the shape on a 132-SM Hopper): each of its seven configs (32 and 64 rows of A one block per SM and
 # two, 128 rows with two and with three consumer warpgroups (128 x 4096 and 129 x 300: 192 weight
-# rows a tile, the last one partial), 256 rows) with partial tiles of A and of the weight, tiles of
-# 256 rows twice (300, 512), K splits of 2 and 4 between the blocks of a cluster, and K blocks that
-# do not divide between the splits (K = 8192 + 1152).
+# rows a tile, the last one partial; 300 and 512 rows: tiles of 128 rows three and four times), 256
+# rows twice (500 x 8100)) with partial tiles of A and of the weight, K splits of 2 and 4 between
+# the blocks of a cluster, and K blocks that do not divide between the splits (K = 8192 + 1152).
 W4_SHAPES = [(17, 16384, 4096), (32, 8192, 8192), (20, 8192, 16384), (24, 28672, 4096), (30, 10240, 8192 + 1152),
              (33, 9000, 8192 + 1152), (64, 8192, 4096), (100, 13000, 2048), (128, 4096, 8192), (129, 300, 8192),
-             (300, 5000, 8192 + 1152), (512, 1100, 8192)]
+             (300, 5000, 8192 + 1152), (512, 1100, 8192), (500, 8100, 8192 + 1152)]
 
 
 def require_w4_routes():
