@@ -213,7 +213,7 @@ constexpr double kW4WaveKBlocks = 12.0;
 // picks against the other: 70B qkv 27.3 / 40.0 at 128 rows, 71.5 / 102.6 at 384; 8B down 25.4 /
 // 30.6 at 96, 43.7 / 65.0 at 384; 8B o 18.2 / 20.6 at 256; 8B gate+up 108.5 / 139.1 at 384; and
 // the other way 8B gate+up 37.6 / 64.2 at 128 rows, 70B o 50.1 / 72.3 at 512, 70B down 57.1 /
-// 68.1 at 128 and 183.1 / 234.3 at 512; 8B o at 96 rows 14.9 / 14.4 (the cost model's one miss).
+// 68.1 at 128 and 183.1 / 234.3 at 512; its misses: 8B o 14.9 / 14.4 at 96 rows, 16.2 / 15.2 at 128.
 constexpr double kW4Wg3KBlockCost = 1.15;
 constexpr double kW4Rows256KBlockCost = 1.45;
 
