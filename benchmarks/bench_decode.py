@@ -31,6 +31,9 @@ cannot be built or run (torch's int4 op missing, say) is reported with its error
 stream rate is a method's weight and scale bytes over the per-call time. Host time per call is
 ``timing.host_us`` on a small layer. Each layer's weights are built once and timed at every row
 count. ``--plot`` draws the speed-up over bf16 against rows for 8B gate+up and 8B down (matplotlib).
+A ``--decode-only`` run with 4-bit methods writes the "bench_decode rows" section of ``--markdown``
+(the 4-bit table), and ``--readme README.md`` the README's table of W4A8 / W8A8 speed-ups over bf16
+(its "bench_decode readme" section).
 gemlite tunes each new shape on first use (seconds each): ``--gemlite-config tuned.json`` reads its
 tuned configs from the file before the run and adds the run's to it after, so that the shapes of a
 sweep can be tuned over several runs and timed in one.
@@ -569,7 +572,15 @@ def has(records: list[dict[str, Any]], key: str) -> bool:
     return any(key in r["graph"] or key in r.get("errors", {}) for r in records)
 
 
+def rows_sweep(doc: dict[str, Any]) -> bool:
+    """Whether a result is a --decode-only run (CUDA graphs alone: no eager timings, no prefill),
+    whose tables go to the "bench_decode rows" section rather than "bench_decode"."""
+    return not doc["prefill"] and not doc.get("static") and not any(r.get("eager") for r in doc["decode"])
+
+
 def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, str]:
+    """The result's sections for report.update_markdown: "bench_decode rows" for a --decode-only
+    run with 4-bit methods (the 4-bit table), else "bench_decode"."""
     header = report.header_line(doc["meta"], command)
     rows = []
     for r in doc["decode"]:
@@ -588,7 +599,8 @@ def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, st
               "launches); two ops: `quantize` then `scaled_gemm`; block: 128x128 weight and 1x128 activation scales. "
               "Speed-ups are against bf16 `F.linear`, timed in the same process.")
     tables = [legend, report.markdown_table(headers, rows, align_left=2)]
-    if has(doc["decode"], "w4a8") or has(doc["decode"], "torch_int4"):
+    four_bit = has(doc["decode"], "w4a8") or has(doc["decode"], "torch_int4")
+    if four_bit:
         gem = has(doc["decode"], "gemlite_a8w8") or has(doc["decode"], "gemlite_a16w4")
         four = []
         for r in doc["decode"]:
@@ -603,7 +615,8 @@ def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, st
                             ratio(g.get("gemlite_a16w4"), g.get("w4a8"))] if gem else [])
                         + [stream(r, "w4a8", r.get("bytes", {}).get("w4a8"))])
         tables += [
-            ("4-bit weights, CUDA graphs, same rotation. W8A8: `QuantLinear` as above; W4A8: "
+            ("4-bit weights, CUDA graphs, same rotation. W8A8: `QuantLinear`, int8 weights per channel and "
+             "activations per token; W4A8: "
              "`QuantLinear(scheme=\"w4a8\")`, 4-bit weights with an fp32 scale per channel and int8 scales per 128 "
              "inputs, int8 activations per token; torch int4: `torch.ops.aten._weight_int4pack_mm` (tinygemm) on "
              "bf16 activations, the weight as torchao's `Int4WeightOnlyConfig` packs it (groups of 128, bf16 "
@@ -619,6 +632,11 @@ def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, st
                                      "W4A8 x torch int4"]
                                   + (["W8A8 x gemlite A8W8", "W4A8 x gemlite A16W4"] if gem else [])
                                   + ["W4A8 weight TB/s"], four, align_left=2)]
+    failures = notes(doc["decode"] + doc["prefill"] + doc.get("static", []))
+    failed = ["Not measured, or not of a correct result:\n\n" + "\n".join(failures)] if failures else []
+    if four_bit and rows_sweep(doc):
+        return {"bench_decode rows": "\n\n".join(
+            ["## Rows per step: W4A8, W8A8 and the peers", header, *tables[2:]] + failed)}
     pre_w4 = has(doc["prefill"], "w4a8")
     pre_rows = []
     for r in doc["prefill"]:
@@ -638,7 +656,6 @@ def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, st
     host = doc["host_us"]
     host_line = (f"Host time per call, 256->256 layer at M = 1 (`timing.host_us`): nn.Linear {host['nn.Linear']:.1f} us, "
                  f"QuantLinear {host['QuantLinear']:.1f} us ({host['QuantLinear'] / host['nn.Linear']:.2f}x).")
-    failures = notes(doc["decode"] + doc["prefill"] + doc.get("static", []))
     body = "\n\n".join([
         "## Decode: QuantLinear against bf16 at a few rows", header, *tables, host_line,
     ] + ([("Static (calibrated per-tensor, `activation=\"static\"`) against dynamic per-token activation "
@@ -646,8 +663,40 @@ def markdown(doc: dict[str, Any], command: Optional[str] = None) -> dict[str, st
           report.markdown_table(["layer", "K->N", "M", "graph token us", "graph static us", "static speed-up",
                                  "eager token us", "eager static us", "eager static speed-up"],
                                 static_rows, align_left=2)] if static_rows else [])
-      + (["Not measured, or not of a correct result:\n\n" + "\n".join(failures)] if failures else []))
+      + failed)
     return {"bench_decode": body}
+
+
+# The README's table: per layer, the speed-up over bf16 of W4A8 / W8A8 at each row count.
+README_SECTION = "bench_decode readme"
+
+
+def readme_table(doc: dict[str, Any]) -> str:
+    """The README's summary of a rows sweep: one line naming the run, then per layer its bf16 time
+    at the fewest rows and, per row count, "W4A8 / W8A8" speed-ups over bf16 (CUDA graphs)."""
+    recs = doc["decode"]
+    names = list(dict.fromkeys(r["layer"] for r in recs))
+    counts = sorted({r["m"] for r in recs})
+    at = {(r["layer"], r["m"]): r for r in recs}
+
+    def cell(r: Optional[dict[str, Any]]) -> str:
+        g = (r or {}).get("graph", {})
+        return " / ".join(ratio(g.get("bf16"), g.get(key)).rstrip("x") for key in ("w4a8", "quantlinear"))
+
+    lines = []
+    for name in names:
+        first = next(at[(name, m)] for m in counts if (name, m) in at)
+        lines.append([f"{name} ({first['k']}->{first['n']})", us(first, "graph", "bf16")]
+                     + [cell(at.get((name, m))) for m in counts])
+    meta = doc["meta"]
+    date = (meta.get("date") or "")[:16].replace("T", " ")
+    caption = ("Speed-up over bf16 `nn.Linear` per layer by rows per step (tokens in a decode step, or a "
+               f"prompt), W4A8 / W8A8, CUDA graphs, one process ({meta.get('device', '?')}, "
+               f"{date} UTC, torch {meta.get('torch', '?')}; `{meta.get('command', 'command not recorded')}`). "
+               "W8A8: `QuantLinear`, int8 weights per channel; W4A8: `scheme=\"w4a8\"`.")
+    headers = ["layer (K->N)", f"bf16 us, {counts[0]} row{'s' if counts[0] > 1 else ''}"] + [
+        f"{m} row{'s' if m > 1 else ''}" for m in counts]
+    return caption + "\n\n" + report.markdown_table(headers, lines, align_left=1)
 
 
 def plot(doc: dict[str, Any], path: Path) -> None:
@@ -705,6 +754,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                    help=f"time {' and '.join(PEERS)} only up to this many rows (they tune themselves per shape)")
     p.add_argument("--plot", type=Path, default=None,
                    help=f"draw the speed-up over bf16 against rows for {' and '.join(PLOT_LAYERS)} into this PNG")
+    p.add_argument("--readme", type=Path, default=None,
+                   help=f"write the W4A8 / W8A8 speed-up table of a rows sweep into this file's "
+                        f"'{README_SECTION}' section (README.md)")
     p.add_argument("--gemlite-config", type=Path, default=None,
                    help="gemlite's tuned kernel configs: read from this JSON file before the run where it exists, "
                         "and the run's added to it after, so that a sweep need not tune every shape again")
@@ -723,6 +775,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 1
     if args.markdown:
         report.update_markdown(args.markdown, markdown(doc))
+    if args.readme:
+        report.update_markdown(args.readme, {README_SECTION: readme_table(doc)})
     if args.plot:
         plot(doc, args.plot)
     return 0

@@ -5,6 +5,8 @@ layers and --methods methods. torch's int4 peer (bench_decode.TorchInt4Linear) c
 quantized layer it stands for (CPU kernel; the CUDA packing's shapes under fake tensors, its
 values where a GPU is present), and its bytes per parameter count the packed weight and scales."""
 
+import json
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -250,3 +252,51 @@ def test_decode_table_with_gemlite_peers():
     assert rows[("8B gate+up", "1")][14:16] == ["0.91x", "2.00x"]  # 30 / 33 and 36 / 18
     assert rows[("8B gate+up", "64")][8] == "error" and rows[("8B gate+up", "64")][11] == "0.95x"
     assert "- gemlite A16W4 (8B gate+up M=64): ImportError" in body
+
+
+def rows_doc():
+    """A --decode-only sweep: graph timings alone, at two row counts of two layers."""
+    graphs = {("8B o", 1): {"bf16": 13.5, "quantlinear": 7.5, "w4a8": 5.4, "torch_int4": 6.9},
+              ("8B o", 64): {"bf16": 12.0, "quantlinear": 12.5, "w4a8": 12.0},
+              ("70B down", 1): {"bf16": 110.0, "quantlinear": 66.0, "w4a8": 33.0, "torch_int4": 64.0}}
+    records = [dict(decode_record(layer, m, g), eager={}) for (layer, m), g in graphs.items()]
+    records[1]["errors"] = {"torch_int4": "RuntimeError: no kernel"}
+    doc = decode_doc(records)
+    doc["meta"]["command"] = "python3 -m benchmarks.bench_decode --decode-only --rows 1 64"
+    return doc
+
+
+def test_decode_rows_sweep_writes_its_own_section():
+    """A --decode-only run with 4-bit methods fills "bench_decode rows" (the 4-bit table, its notes),
+    not the "bench_decode" section of the fuller run."""
+    sections = bench_decode.markdown(rows_doc())
+    assert list(sections) == ["bench_decode rows"]
+    body = sections["bench_decode rows"]
+    assert body.startswith("## Rows per step: W4A8, W8A8 and the peers")
+    assert "`python3 -m benchmarks.bench_decode --decode-only --rows 1 64`" in body
+    assert "graph QuantLinear us" not in body and body.count("| layer |") == 1
+    rows = table_rows(body)
+    assert rows[("8B o", "64")][3:6] == ["12.0", "12.5", "12.0"] and rows[("8B o", "64")][6] == "error"
+    assert "- torch int4 (8B o M=64): RuntimeError: no kernel" in body
+
+
+def test_readme_table_of_a_rows_sweep(tmp_path):
+    """The README's table: W4A8 / W8A8 over bf16 per layer and row count, "-" where a method did not
+    run; --render --readme replaces only its marked block."""
+    doc = rows_doc()
+    del doc["decode"][1]["graph"]["w4a8"]
+    table = bench_decode.readme_table(doc)
+    assert "(NVIDIA H100, 2026-11-25 10:00 UTC" in table and "--decode-only --rows 1 64`" in table
+    lines = [[c.strip() for c in line.split("|")[1:-1]] for line in table.splitlines() if line.startswith("| ")]
+    assert lines[0] == ["layer (K->N)", "bf16 us, 1 row", "1 row", "64 rows"]
+    assert lines[1] == ["8B o (4096->4096)", "13.5", "2.50 / 1.80", "- / 0.96"]
+    assert lines[2] == ["70B down (28672->8192)", "110.0", "3.33 / 1.67", "- / -"]
+    result, readme = tmp_path / "rows.json", tmp_path / "README.md"
+    result.write_text(json.dumps(doc))
+    readme.write_text("# Title\n\nbefore\n\n<!-- begin: bench_decode readme -->\nold\n"
+                      "<!-- end: bench_decode readme -->\n\nafter\n")
+    assert bench_decode.main(["--render", str(result), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith("# Title\n\nbefore\n\n<!-- begin: bench_decode readme -->\nSpeed-up over bf16")
+    assert "old" not in text and text.endswith("<!-- end: bench_decode readme -->\n\nafter\n")
+    assert "| 8B o (4096->4096) | 13.5 | 2.50 / 1.80 | - / 0.96 |" in text
