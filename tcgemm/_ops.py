@@ -48,7 +48,9 @@ def gemm(
         backend: "auto", or force one: "cpu" (CPU tensors), "wmma", "wmma_simple", "sm80",
             "sm90" (Hopper, compute capability 9.0), "skinny" (the few-rows kernel that "sm80" and
             "sm90" hand M <= 8 rows, or <= 16 against a narrower B, when B is wide enough to fill
-            the GPU and K >= 512; forced, it takes any M; compute capability >= 8.0).
+            the GPU and K >= 512; forced, it takes any M; compute capability >= 8.0). "sm90" hands
+            one row against a K-major int8 ``b`` of 20 MiB or more to a GEMV (dp4a, one warp per
+            column of ``b``).
             :func:`backends_for` lists the ones a device runs for an op.
 
     Returns:

@@ -227,6 +227,17 @@ def main() -> int:
             ok = torch.allclose(y, ref, rtol=2**-7, atol=2**-7 * ref.abs().max().item())
             failures += not ok
             print(f"quant_linear 4-bit sm90 fp32 group scales {m}x{n}x{k}: {'close' if ok else 'MISMATCH'}")
+    # One row against an int8 weight of 20 MiB or more on sm90: the GEMV (N and K off its steps).
+    if torch.cuda.get_device_capability() == (9, 0):
+        n, k = 5121, 4112
+        a = torch.randint(-128, 128, (1, k), generator=gen, dtype=torch.int8)
+        w = torch.randint(-128, 128, (n, k), generator=gen, dtype=torch.int8)
+        ok = torch.equal(tcgemm.int8_gemm(a.cuda(), w.cuda().t()).cpu(), gemm_reference(a, w.t()))
+        x, ws = torch.randn(1, k, generator=gen).to(torch.bfloat16).cuda(), torch.rand(n, generator=gen).cuda()
+        y = tcgemm.quant_linear(x, w.cuda(), ws)
+        ok = ok and torch.equal(y, tcgemm.quant_linear(x, w.cuda(), ws, backend="skinny"))
+        failures += not ok
+        print(f"gemv 1x{n}x{k} int8_gemm and quant_linear: {'exact' if ok else 'MISMATCH'}")
     torch.cuda.synchronize()
     return 1 if failures else 0
 

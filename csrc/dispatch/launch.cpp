@@ -8,6 +8,7 @@
 #include "dispatch/plan.h"
 #include "epilogue/int32_epilogue_fill.h"
 #include "kernels/cpu/cpu_gemm.h"
+#include "kernels/gemv/gemv_int8.h"
 #include "kernels/skinny/configs.h"
 #include "kernels/skinny/skinny_gemm.h"
 #include "kernels/sm80/configs.h"
@@ -44,6 +45,10 @@ void run_skinny(const GemmProblem& given, const EpilogueArgs& epilogue, const De
       case SkinnyConfig::kRows32Cols16: return skinny::launch<skinny::Rows32Cols16>(p, epi, dev.sm_count);
     }
   });
+}
+
+void run_gemv(const GemmProblem& p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
+  with_epilogue(epilogue, p.d.type, [&](const auto& epi) { gemv::launch(p, epi, dev.sm_count); });
 }
 
 void run_sm80(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
@@ -87,6 +92,9 @@ void run_sm90_w4(const GemmProblem& p, const EpilogueArgs& epilogue, const Devic
 
 void run_sm90(GemmProblem p, const EpilogueArgs& epilogue, const DeviceInfo& dev) {
   if (p.a_w4_order) return run_sm90_w4(p, epilogue, dev);
+  if (runs_on_gemv(Backend::kSm90, p.m, p.n, p.k, p.b, p.b_int4, epilogue_family_of(epilogue) == kEpiPerBlock) &&
+      gemv::fits(p))
+    return run_gemv(p, epilogue, dev);
   if (use_skinny(p.m, p.n, p.k, dev.sm_count, /*vs_sm90=*/true, p.b_int4)) return run_skinny(p, epilogue, dev);
   if (p.b_zero_point != nullptr)
     throw std::logic_error("tcgemm: run_sm90 got 4-bit zero points, which the skinny kernel reads only");
@@ -150,6 +158,10 @@ bool runs_on_skinny(Backend b, int m, int n, int k, const DeviceInfo& dev, bool 
     case Backend::kSm90: return use_skinny(m, n, k, dev.sm_count, /*vs_sm90=*/true, b_int4);
     default: return false;
   }
+}
+
+bool runs_on_gemv(Backend b, int m, int n, int k, const Operand& weight, bool b_int4, bool per_block) {
+  return b == Backend::kSm90 && !per_block && use_gemv(m, n, k, b_int4) && gemv::fits_b(weight, k, b_int4);
 }
 
 int skinny_int4_split(int m, int n, int k, const DeviceInfo& dev, bool per_block) {

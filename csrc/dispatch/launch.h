@@ -19,6 +19,12 @@ void run_gpu(Backend b, const GemmProblem& p, const EpilogueArgs& epilogue, cons
 // b_int4: B is packed 4-bit (plan.h use_skinny).
 bool runs_on_skinny(Backend b, int m, int n, int k, const DeviceInfo& dev, bool b_int4 = false);
 
+// Whether resolved GPU backend b runs one row of A against int8 B `weight` (N x K) on the GEMV
+// (kernels/gemv/gemv_int8.h): the sm90 backend where plan.h's use_gemv takes the shape, B fits
+// the kernel, and no per-block scales (per_block). A must then be int8 in memory, so callers that
+// would quantize A inside the skinny kernel quantize it first (ops: gemm_quantizes_a).
+bool runs_on_gemv(Backend b, int m, int n, int k, const Operand& weight, bool b_int4, bool per_block);
+
 // Whether resolved GPU backend b computes p with its packed 4-bit B (p.b_int4) as it is: the W4
 // kernel where it takes p (a_w4_order); the skinny kernel on its route, B's rows as it loads them;
 // off that route, the sm90 kernel (an Int4 config) where plan.h's use_sm90_int4 takes the shape,

@@ -1,6 +1,7 @@
 #include "dispatch/plan.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 
@@ -29,6 +30,16 @@ bool use_skinny(int m, int n, int k, int sm_count, bool vs_sm90, bool b_int4) {
   if (b_int4) return m <= 16 || (vs_sm90 && use_skinny_int4(m, n, sm_count));
   const bool few_rows = m <= 8 || (m <= 16 && n <= (vs_sm90 ? 6144 : 8192));
   return few_rows && (n + 15) / 16 >= sm_count && k >= 512;
+}
+
+// H200, one row, W8A8 layer (bench_decode's Llama layers): the GEMV after x's own quantization
+// against the skinny kernel quantizing x itself took 0.87-0.93x the time from 25 MB of weight up
+// (8B qkv, 8B down, 8B gate+up, 70B qkv and down), 1.00x at 70B o and 1.04x at 8B o (17 MB),
+// where the extra launch outweighs the faster stream (docs/design/gemv.md).
+constexpr int64_t kGemvMinWeightBytes = int64_t{20} << 20;
+
+bool use_gemv(int m, int n, int k, bool b_int4) {
+  return m == 1 && !b_int4 && int64_t{n} * k >= kGemvMinWeightBytes;
 }
 
 // A forced skinny backend takes any M. At 9-16 rows, 32 columns per block when that still gives

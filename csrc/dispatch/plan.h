@@ -11,6 +11,12 @@ namespace tcgemm {
 // alike. vs_sm90: whether the alternative is the sm90 kernels (else the sm80 ones).
 bool use_skinny(int m, int n, int k, int sm_count, bool vs_sm90, bool b_int4 = false);
 
+// One row of A against an int8 B on sm90 (the sm90 backend's dispatch): whether the GEMV
+// (kernels/gemv/gemv_int8.h) takes it rather than the skinny kernel, where the kernels allow
+// (dispatch/launch.h: runs_on_gemv). B of 20 MiB or more: there the GEMV streams B faster than the
+// skinny kernel by more than the separate quantization of A costs the layer (docs/design/gemv.md).
+bool use_gemv(int m, int n, int k, bool b_int4);
+
 enum class SkinnyConfig { kRows16Cols16, kRows16Cols32, kRows32Cols16 };
 SkinnyConfig plan_skinny(int m, int n, int sm_count, bool b_int4 = false);
 

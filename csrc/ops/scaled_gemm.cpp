@@ -255,6 +255,7 @@ bool gemm_quantizes_a(Backend requested, const Tensor& weight, const ScaledEpilo
   if (!skinny::quantizes_in_kernel(xq, packed ? skinny_int4_split(m, n, k, dev, e.per_block()) : 1)) return false;
   Backend backend = Backend::kAuto;
   if (!resolve_gpu_backend(requested, dev, e, &backend).empty()) return false;  // the plain path names the error
+  if (runs_on_gemv(backend, m, n, k, describe(weight, false), packed, e.per_block())) return false;
   // Zero points: never on the W4 kernel, and on the skinny kernel with fp32 scales per K block only.
   if (zero_points && !e.per_block()) return false;
   // Scales per 32 or 64 inputs: the skinny kernel at every M (run_cuda).
