@@ -15,6 +15,7 @@
 #include "common/math.h"
 #include "epilogue/epilogues.h"
 #include "kernels/gemv/gemv_int8.h"
+#include "kernels/quantize/quantize_vec.cuh"
 #include "ptx/cache_policy.cuh"
 #include "ptx/griddep.cuh"
 #include "ptx/ld_global.cuh"
@@ -84,8 +85,7 @@ __global__ void __launch_bounds__(32 * kWarps, kBlocksPerSm) gemv_int8_kernel(co
     }
     const int next = n + warps;
     if (next < args.n) load_piece(w, args.b + next * args.ldb, 0, args.k, lane, stream);
-#pragma unroll
-    for (int s = 16; s > 0; s /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, s);
+    acc = quant::warp_sum(acc);
     if (lane == 0) d[n] = epi.full(acc, row_terms, epi.col(n), 0, n);
   }
   ptx::griddep_launch_dependents();
