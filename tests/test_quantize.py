@@ -345,6 +345,20 @@ def test_gpu_grid_shapes(mk, granularity, rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16), ids=str)
+@pytest.mark.parametrize("k", [4096, 14336])
+def test_gpu_token_teams_agree(k, dtype, rng):
+    """A few rows of bf16/fp16 take the token kernel's short team (more threads a row), many rows
+    its default team: both give the reference's bits, and a row's bits do not depend on the rows
+    quantized with it."""
+    x = make_x(600, k, dtype, rng, device="cuda")
+    q_many, s_many = check_quantize(x, "token", False, f"600 rows K={k}")
+    q_few, s_few = check_quantize(x[:40], "token", False, f"40 rows K={k}")
+    check_equal(q_few, q_many[:40], "few rows against many: q")
+    check_equal(s_few, s_many[:40], "few rows against many: scale")
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("granularity", GRANULARITIES)
 def test_gpu_empty_input(granularity):
     for m, k in ((0, 5), (4, 0)):

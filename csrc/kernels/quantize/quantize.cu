@@ -6,8 +6,10 @@
 //   warp each (8 rows per block); longer rows get a block (TeamShape). The team loads its row
 //   into registers (bf16/fp16 kept packed as loaded), reduces amax, and quantizes from the
 //   registers: one pass over global memory (up to 16384 elements, 32768 for bf16/fp16 with a
-//   block of 1024 threads). Longer rows are swept twice by the same kernel: once for amax, once
-//   to quantize; the second read mostly hits L2 (and L1) because the block read the row just before.
+//   block of 1024 threads). A few rows of bf16/fp16 take more threads a row, 16 values each
+//   (TeamShape::kShortCache): their time is a block's latency, not the SMs' rate. Longer rows
+//   are swept twice by the same kernel: once for amax, once to quantize; the second read mostly
+//   hits L2 (and L1) because the block read the row just before.
 // - Per group (dynamic): 128 / VEC lanes own one 128-wide group (one 16-byte load each when
 //   vectorized, four strided scalar loads otherwise), reduce amax with shuffles inside their
 //   part of the warp and quantize from registers: one pass.
@@ -95,22 +97,37 @@ struct TeamShape {
   static constexpr int kBlocksPerSm = kPacked16 ? 4 : 1;
   static constexpr int kLongCache = kPacked16 ? 4 : 0;  // 0: no long-row team
   static constexpr int kLongThreads = 1024;
+  // A few rows are bound by a block's latency rather than by the SMs' rate: more threads a row,
+  // fewer values each (kShortCache vectors), where the row fits and the grid is small
+  // (kShortTeamMaxThreads). On the H200 at 32-128 rows of the Llama layers' K = 4096 - 14336 it took
+  // 0.2-1.3 us off a W4A8 layer (docs/design/int4.md); 8B down (K = 14336) at 256 rows and
+  // K = 8192 at 512 rows, above that size, were 2-5% slower with it.
+  static constexpr int kShortCache = kPacked16 ? 2 : 0;  // 0: no short team
+  static constexpr int kShortThreads = 1024;
   // The kernel tells its teams apart by the vectors they cache (team_threads).
-  static_assert(kLongCache != kCache && kCache > 0, "each block team caches its own number of vectors");
+  static_assert(kLongCache != kCache && kShortCache != kCache && kCache > 0 &&
+                    (kShortCache == 0 || kShortCache != kLongCache),
+                "each block team caches its own number of vectors");
 };
 
 // The token kernel's launch bounds for a block team caching CACHE vectors per thread (0: none).
 template <typename T, int VEC, int CACHE>
 constexpr int team_threads() {
   using Team = TeamShape<T, VEC>;
-  return CACHE == 0 ? kMaxTeamThreads : CACHE == Team::kLongCache ? Team::kLongThreads : Team::kThreads;
+  return CACHE == 0                 ? kMaxTeamThreads
+         : CACHE == Team::kLongCache  ? Team::kLongThreads
+         : CACHE == Team::kShortCache ? Team::kShortThreads
+                                      : Team::kThreads;
 }
 template <typename T, int VEC, int CACHE>
 constexpr int team_blocks_per_sm() {
   using Team = TeamShape<T, VEC>;
-  return CACHE == 0 || CACHE == Team::kLongCache ? 1 : Team::kBlocksPerSm;
+  return CACHE == 0 || CACHE == Team::kLongCache || CACHE == Team::kShortCache ? 1 : Team::kBlocksPerSm;
 }
 constexpr int kBlockThreads = 256;      // every other kernel
+// The token kernel takes TeamShape's short team while its blocks have at most this many threads in
+// all: about half of what an H100 / H200 holds at once (132 SMs of 2048).
+constexpr int64_t kShortTeamMaxThreads = 128 * 1024;
 constexpr int64_t kMaxBlocks = 1 << 20; // grids are grid-stride loops beyond this
 
 // Element e of a row of x: 16-byte vectors need a unit K stride (the launcher checks), the scalar
@@ -485,22 +502,27 @@ void launch_token(const QuantizeParams& p) {
     return;
   }
   const unsigned blocks = static_cast<unsigned>(std::min(p.m, kMaxBlocks));
-  const int64_t threads = round_up<int64_t>(ceil_div<int64_t>(nvec, Team::kCache), kWarp);
+  auto threads_of = [&](int cache) { return round_up<int64_t>(ceil_div<int64_t>(nvec, cache), kWarp); };
+  // A block team caching Cache vectors a thread, where the row fits its threads.
+  auto launch_team = [&](auto cache) {
+    constexpr int Cache = decltype(cache)::value;
+    const int64_t threads = threads_of(Cache);
+    if (threads > team_threads<T, VEC, Cache>()) return false;
+    launch_kernel(quantize_token_kernel<T, VEC, Cache, false, MUL, ASYM, ROT, W4>, blocks,
+                  static_cast<unsigned>(threads), 0, p.stream, p.pdl, p);
+    return true;
+  };
+  using Short = std::integral_constant<int, Team::kShortCache>;
+  using Long = std::integral_constant<int, Team::kLongCache>;
+  if constexpr (Team::kShortCache > 0) {
+    if (p.m * threads_of(Team::kShortCache) <= kShortTeamMaxThreads && launch_team(Short{})) return;
+  }
   // Scalar rows with multipliers and zero points spill when cached: they are swept twice.
   if constexpr (!(VEC == 1 && MUL && ASYM)) {
-    if (threads <= Team::kThreads) {
-      launch_kernel(quantize_token_kernel<T, VEC, Team::kCache, false, MUL, ASYM, ROT, W4>, blocks,
-                    static_cast<unsigned>(threads), 0, p.stream, p.pdl, p);
-      return;
-    }
+    if (launch_team(std::integral_constant<int, Team::kCache>{})) return;
   }
   if constexpr (Team::kLongCache > 0) {
-    const int64_t long_threads = round_up<int64_t>(ceil_div<int64_t>(nvec, Team::kLongCache), kWarp);
-    if (long_threads <= Team::kLongThreads) {
-      launch_kernel(quantize_token_kernel<T, VEC, Team::kLongCache, false, MUL, ASYM, ROT, W4>, blocks,
-                    static_cast<unsigned>(long_threads), 0, p.stream, p.pdl, p);
-      return;
-    }
+    if (launch_team(Long{})) return;
   }
   launch_kernel(quantize_token_kernel<T, VEC, 0, false, MUL, ASYM, ROT, W4>, blocks, kMaxTeamThreads, 0, p.stream, p.pdl, p);
 }
