@@ -126,7 +126,10 @@ struct W4Choice {
 // 2026-11-29, A/B runs of bench_decode --decode-only --methods quantlinear,w4a8, W4A8 TOPS):
 //   17-32 rows: wins where its blocks fill 90% of the SMs with 32 K blocks or more each (8B
 //   gate+up 274 / 224, 70B qkv 184 / 166), loses elsewhere (8B qkv 95 / 109 with 192 blocks of 8
-//   K blocks, 8B o 67 / 107, 8B down 140 / 176);
+//   K blocks, 8B o 67 / 107, 8B down 140 / 176); and, measured after the epilogue's batching
+//   (H200, 2026-11-30, plans forced, knob_sweep, 32 rows), also in clusters of 2 filling 70% of
+//   the SMs with 16 K blocks a block: 8B qkv, 96 blocks, 10.9 us against the few-rows kernel's 14.4
+//   (where 8B o's 64 blocks took 10.2 against 9.3, and 8B down's 64 of 56 K blocks 23.3 against 20.1);
 //   33-64 rows: wins on every layer but 8B o (8B qkv 171 / 157, 8B down 250 / 213, 70B qkv 320 /
 //   256, 8B gate+up 491 / 390; 8B o 120 / 142, 32 tiles of 32 K blocks);
 //   65-128 rows: wins or ties with 16 K blocks or more per block (8B down 346 / 308, 8B gate+up
@@ -140,7 +143,9 @@ constexpr int kW4LongKBlocks = 32;
 bool w4_wins(int m, int n, int k, int sm_count, long long blocks, long long kb_per_block, int split, bool per_block) {
   const long long tiles = blocks / split, k_blocks = k / sm90::W4Rows64::kBK;
   if (!per_block && k_blocks >= kW4LongKBlocks && m > 32) return true;
-  if (m <= 32) return kb_per_block >= 32 && 10 * blocks >= 9LL * sm_count;
+  if (m <= 32)
+    return (kb_per_block >= 32 && 10 * blocks >= 9LL * sm_count) ||
+           (split == 2 && kb_per_block >= 16 && 10 * blocks >= 7LL * sm_count);
   if (m <= 128 && tiles * k_blocks < 8LL * sm_count) return false;  // one tile row: all the layer's K blocks
   if (m <= 64) return true;
   if (m <= 128) return kb_per_block >= 16;
@@ -191,6 +196,15 @@ std::optional<W4Choice> plan_w4_split(W4Config config, int m, int n, int k, int 
   return best;
 }
 
+// 33-512 rows: a wave of blocks costs about 12 K blocks besides its own (ring fill, group scales,
+// epilogue): H200, 2026-11-30 (docs/design/int4.md: the W4 kernel's epilogue), us, 8B gate+up at
+// 128 rows: two waves of W4Rows128 (32 K blocks a block) 37.6, five waves of W4Rows128Wg3 split 4
+// (8 K blocks) 64.2; 70B qkv, one wave of W4Rows128Wg3: 27.3 with 32 K blocks a block, 40.6 with 64.
+// At 33-64 rows (H200, 2026-11-30, plans forced, knob_sweep): 8B qkv, 48 tiles of 32 K blocks, 11.7
+// us lone in clusters of 2 against 13.5 paired in clusters of 4 (the cheaper without the wave's
+// cost); the other Llama layers' plans are the same with it or without.
+constexpr double kW4WaveKBlocks = 12.0;
+
 // Up to 64 rows: two blocks per SM where they run fewer waves by more than the time a block loses
 // to sharing its SM. A paired block takes about 1.5x a lone one (H200, 2026-11-29, one A/B run, 8B
 // gate+up at 64 rows, 224 tiles: two waves of lone blocks 38.5 us, one wave of pairs 30.6), and
@@ -201,18 +215,13 @@ constexpr double kW4PairedCost = 1.5;
 
 template <class Lone, class Paired>
 std::optional<W4Choice> plan_w4_lone_or_paired(W4Config lone, W4Config paired, int m, int n, int k, int sm_count,
-                                               const W4Residency& resident) {
-  std::optional<W4Choice> a = plan_w4_split<Lone>(lone, m, n, k, sm_count, resident);
-  std::optional<W4Choice> b = plan_w4_split<Paired>(paired, m, n, k, sm_count, resident);
+                                               const W4Residency& resident, double wave_cost) {
+  std::optional<W4Choice> a = plan_w4_split<Lone>(lone, m, n, k, sm_count, resident, false, true, wave_cost);
+  std::optional<W4Choice> b = plan_w4_split<Paired>(paired, m, n, k, sm_count, resident, false, true, wave_cost);
   if (b && b->blocks > sm_count && (!a || kW4PairedCost * b->cost < a->cost)) return b;
   return a;
 }
 
-// 65-512 rows: a wave of blocks costs about 12 K blocks besides its own (ring fill, group scales,
-// epilogue): H200, 2026-11-30 (docs/design/int4.md: the W4 kernel's epilogue), us, 8B gate+up at
-// 128 rows: two waves of W4Rows128 (32 K blocks a block) 37.6, five waves of W4Rows128Wg3 split 4
-// (8 K blocks) 64.2; 70B qkv, one wave of W4Rows128Wg3: 27.3 with 32 K blocks a block, 40.6 with 64.
-constexpr double kW4WaveKBlocks = 12.0;
 // Three consumer warpgroups (W4Rows128Wg3, tiles of 192 weight rows by 128 rows of x) where that
 // plan costs less than `other`, the plan of W4Rows128 (up to 128 rows) or W4Rows256 (above) where
 // the W4 kernel wins, with a K block of each config costing as measured against one of W4Rows128;
@@ -258,9 +267,9 @@ std::optional<W4Plan> plan_sm90_w4(int m, int n, int k, int sm_count, const W4Re
   }
   std::optional<W4Choice> c =
       m <= 32    ? plan_w4_lone_or_paired<sm90::W4Rows32, sm90::W4Rows32Paired>(
-                       W4Config::kRows32, W4Config::kRows32Paired, m, n, k, sm_count, resident)
+                       W4Config::kRows32, W4Config::kRows32Paired, m, n, k, sm_count, resident, 0.0)
       : m <= 64  ? plan_w4_lone_or_paired<sm90::W4Rows64, sm90::W4Rows64Paired>(
-                       W4Config::kRows64, W4Config::kRows64Paired, m, n, k, sm_count, resident)
+                       W4Config::kRows64, W4Config::kRows64Paired, m, n, k, sm_count, resident, kW4WaveKBlocks)
       : m <= 128 ? plan_w4_split<sm90::W4Rows128>(W4Config::kRows128, m, n, k, sm_count, resident, false, true,
                                                   kW4WaveKBlocks)
                  : plan_w4_split<sm90::W4Rows256>(W4Config::kRows256, m, n, k, sm_count, resident, false, true,
