@@ -17,6 +17,7 @@ shards; an NCCL run needs two GPUs and skips elsewhere. What is checked:
 """
 
 import dataclasses
+import faulthandler
 import os
 import tempfile
 import time
@@ -62,6 +63,15 @@ def _entry(rank, world, folder, worker, device, backend):
 
     global BACKEND
     BACKEND = backend
+    faulthandler.enable(all_threads=True)  # a crash shows every thread's Python stack
+    # torch.compile inside a worker: compiled in the process itself (no pool of compile processes
+    # beside gloo's threads), into a cache of its own (the ranks compile the same graph at once).
+    # The pool and the shared cache went with "terminate called without an active exception" in a
+    # rank while both compiled, about once in 35 CPU runs of test_layouts (torch 2.15, 2 cores).
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(folder, f"inductor{rank}")
+    import torch._inductor.config
+
+    torch._inductor.config.compile_threads = 1
 
     if device == "cuda":
         torch.cuda.set_device(0 if backend == "gloo" else rank)
