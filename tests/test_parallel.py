@@ -67,7 +67,7 @@ def _entry(rank, world, folder, worker, device, backend):
     # torch.compile inside a worker: compiled in the process itself (no pool of compile processes
     # beside gloo's threads), into a cache of its own (the ranks compile the same graph at once).
     # The pool and the shared cache went with "terminate called without an active exception" in a
-    # rank while both compiled, about once in 35 CPU runs of test_layouts (torch 2.15, 2 cores).
+    # rank while both compiled, once in 120 CPU runs of test_layouts (torch 2.15, 2 cores).
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(folder, f"inductor{rank}")
     import torch._inductor.config
 
